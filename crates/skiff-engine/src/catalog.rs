@@ -1,0 +1,113 @@
+//! Registering a data directory: every Parquet or CSV table found in it
+//! becomes a table of the session.
+//!
+//! A table is either a subdirectory holding `*.parquet` (or `*.csv`) files —
+//! the layout `skiff gen` writes — or a single `NAME.parquet` / `NAME.csv`
+//! file. Hidden entries (a leading `.`) are skipped: `skiff gen` writes
+//! tables there before renaming them into place.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::common::{Result, plan_err};
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+
+/// The file format of a registered table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFormat {
+    Parquet,
+    Csv,
+}
+
+/// A table found in a data directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundTable {
+    pub name: String,
+    pub path: PathBuf,
+    pub format: TableFormat,
+}
+
+/// Tables in `dir`, sorted by name. Reads only the directory listing.
+pub fn discover(dir: &Path) -> Result<Vec<FoundTable>> {
+    if !dir.is_dir() {
+        return plan_err!(
+            "data directory {} does not exist or is not a directory",
+            dir.display()
+        );
+    }
+    let mut tables = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let found = if path.is_dir() {
+            directory_format(&path)?.map(|format| (name.to_string(), format))
+        } else {
+            file_format(&path).and_then(|format| {
+                let stem = path.file_stem()?.to_str()?;
+                Some((stem.to_string(), format))
+            })
+        };
+        if let Some((name, format)) = found {
+            tables.push(FoundTable { name, path, format });
+        }
+    }
+    tables.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(tables)
+}
+
+fn file_format(path: &Path) -> Option<TableFormat> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "parquet" => Some(TableFormat::Parquet),
+        "csv" => Some(TableFormat::Csv),
+        _ => None,
+    }
+}
+
+/// The format of the files in a table directory; mixing formats is an error
+/// because a listing table reads one format.
+fn directory_format(dir: &Path) -> Result<Option<TableFormat>> {
+    let mut format = None;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(found) = file_format(&path) else {
+            continue;
+        };
+        match format {
+            None => format = Some(found),
+            Some(f) if f == found => {}
+            Some(_) => {
+                return plan_err!("{} mixes Parquet and CSV files", dir.display());
+            }
+        }
+    }
+    Ok(format)
+}
+
+/// Register every table of `dir` in `ctx`; returns what was registered.
+pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<FoundTable>> {
+    let tables = discover(dir)?;
+    for table in &tables {
+        let Some(path) = table.path.to_str() else {
+            return plan_err!("path {} is not valid UTF-8", table.path.display());
+        };
+        // A quoted name keeps the file's case: `Orders.parquet` is "Orders".
+        let name = format!("\"{}\"", table.name.replace('"', "\"\""));
+        match table.format {
+            TableFormat::Parquet => {
+                let options = ParquetReadOptions::default();
+                ctx.register_parquet(name.as_str(), path, options).await?
+            }
+            TableFormat::Csv => {
+                let options = CsvReadOptions::new()
+                    .has_header(true)
+                    .file_extension(".csv");
+                ctx.register_csv(name.as_str(), path, options).await?
+            }
+        }
+    }
+    Ok(tables)
+}

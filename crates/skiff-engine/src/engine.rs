@@ -1,0 +1,124 @@
+//! The embedded engine: a DataFusion session whose queries run as pipeline
+//! graphs. Entry point for the shell, the benchmark and (later) workers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::TryStreamExt;
+
+use crate::catalog::{self, FoundTable};
+use crate::executor::QueryExecution;
+use crate::explain;
+use crate::pipeline;
+use crate::statement::{StatementKind, classify};
+
+/// Settings of an [`Engine`].
+#[derive(Clone, Debug, Default)]
+pub struct EngineConfig {
+    /// Partitions per pipeline; defaults to the number of cores.
+    pub target_partitions: Option<usize>,
+    /// Memory pool limit in bytes; unbounded when `None`.
+    pub memory_limit: Option<usize>,
+    /// Where spill files go; the system temporary directory when `None`.
+    pub spill_dir: Option<PathBuf>,
+}
+
+/// What running a statement gives back.
+pub struct QueryOutput {
+    pub stream: SendableRecordBatchStream,
+    /// The running pipeline graph, for progress and state; `None` for
+    /// output computed without running a graph (`EXPLAIN PIPELINES`).
+    pub execution: Option<Arc<QueryExecution>>,
+}
+
+/// An embedded Skiff engine.
+#[derive(Clone)]
+pub struct Engine {
+    ctx: SessionContext,
+}
+
+impl Engine {
+    pub fn new(config: &EngineConfig) -> Result<Self> {
+        let mut session = SessionConfig::new().with_information_schema(true);
+        if let Some(partitions) = config.target_partitions {
+            session = session.with_target_partitions(partitions.max(1));
+        }
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = config.memory_limit {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
+        if let Some(dir) = &config.spill_dir {
+            runtime = runtime.with_temp_file_path(dir);
+        }
+        let ctx = SessionContext::new_with_config_rt(session, runtime.build_arc()?);
+        Ok(Self { ctx })
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Register every table found in `dir` (see [`catalog::discover`]).
+    pub async fn register_data_dir(&self, dir: &Path) -> Result<Vec<FoundTable>> {
+        catalog::register_data_dir(&self.ctx, dir).await
+    }
+
+    /// Plan one SQL statement. DDL and `SET` take effect here, as in DataFusion.
+    pub async fn physical_plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+        self.ctx.sql(sql).await?.create_physical_plan().await
+    }
+
+    /// Run one statement on the pipeline executor.
+    pub async fn execute(&self, statement: &str) -> Result<QueryOutput> {
+        match classify(statement) {
+            StatementKind::Sql(sql) => {
+                let plan = self.physical_plan(sql).await?;
+                let execution = self.start(plan)?;
+                Ok(QueryOutput {
+                    stream: execution.execute()?,
+                    execution: Some(execution),
+                })
+            }
+            StatementKind::ExplainPipelines { analyze, query } => {
+                self.explain_pipelines(query, analyze).await
+            }
+        }
+    }
+
+    /// Cut `plan` into pipelines, ready to execute.
+    pub fn start(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<QueryExecution>> {
+        let graph = pipeline::cut(plan)?;
+        Ok(QueryExecution::new(graph, &self.ctx.task_ctx()))
+    }
+
+    /// Run one statement as DataFusion would, streaming the same physical
+    /// plan: the baseline the pipeline executor is measured against.
+    pub async fn execute_streaming(&self, sql: &str) -> Result<SendableRecordBatchStream> {
+        let plan = self.physical_plan(sql).await?;
+        execute_stream(plan, self.ctx.task_ctx())
+    }
+
+    async fn explain_pipelines(&self, query: &str, analyze: bool) -> Result<QueryOutput> {
+        let plan = self.physical_plan(query).await?;
+        let execution = self.start(plan)?;
+        let batch = if analyze {
+            // Run to completion; the rows themselves are not shown.
+            let mut stream = execution.execute()?;
+            while stream.try_next().await?.is_some() {}
+            explain::render(execution.graph(), Some(&execution.state()))?
+        } else {
+            explain::render(execution.graph(), None)?
+        };
+        let schema = batch.schema();
+        let stream = futures::stream::once(async move { Ok(batch) });
+        Ok(QueryOutput {
+            stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+            execution: analyze.then_some(execution),
+        })
+    }
+}

@@ -1,0 +1,275 @@
+//! The pipeline executor: runs a [`PipelineGraph`] in dependency order.
+//!
+//! Every pipeline whose inputs have finished starts at once, so independent
+//! pipelines (the build sides of a join chain, say) run concurrently, and
+//! each runs all its output partitions in parallel as DataFusion would. A
+//! pipeline's partitions are written to its output in the
+//! [`IntermediateStore`]; the result pipeline instead streams to the caller,
+//! starting when every other pipeline has finished.
+//!
+//! Dropping the result stream cancels everything still running.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::Result;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::utils::memory::get_record_batch_memory_size;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{RecordBatchStream, TaskContext};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, SendableRecordBatchStream,
+};
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt, TryStreamExt};
+
+use crate::pipeline::{PipelineGraph, PipelineId};
+use crate::store::{IntermediateStore, OutputSize, PipelineStatus, QueryState};
+
+/// Pipelines finished / total, plus the rows read so far by the running ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub pipelines_finished: usize,
+    pub pipelines_total: usize,
+    pub rows_running: u64,
+}
+
+impl Progress {
+    /// Finished fraction of pipelines, in 0..=1.
+    pub fn fraction(&self) -> f64 {
+        if self.pipelines_total == 0 {
+            return 1.0;
+        }
+        self.pipelines_finished as f64 / self.pipelines_total as f64
+    }
+}
+
+/// One execution of one query's pipeline graph.
+pub struct QueryExecution {
+    graph: Arc<PipelineGraph>,
+    store: Arc<IntermediateStore>,
+    task_ctx: Arc<TaskContext>,
+}
+
+impl std::fmt::Debug for QueryExecution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryExecution")
+            .field("pipelines", &self.graph.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueryExecution {
+    /// Prepare `graph` to run with the session of `task_ctx`. The graph's
+    /// plans must never have been executed.
+    pub fn new(graph: PipelineGraph, task_ctx: &TaskContext) -> Arc<Self> {
+        let graph = Arc::new(graph);
+        let store = Arc::new(IntermediateStore::new(
+            Arc::clone(&graph),
+            task_ctx.runtime_env(),
+        ));
+        let mut config = task_ctx.session_config().clone();
+        config.set_extension(Arc::clone(&store));
+        let task_ctx = Arc::new(TaskContext::new(
+            task_ctx.task_id(),
+            task_ctx.session_id(),
+            config,
+            task_ctx.scalar_functions().clone(),
+            task_ctx.higher_order_functions().clone(),
+            task_ctx.aggregate_functions().clone(),
+            task_ctx.window_functions().clone(),
+            task_ctx.runtime_env(),
+        ));
+        Arc::new(Self {
+            graph,
+            store,
+            task_ctx,
+        })
+    }
+
+    pub fn graph(&self) -> &Arc<PipelineGraph> {
+        &self.graph
+    }
+
+    pub fn store(&self) -> &Arc<IntermediateStore> {
+        &self.store
+    }
+
+    /// The query state: finished pipelines and the outputs still owed.
+    pub fn state(&self) -> QueryState {
+        self.store.state()
+    }
+
+    pub fn progress(&self) -> Progress {
+        let state = self.store.state();
+        let mut progress = Progress {
+            pipelines_total: self.graph.len(),
+            ..Progress::default()
+        };
+        for (pipeline, status) in self.graph.pipelines().iter().zip(&state.status) {
+            match status {
+                PipelineStatus::Finished { .. } => progress.pipelines_finished += 1,
+                PipelineStatus::Running { .. } => {
+                    progress.rows_running += rows_read(&pipeline.plan);
+                }
+                PipelineStatus::Waiting => {}
+            }
+        }
+        progress
+    }
+
+    /// Start the query; the stream yields the result pipeline's batches.
+    pub fn execute(self: &Arc<Self>) -> Result<SendableRecordBatchStream> {
+        let schema = self.graph.result().plan.schema();
+        let driver = SpawnedTask::spawn(Arc::clone(self).run_to_result());
+        let this = Arc::clone(self);
+        let result = futures::stream::once(async move {
+            driver.join_unwind().await.map_err(join_error)??;
+            this.start_result()
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, result)))
+    }
+
+    /// Run every pipeline but the result pipeline.
+    async fn run_to_result(self: Arc<Self>) -> Result<()> {
+        let result = self.graph.result().id;
+        let mut waiting: Vec<usize> = self
+            .graph
+            .pipelines()
+            .iter()
+            .map(|p| p.inputs.len())
+            .collect();
+        let mut running = FuturesUnordered::new();
+        for pipeline in self.graph.pipelines() {
+            if pipeline.id != result && waiting[pipeline.id.0] == 0 {
+                running.push(self.spawn_pipeline(pipeline.id).join_unwind());
+            }
+        }
+        while let Some(finished) = running.next().await {
+            let id = finished.map_err(join_error)??;
+            self.store.finish(id, OutputSize::default())?;
+            for reader in self.graph.readers(id) {
+                waiting[reader.0] -= 1;
+                if waiting[reader.0] == 0 && reader != result {
+                    running.push(self.spawn_pipeline(reader).join_unwind());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn_pipeline(self: &Arc<Self>, id: PipelineId) -> SpawnedTask<Result<PipelineId>> {
+        let this = Arc::clone(self);
+        SpawnedTask::spawn(async move { this.run_pipeline(id).await.map(|()| id) })
+    }
+
+    /// Run all partitions of `id` into its output.
+    async fn run_pipeline(&self, id: PipelineId) -> Result<()> {
+        let Some(output) = self.store.start(id)? else {
+            return datafusion::common::internal_err!("{id} has no output to write");
+        };
+        let plan = &self.graph.get(id).plan;
+        let partitions = plan.output_partitioning().partition_count();
+        let mut tasks = Vec::with_capacity(partitions);
+        for partition in 0..partitions {
+            let mut stream = plan.execute(partition, Arc::clone(&self.task_ctx))?;
+            let output = Arc::clone(&output);
+            tasks.push(
+                SpawnedTask::spawn(async move {
+                    while let Some(batch) = stream.next().await {
+                        output.push(partition, batch?)?;
+                    }
+                    output.finish_partition(partition)
+                })
+                .join_unwind(),
+            );
+        }
+        let mut tasks: FuturesUnordered<_> = tasks.into_iter().collect();
+        while let Some(done) = tasks.next().await {
+            done.map_err(join_error)??;
+        }
+        Ok(())
+    }
+
+    fn start_result(self: Arc<Self>) -> Result<SendableRecordBatchStream> {
+        let pipeline = self.graph.result();
+        self.store.start(pipeline.id)?;
+        let plan = Arc::clone(&pipeline.plan);
+        let input = if plan.output_partitioning().partition_count() == 1 {
+            plan.execute(0, Arc::clone(&self.task_ctx))?
+        } else {
+            let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+            merged.execute(0, Arc::clone(&self.task_ctx))?
+        };
+        Ok(Box::pin(ResultStream {
+            input,
+            store: Arc::clone(&self.store),
+            pipeline: pipeline.id,
+            streamed: OutputSize::default(),
+            done: false,
+        }))
+    }
+}
+
+fn join_error(e: tokio::task::JoinError) -> DataFusionError {
+    DataFusionError::ExecutionJoin(Box::new(e))
+}
+
+/// Rows produced so far by the leaves (sources) of `plan`.
+fn rows_read(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let mut rows = 0;
+    let _ = plan.apply(|node| {
+        if node.children().is_empty() {
+            rows += node
+                .metrics()
+                .and_then(|m| m.output_rows())
+                .unwrap_or_default() as u64;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    rows
+}
+
+/// The result pipeline's stream; marks the pipeline finished at its end.
+struct ResultStream {
+    input: SendableRecordBatchStream,
+    store: Arc<IntermediateStore>,
+    pipeline: PipelineId,
+    streamed: OutputSize,
+    done: bool,
+}
+
+impl Stream for ResultStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.input.poll_next_unpin(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(batch))) => {
+                self.streamed.rows += batch.num_rows() as u64;
+                self.streamed.memory_bytes += get_record_batch_memory_size(batch) as u64;
+            }
+            Poll::Ready(None) if !self.done => {
+                self.done = true;
+                if let Err(e) = self.store.finish(self.pipeline, self.streamed) {
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl RecordBatchStream for ResultStream {
+    fn schema(&self) -> SchemaRef {
+        self.input.schema()
+    }
+}

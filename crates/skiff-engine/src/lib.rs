@@ -1,0 +1,22 @@
+//! Skiff's query engine: SQL planned by DataFusion, run as a graph of
+//! pipelines whose outputs are materialized in an intermediate store.
+//!
+//! Owns: cutting physical plans into pipelines ([`pipeline`]), running them
+//! ([`executor`]), their materialized outputs and the query state
+//! ([`store`]), and the embedded session ([`Engine`]). Knows nothing of
+//! networks, workers or clients: callers on the coordinator or a worker drive
+//! it through [`Engine`] and [`QueryExecution`].
+
+pub mod catalog;
+pub mod engine;
+pub mod executor;
+pub mod explain;
+pub mod pipeline;
+pub mod scan;
+pub mod statement;
+pub mod store;
+
+pub use engine::{Engine, EngineConfig, QueryOutput};
+pub use executor::{Progress, QueryExecution};
+pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};
+pub use store::{IntermediateStore, QueryState};

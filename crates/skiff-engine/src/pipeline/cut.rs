@@ -1,0 +1,103 @@
+//! Cutting a physical plan into a [`PipelineGraph`].
+//!
+//! The walk goes top-down from the result. Each child edge is either kept
+//! inside the current pipeline or cut: the child subtree becomes its own
+//! pipeline (recursively) and is replaced by an `IntermediateScanExec` leaf
+//! with the child's exact properties (schema, partitioning, orderings,
+//! statistics), so the operators above see the same input they were planned
+//! for and nothing is re-optimized.
+
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::physical_plan::{ExecutionPlan, replace_children_if_necessary};
+
+use super::{
+    Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker, is_opaque, output_breaker,
+};
+use crate::scan::IntermediateScanExec;
+
+/// Cut `plan` (an optimized physical plan, never executed) into pipelines.
+pub fn cut(plan: Arc<dyn ExecutionPlan>) -> Result<PipelineGraph> {
+    let mut cutter = Cutter::default();
+    match output_breaker(&plan) {
+        // A breaker at the root gets its own pipeline; the result pipeline
+        // then only streams its materialized output.
+        Some(breaker) => {
+            let (input, leaf) = cutter.cut_edge(&plan, breaker)?;
+            cutter.push(leaf, Breaker::Result, vec![input]);
+        }
+        None => {
+            cutter.pipeline(plan, Breaker::Result)?;
+        }
+    }
+    Ok(PipelineGraph::new(cutter.pipelines))
+}
+
+#[derive(Default)]
+struct Cutter {
+    pipelines: Vec<Pipeline>,
+}
+
+impl Cutter {
+    fn last_id(&self) -> PipelineId {
+        PipelineId(self.pipelines.len() - 1)
+    }
+
+    fn push(&mut self, plan: Arc<dyn ExecutionPlan>, breaker: Breaker, inputs: Vec<PipelineId>) {
+        let id = PipelineId(self.pipelines.len());
+        self.pipelines.push(Pipeline {
+            id,
+            plan,
+            breaker,
+            inputs,
+        });
+    }
+
+    /// Make `root` (whose sink is `breaker`) a pipeline; returns its id.
+    fn pipeline(&mut self, root: Arc<dyn ExecutionPlan>, breaker: Breaker) -> Result<PipelineId> {
+        let mut inputs = Vec::new();
+        let plan = self.body(root, &mut inputs)?;
+        self.push(plan, breaker, inputs);
+        Ok(self.last_id())
+    }
+
+    /// Turn `child` into its own pipeline and return the leaf that reads it.
+    fn cut_edge(
+        &mut self,
+        child: &Arc<dyn ExecutionPlan>,
+        breaker: Breaker,
+    ) -> Result<(PipelineId, Arc<dyn ExecutionPlan>)> {
+        let id = self.pipeline(Arc::clone(child), breaker)?;
+        Ok((id, Arc::new(IntermediateScanExec::try_new(id, child)?)))
+    }
+
+    /// The part of the pipeline rooted at `node`: non-blocking edges are
+    /// followed, blocking ones cut.
+    fn body(
+        &mut self,
+        node: Arc<dyn ExecutionPlan>,
+        inputs: &mut Vec<PipelineId>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if is_opaque(&node) || node.children().is_empty() {
+            return Ok(node);
+        }
+        let children: Vec<_> = node.children().into_iter().cloned().collect();
+        let mut new_children = Vec::with_capacity(children.len());
+        for (index, child) in children.into_iter().enumerate() {
+            // A child that is itself a sink (e.g. an aggregate feeding a join
+            // build) is named by its own breaker: that is where its tuples stop.
+            let breaker = output_breaker(&child).or_else(|| input_breaker(&node, index));
+            let new_child = match breaker {
+                Some(breaker) => {
+                    let (id, leaf) = self.cut_edge(&child, breaker)?;
+                    inputs.push(id);
+                    leaf
+                }
+                None => self.body(child, inputs)?,
+            };
+            new_children.push(new_child);
+        }
+        replace_children_if_necessary(node, new_children)
+    }
+}

@@ -1,0 +1,87 @@
+//! The pipeline graph: a DataFusion physical plan cut at its pipeline breakers.
+//!
+//! A [`Pipeline`] is a subtree of the physical plan whose leaves are base-table
+//! scans or [`IntermediateScanExec`](crate::scan::IntermediateScanExec)s that
+//! read the materialized output of other pipelines. It ends at a [`Breaker`].
+//! Pipelines are numbered so that every input has a smaller id than its
+//! reader; the result pipeline has the largest id.
+
+mod breaker;
+mod cut;
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::physical_plan::ExecutionPlan;
+
+pub use breaker::{Breaker, input_breaker, is_opaque, output_breaker};
+pub use cut::cut;
+
+/// Index of a pipeline within its query's [`PipelineGraph`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PipelineId(pub usize);
+
+impl fmt::Display for PipelineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "P{}", self.0)
+    }
+}
+
+/// One pipeline: its subplan, what it reads and what ends it.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub id: PipelineId,
+    /// The subplan; materialized inputs appear as `IntermediateScanExec` leaves.
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub breaker: Breaker,
+    /// Pipelines whose output this one reads ("reads the output of" edges).
+    pub inputs: Vec<PipelineId>,
+}
+
+/// All pipelines of one query, dependencies before readers.
+#[derive(Debug, Clone)]
+pub struct PipelineGraph {
+    pipelines: Vec<Pipeline>,
+}
+
+impl PipelineGraph {
+    pub(crate) fn new(pipelines: Vec<Pipeline>) -> Self {
+        debug_assert!(pipelines.iter().enumerate().all(|(i, p)| p.id.0 == i));
+        debug_assert!(
+            pipelines
+                .iter()
+                .all(|p| p.inputs.iter().all(|input| input.0 < p.id.0))
+        );
+        Self { pipelines }
+    }
+
+    pub fn pipelines(&self) -> &[Pipeline] {
+        &self.pipelines
+    }
+
+    pub fn len(&self) -> usize {
+        self.pipelines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pipelines.is_empty()
+    }
+
+    pub fn get(&self, id: PipelineId) -> &Pipeline {
+        &self.pipelines[id.0]
+    }
+
+    /// The pipeline that produces the query result (always the last).
+    pub fn result(&self) -> &Pipeline {
+        // `cut` always pushes the result pipeline last.
+        &self.pipelines[self.pipelines.len() - 1]
+    }
+
+    /// Pipelines that read the output of `id`.
+    pub fn readers(&self, id: PipelineId) -> impl Iterator<Item = PipelineId> + '_ {
+        self.pipelines
+            .iter()
+            .filter(move |p| p.inputs.contains(&id))
+            .map(|p| p.id)
+    }
+}

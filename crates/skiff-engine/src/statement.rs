@@ -1,0 +1,211 @@
+//! Statement text handling: splitting a script into statements and
+//! recognising Skiff's own `EXPLAIN [ANALYZE] PIPELINES` prefix, which
+//! DataFusion's parser does not know.
+
+/// What a statement asks for, as far as Skiff is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatementKind<'a> {
+    /// Anything DataFusion handles: queries, DDL, SET, EXPLAIN, ...
+    Sql(&'a str),
+    /// `EXPLAIN [ANALYZE] PIPELINES <query>`.
+    ExplainPipelines { analyze: bool, query: &'a str },
+}
+
+/// Classify one statement (no trailing semicolon needed).
+pub fn classify(statement: &str) -> StatementKind<'_> {
+    let mut rest = statement.trim_start();
+    let Some(after) = strip_keyword(rest, "EXPLAIN") else {
+        return StatementKind::Sql(statement);
+    };
+    rest = after;
+    let analyze = match strip_keyword(rest, "ANALYZE") {
+        Some(after) => {
+            rest = after;
+            true
+        }
+        None => false,
+    };
+    match strip_keyword(rest, "PIPELINES") {
+        Some(query) => StatementKind::ExplainPipelines { analyze, query },
+        None => StatementKind::Sql(statement),
+    }
+}
+
+/// `text` without a leading case-insensitive `keyword` followed by
+/// whitespace (or the end), and without that whitespace.
+fn strip_keyword<'a>(text: &'a str, keyword: &str) -> Option<&'a str> {
+    let head = text.get(..keyword.len())?;
+    if !head.eq_ignore_ascii_case(keyword) {
+        return None;
+    }
+    let tail = &text[keyword.len()..];
+    match tail.chars().next() {
+        None => Some(tail),
+        Some(c) if c.is_whitespace() => Some(tail.trim_start()),
+        Some(_) => None,
+    }
+}
+
+/// Split a script at top-level semicolons. Quotes ('..', "..", $$..$$) and
+/// comments (-- and /* */) are respected; empty statements are dropped.
+pub fn split_statements(script: &str) -> Vec<&str> {
+    let mut statements = Vec::new();
+    let mut start = 0;
+    for end in top_level_semicolons(script) {
+        statements.push(&script[start..end]);
+        start = end + 1;
+    }
+    statements.push(&script[start..]);
+    statements
+        .into_iter()
+        .filter(|s| !is_blank(s))
+        .map(str::trim)
+        .collect()
+}
+
+/// True when `text` ends with a complete statement: a top-level semicolon
+/// followed by nothing but blanks. The shell uses it to know a multi-line
+/// statement is complete.
+pub fn is_complete(text: &str) -> bool {
+    top_level_semicolons(text)
+        .last()
+        .is_some_and(|&end| is_blank(&text[end + 1..]))
+}
+
+/// Byte offsets of the semicolons outside quotes and comments.
+fn top_level_semicolons(script: &str) -> Vec<usize> {
+    let bytes = script.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' | b'"' => i = skip_quoted(bytes, i),
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                i = memchr(bytes, i, b'\n').map_or(bytes.len(), |n| n + 1)
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = find(bytes, i + 2, b"*/").map_or(bytes.len(), |n| n + 2)
+            }
+            b'$' if bytes.get(i + 1) == Some(&b'$') => {
+                i = find(bytes, i + 2, b"$$").map_or(bytes.len(), |n| n + 2)
+            }
+            b';' => {
+                found.push(i);
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    found
+}
+
+/// True when `text` holds nothing but whitespace and comments.
+pub fn is_blank(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                i = memchr(bytes, i, b'\n').map_or(bytes.len(), |n| n + 1)
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = find(bytes, i + 2, b"*/").map_or(bytes.len(), |n| n + 2)
+            }
+            c if c.is_ascii_whitespace() => i += 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn skip_quoted(bytes: &[u8], open: usize) -> usize {
+    let quote = bytes[open];
+    let mut i = open + 1;
+    while i < bytes.len() {
+        if bytes[i] == quote {
+            // A doubled quote is an escaped quote.
+            if bytes.get(i + 1) == Some(&quote) {
+                i += 2;
+                continue;
+            }
+            return i + 1;
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+fn memchr(bytes: &[u8], from: usize, needle: u8) -> Option<usize> {
+    bytes[from..]
+        .iter()
+        .position(|&b| b == needle)
+        .map(|p| p + from)
+}
+
+fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_explain_pipelines() {
+        assert_eq!(
+            classify("explain pipelines select 1"),
+            StatementKind::ExplainPipelines {
+                analyze: false,
+                query: "select 1"
+            }
+        );
+        assert_eq!(
+            classify("  EXPLAIN ANALYZE\n PIPELINES select 1"),
+            StatementKind::ExplainPipelines {
+                analyze: true,
+                query: "select 1"
+            }
+        );
+        assert_eq!(
+            classify("explain select 1"),
+            StatementKind::Sql("explain select 1")
+        );
+        assert_eq!(
+            classify("explain pipelinesx"),
+            StatementKind::Sql("explain pipelinesx")
+        );
+        assert_eq!(classify("select 1"), StatementKind::Sql("select 1"));
+    }
+
+    #[test]
+    fn splits_respecting_quotes_and_comments() {
+        let script = "select ';'; -- a; comment\nselect \"a;b\" /* ; */ ;\n\n  ;select 3";
+        assert_eq!(
+            split_statements(script),
+            vec![
+                "select ';'",
+                "-- a; comment\nselect \"a;b\" /* ; */",
+                "select 3"
+            ]
+        );
+        assert_eq!(
+            split_statements("select 'it''s; fine'"),
+            vec!["select 'it''s; fine'"]
+        );
+        assert!(split_statements(" -- only a comment\n").is_empty());
+    }
+
+    #[test]
+    fn knows_when_a_statement_is_complete() {
+        assert!(is_complete("select 1;"));
+        assert!(is_complete("select 1;  \n"));
+        assert!(!is_complete("select 1"));
+        assert!(!is_complete("select ';"));
+        assert!(!is_complete("select 1 -- ;"));
+        assert!(is_complete("select 1; select 2;"));
+    }
+}

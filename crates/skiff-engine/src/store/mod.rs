@@ -1,0 +1,210 @@
+//! The intermediate store: the materialized outputs of one query's pipelines,
+//! and the record of which pipelines finished — the query state.
+//!
+//! Life cycle of an output: created when its pipeline starts, written by one
+//! task per partition, sealed when the pipeline finishes, read by the
+//! pipelines that depend on it, and dropped (memory returned to the pool,
+//! spill files deleted) the moment its last reader finishes. So at any
+//! instant the live outputs are exactly the tuples that finished pipelines
+//! still owe to unfinished ones.
+
+mod output;
+mod spill;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use arrow::datatypes::SchemaRef;
+use datafusion::common::{Result, internal_err};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_plan::ExecutionPlanProperties;
+
+pub use output::{Location, OutputSize, PipelineOutput};
+
+use crate::pipeline::{PipelineGraph, PipelineId};
+
+/// Where a pipeline is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipelineStatus {
+    Waiting,
+    Running {
+        started: Instant,
+    },
+    Finished {
+        elapsed: Duration,
+        output: OutputSize,
+    },
+}
+
+/// What the store knows of one live output.
+#[derive(Clone, Debug)]
+pub struct OutputInfo {
+    pub pipeline: PipelineId,
+    pub schema: SchemaRef,
+    pub partitions: usize,
+    pub size: OutputSize,
+    /// Unfinished pipelines that still read this output.
+    pub readers: Vec<PipelineId>,
+}
+
+/// A consistent picture of a query's progress and state at one instant.
+#[derive(Clone, Debug)]
+pub struct QueryState {
+    pub status: Vec<PipelineStatus>,
+    /// Live outputs of finished pipelines: the query state proper.
+    pub outputs: Vec<OutputInfo>,
+}
+
+impl QueryState {
+    pub fn finished(&self) -> impl Iterator<Item = PipelineId> + '_ {
+        self.status
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, PipelineStatus::Finished { .. }))
+            .map(|(i, _)| PipelineId(i))
+    }
+
+    pub fn state_bytes(&self) -> u64 {
+        self.outputs.iter().map(|o| o.size.bytes()).sum()
+    }
+}
+
+struct Inner {
+    status: Vec<PipelineStatus>,
+    outputs: BTreeMap<PipelineId, Arc<PipelineOutput>>,
+}
+
+/// The per-query intermediate store.
+pub struct IntermediateStore {
+    graph: Arc<PipelineGraph>,
+    runtime: Arc<RuntimeEnv>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for IntermediateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntermediateStore").finish_non_exhaustive()
+    }
+}
+
+impl IntermediateStore {
+    pub fn new(graph: Arc<PipelineGraph>, runtime: Arc<RuntimeEnv>) -> Self {
+        let status = vec![PipelineStatus::Waiting; graph.len()];
+        Self {
+            graph,
+            runtime,
+            inner: Mutex::new(Inner {
+                status,
+                outputs: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // Every critical section leaves `Inner` consistent, so a panic in
+        // another holder does not invalidate it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn graph(&self) -> &Arc<PipelineGraph> {
+        &self.graph
+    }
+
+    /// Mark `pipeline` running and, unless it is the result pipeline (whose
+    /// tuples stream to the client), create its output.
+    pub fn start(&self, pipeline: PipelineId) -> Result<Option<Arc<PipelineOutput>>> {
+        let mut inner = self.inner();
+        if inner.status[pipeline.0] != PipelineStatus::Waiting {
+            return internal_err!("{pipeline} started twice");
+        }
+        inner.status[pipeline.0] = PipelineStatus::Running {
+            started: Instant::now(),
+        };
+        if pipeline == self.graph.result().id {
+            return Ok(None);
+        }
+        let plan = &self.graph.get(pipeline).plan;
+        let output = Arc::new(PipelineOutput::new(
+            pipeline,
+            plan.schema(),
+            plan.output_partitioning().partition_count(),
+            &self.runtime,
+        ));
+        inner.outputs.insert(pipeline, Arc::clone(&output));
+        Ok(Some(output))
+    }
+
+    /// Mark `pipeline` finished and drop every input it was the last reader of.
+    /// `streamed` is what the result pipeline sent to the client (it has no
+    /// stored output); other pipelines pass the default.
+    pub fn finish(&self, pipeline: PipelineId, streamed: OutputSize) -> Result<()> {
+        let mut inner = self.inner();
+        let PipelineStatus::Running { started } = inner.status[pipeline.0] else {
+            return internal_err!("{pipeline} finished without running");
+        };
+        let output = inner
+            .outputs
+            .get(&pipeline)
+            .map(|o| o.size())
+            .unwrap_or(streamed);
+        inner.status[pipeline.0] = PipelineStatus::Finished {
+            elapsed: started.elapsed(),
+            output,
+        };
+        for &input in &self.graph.get(pipeline).inputs {
+            let all_read = self
+                .graph
+                .readers(input)
+                .all(|r| matches!(inner.status[r.0], PipelineStatus::Finished { .. }));
+            if all_read {
+                inner.outputs.remove(&input);
+            }
+        }
+        Ok(())
+    }
+
+    /// The sealed output of `pipeline`, for a reader.
+    pub fn output(&self, pipeline: PipelineId) -> Result<Arc<PipelineOutput>> {
+        let inner = self.inner();
+        if !matches!(inner.status[pipeline.0], PipelineStatus::Finished { .. }) {
+            return internal_err!("{pipeline} read before it finished");
+        }
+        match inner.outputs.get(&pipeline) {
+            Some(output) => Ok(Arc::clone(output)),
+            None => internal_err!("{pipeline} read after its last reader finished"),
+        }
+    }
+
+    /// The query state at this instant.
+    pub fn state(&self) -> QueryState {
+        let inner = self.inner();
+        let unfinished =
+            |p: &PipelineId| !matches!(inner.status[p.0], PipelineStatus::Finished { .. });
+        let outputs = inner
+            .outputs
+            .values()
+            .filter(|o| {
+                matches!(
+                    inner.status[o.pipeline().0],
+                    PipelineStatus::Finished { .. }
+                )
+            })
+            .map(|o| OutputInfo {
+                pipeline: o.pipeline(),
+                schema: Arc::clone(o.schema()),
+                partitions: o.partition_count(),
+                size: o.size(),
+                readers: self
+                    .graph
+                    .readers(o.pipeline())
+                    .filter(unfinished)
+                    .collect(),
+            })
+            .collect();
+        QueryState {
+            status: inner.status.clone(),
+            outputs,
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The `skiff` binary: the SQL shell, one-shot statements, data generation
+//! and benchmarks, all on the embedded engine.
+
+mod cli;
+mod generate;
+mod output;
+mod run;
+mod session;
+mod shell;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use datafusion::error::{DataFusionError, Result};
+use skiff_engine::statement::split_statements;
+
+use cli::{Cli, Command, SessionArgs};
+
+/// Scale factor of the demo data set.
+const DEMO_SF: f64 = 0.1;
+
+fn main() -> ExitCode {
+    // A panic is a bug; the user still gets one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("internal error (a bug in skiff): {info}");
+    }));
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main_async(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", error_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn main_async(cli: Cli) -> Result<()> {
+    match &cli.subcommand {
+        Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
+        Some(Command::Demo) => {
+            ensure_demo_data(&session::data_dir(&cli.session))?;
+            shell(&cli.session).await
+        }
+        Some(Command::Bench(_args)) => Err(DataFusionError::NotImplemented(
+            "skiff bench is not built yet".to_string(),
+        )),
+        None => match (&cli.command, &cli.file) {
+            (Some(sql), _) => run_script(&cli.session, sql).await,
+            (None, Some(file)) => {
+                let script = std::fs::read_to_string(file).map_err(|e| {
+                    DataFusionError::Plan(format!("cannot read {}: {e}", file.display()))
+                })?;
+                run_script(&cli.session, &script).await
+            }
+            (None, None) => shell(&cli.session).await,
+        },
+    }
+}
+
+async fn shell(args: &SessionArgs) -> Result<()> {
+    let (engine, dir) = session::open(args).await?;
+    let history = session::default_data_dir()
+        .parent()
+        .map(|home| home.join("history"));
+    shell::Shell::new(engine, args.format, history)
+        .run(&dir)
+        .await
+}
+
+/// Run every statement of `script`; the first error stops it.
+async fn run_script(args: &SessionArgs, script: &str) -> Result<()> {
+    let (engine, _) = session::open(args).await?;
+    let mut out = std::io::stdout();
+    for statement in split_statements(script) {
+        run::run_statement(&engine, statement, args.format, &mut out).await?;
+    }
+    Ok(())
+}
+
+/// Generate the demo data set into `dir` unless it is already there.
+fn ensure_demo_data(dir: &Path) -> Result<()> {
+    if dir.join("lineitem").is_dir() {
+        return Ok(());
+    }
+    eprintln!(
+        "generating TPC-H SF {DEMO_SF} into {} (first use only)",
+        dir.display()
+    );
+    let args = cli::GenArgs {
+        benchmark: cli::BenchmarkName::Tpch,
+        sf: DEMO_SF,
+        out: dir.to_path_buf(),
+        force: false,
+    };
+    generate::run(&args).map(|_| ()).map_err(external)
+}
+
+fn external(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// One line for the user: DataFusion's message without its wrapping noise.
+pub fn error_line(e: &DataFusionError) -> String {
+    let message = e.to_string().replace('\n', " ");
+    format!("error: {}", message.trim())
+}
