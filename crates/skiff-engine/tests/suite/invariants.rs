@@ -1,0 +1,107 @@
+//! Structural invariants every pipeline graph must satisfy, checked on every
+//! plan the tests cut (hand-written ones and every TPC-H/TPC-DS query).
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::{ExecutionPlan, displayable};
+use skiff_engine::pipeline::{Breaker, PipelineGraph, input_breaker, is_opaque, output_breaker};
+use skiff_engine::scan::IntermediateScanExec;
+
+/// Panics with a description of the first broken invariant.
+pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
+    let pipelines = graph.pipelines();
+    assert!(!pipelines.is_empty(), "empty graph");
+    assert_eq!(
+        graph.result().breaker,
+        Breaker::Result,
+        "last pipeline is the result"
+    );
+    for (index, pipeline) in pipelines.iter().enumerate() {
+        assert_eq!(pipeline.id.0, index, "ids are positions");
+        // Acyclic: every input is numbered before its reader.
+        for input in &pipeline.inputs {
+            assert!(input.0 < index, "{} reads later {input}", pipeline.id);
+        }
+        let is_result = pipeline.breaker == Breaker::Result;
+        assert_eq!(
+            is_result,
+            index == pipelines.len() - 1,
+            "only the last is the result"
+        );
+        // Every breaker input comes from a pipeline: the leaves that read
+        // materialized outputs are exactly the declared inputs.
+        let mut leaves = scans(&pipeline.plan);
+        leaves.sort();
+        let mut inputs = pipeline.inputs.clone();
+        inputs.sort();
+        assert_eq!(leaves, inputs, "{} leaves vs inputs", pipeline.id);
+        if !is_result {
+            assert_eq!(
+                graph.readers(pipeline.id).count(),
+                1,
+                "{} readers",
+                pipeline.id
+            );
+        }
+        assert_no_uncut_breaker(&pipeline.plan, true);
+    }
+    // Cutting loses nothing: putting every pipeline back in place of its
+    // leaf gives the original plan.
+    let stitched = stitch(graph, &graph.result().plan);
+    assert_eq!(
+        displayable(stitched.as_ref()).indent(true).to_string(),
+        displayable(original.as_ref()).indent(true).to_string(),
+        "stitched graph differs from the plan"
+    );
+}
+
+fn scans(plan: &Arc<dyn ExecutionPlan>) -> Vec<skiff_engine::PipelineId> {
+    let mut found = Vec::new();
+    plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<IntermediateScanExec>() {
+            found.push(scan.pipeline());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .expect("walk");
+    found
+}
+
+/// No blocking edge is left inside a pipeline (below its own root).
+fn assert_no_uncut_breaker(node: &Arc<dyn ExecutionPlan>, is_root: bool) {
+    if !is_root {
+        assert!(
+            output_breaker(node).is_none(),
+            "uncut breaker {} inside a pipeline",
+            node.name()
+        );
+    }
+    if is_opaque(node) {
+        return;
+    }
+    for (index, child) in node.children().into_iter().enumerate() {
+        if input_breaker(node, index).is_some() || output_breaker(child).is_some() {
+            assert!(
+                child.is::<IntermediateScanExec>(),
+                "{} child {index} ({}) is a breaker edge but not cut",
+                node.name(),
+                child.name()
+            );
+        } else {
+            assert_no_uncut_breaker(child, false);
+        }
+    }
+}
+
+fn stitch(graph: &PipelineGraph, plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    Arc::clone(plan)
+        .transform_up(|node| {
+            Ok(match node.downcast_ref::<IntermediateScanExec>() {
+                Some(scan) => Transformed::yes(stitch(graph, &graph.get(scan.pipeline()).plan)),
+                None => Transformed::no(node),
+            })
+        })
+        .expect("stitch")
+        .data
+}

@@ -1,0 +1,5 @@
+//! Skiff engine integration tests, in one binary to link DataFusion once.
+
+mod cutting;
+mod invariants;
+mod support;
