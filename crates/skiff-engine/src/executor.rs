@@ -15,10 +15,10 @@ use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::utils::memory::get_record_batch_memory_size;
+use datafusion::common::{Result, ScalarValue, exec_err, internal_err};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{RecordBatchStream, TaskContext};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -30,7 +30,7 @@ use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::pipeline::{PipelineGraph, PipelineId};
-use crate::store::{IntermediateStore, OutputSize, PipelineStatus, QueryState};
+use crate::store::{IntermediateStore, OutputSize, PipelineOutput, PipelineStatus, QueryState};
 
 /// Pipelines finished / total, plus the rows read so far by the running ones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -155,12 +155,24 @@ impl QueryExecution {
         while let Some(finished) = running.next().await {
             let id = finished.map_err(join_error)??;
             self.store.finish(id, OutputSize::default())?;
+            self.bind_subqueries(id).await?;
             for reader in self.graph.readers(id) {
                 waiting[reader.0] -= 1;
                 if waiting[reader.0] == 0 && reader != result {
                     running.push(self.spawn_pipeline(reader).join_unwind());
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Store the values of the scalar subqueries pipeline `id` computes, so
+    /// that the pipelines reading them find them set when they start.
+    async fn bind_subqueries(&self, id: PipelineId) -> Result<()> {
+        for binding in self.graph.bindings().iter().filter(|b| b.source == id) {
+            let output = self.store.output(id)?;
+            let value = scalar_value(&output).await?;
+            binding.results.set(binding.index, value)?;
         }
         Ok(())
     }
@@ -173,7 +185,7 @@ impl QueryExecution {
     /// Run all partitions of `id` into its output.
     async fn run_pipeline(&self, id: PipelineId) -> Result<()> {
         let Some(output) = self.store.start(id)? else {
-            return datafusion::common::internal_err!("{id} has no output to write");
+            return internal_err!("{id} has no output to write");
         };
         let plan = &self.graph.get(id).plan;
         let partitions = plan.output_partitioning().partition_count();
@@ -220,6 +232,33 @@ impl QueryExecution {
 
 fn join_error(e: tokio::task::JoinError) -> DataFusionError {
     DataFusionError::ExecutionJoin(Box::new(e))
+}
+
+/// The value of a scalar subquery: NULL for no row, an error for several.
+async fn scalar_value(output: &PipelineOutput) -> Result<ScalarValue> {
+    if output.schema().fields().len() != 1 {
+        return internal_err!(
+            "scalar subquery with {} columns",
+            output.schema().fields().len()
+        );
+    }
+    let mut value = None;
+    for partition in 0..output.partition_count() {
+        let mut stream = output.read(partition)?;
+        while let Some(batch) = stream.try_next().await? {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            if value.is_some() || batch.num_rows() > 1 {
+                return exec_err!("Scalar subquery returned more than one row");
+            }
+            value = Some(ScalarValue::try_from_array(batch.column(0), 0)?);
+        }
+    }
+    match value {
+        Some(value) => Ok(value),
+        None => ScalarValue::try_from(output.schema().field(0).data_type()),
+    }
 }
 
 /// Rows produced so far by the leaves (sources) of `plan`.

@@ -1,8 +1,8 @@
 //! `EXPLAIN [ANALYZE] PIPELINES`: the pipeline graph as a table, one row per
 //! pipeline, dependencies first.
 
-use std::fmt::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{ArrayRef, Float64Array, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -14,20 +14,21 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
-use datafusion::physical_plan::sorts::sort::SortExec;
 
 use crate::pipeline::PipelineGraph;
 use crate::scan::{IntermediateScanExec, estimate};
-use crate::store::{PipelineStatus, QueryState};
+use crate::store::{OutputSize, PipelineStatus, QueryState};
 
 /// Schema of `EXPLAIN PIPELINES`; `analyze` adds the measured columns.
+/// One row per operator: the first row of a pipeline names it, the rest
+/// continue its operator tree.
 pub fn schema(analyze: bool) -> SchemaRef {
     let mut fields = vec![
         Field::new("pipeline", DataType::Utf8, false),
         Field::new("breaker", DataType::Utf8, false),
         Field::new("reads", DataType::Utf8, false),
         Field::new("est_rows", DataType::Utf8, false),
-        Field::new("operators", DataType::Utf8, false),
+        Field::new("operator", DataType::Utf8, false),
     ];
     if analyze {
         fields.push(Field::new("rows", DataType::UInt64, true));
@@ -39,35 +40,46 @@ pub fn schema(analyze: bool) -> SchemaRef {
 
 /// The graph as a table; with `state` (after a run), actual figures too.
 pub fn render(graph: &PipelineGraph, state: Option<&QueryState>) -> Result<RecordBatch> {
-    let pipelines = graph.pipelines();
-    let mut columns: Vec<ArrayRef> = vec![
-        strings(pipelines.iter().map(|p| p.id.to_string())),
-        strings(pipelines.iter().map(|p| p.breaker.to_string())),
-        strings(pipelines.iter().map(|p| reads(&p.inputs))),
-        strings(pipelines.iter().map(|p| estimated_rows(&p.plan))),
-        strings(pipelines.iter().map(|p| operators(&p.plan))),
-    ];
-    if let Some(state) = state {
-        let finished = |i: usize| match state.status.get(i) {
+    let mut text: [Vec<String>; 5] = Default::default();
+    let mut measured: Vec<Option<(Duration, OutputSize)>> = Vec::new();
+    for pipeline in graph.pipelines() {
+        let finished = state.and_then(|s| match s.status.get(pipeline.id.0) {
             Some(PipelineStatus::Finished { elapsed, output }) => Some((*elapsed, *output)),
             _ => None,
-        };
-        let ids = 0..pipelines.len();
+        });
+        for (line, operator) in operator_lines(&pipeline.plan).into_iter().enumerate() {
+            let first = line == 0;
+            let head = [
+                pipeline.id.to_string(),
+                pipeline.breaker.to_string(),
+                reads(&pipeline.inputs),
+                estimated_rows(&pipeline.plan),
+            ];
+            for (column, value) in text.iter_mut().zip(head) {
+                column.push(if first { value } else { String::new() });
+            }
+            text[4].push(operator);
+            measured.push(if first { finished } else { None });
+        }
+    }
+    let mut columns: Vec<ArrayRef> = text
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as ArrayRef)
+        .collect();
+    if state.is_some() {
         columns.push(Arc::new(UInt64Array::from_iter(
-            ids.clone().map(|i| finished(i).map(|(_, o)| o.rows)),
+            measured.iter().map(|m| m.map(|(_, o)| o.rows)),
         )));
         columns.push(Arc::new(UInt64Array::from_iter(
-            ids.clone().map(|i| finished(i).map(|(_, o)| o.bytes())),
+            measured.iter().map(|m| m.map(|(_, o)| o.bytes())),
         )));
-        columns.push(Arc::new(Float64Array::from_iter(ids.map(|i| {
-            finished(i).map(|(e, _)| (e.as_secs_f64() * 1e6).round() / 1e3)
-        }))));
+        columns.push(Arc::new(Float64Array::from_iter(
+            measured
+                .iter()
+                .map(|m| m.map(|(e, _)| (e.as_secs_f64() * 1e6).round() / 1e3)),
+        )));
     }
     Ok(RecordBatch::try_new(schema(state.is_some()), columns)?)
-}
-
-fn strings(values: impl Iterator<Item = String>) -> ArrayRef {
-    Arc::new(StringArray::from_iter_values(values))
 }
 
 fn reads(inputs: &[crate::pipeline::PipelineId]) -> String {
@@ -87,18 +99,25 @@ fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> String {
     }
 }
 
-/// The pipeline's operators as an indented tree, one per line.
-pub fn operators(plan: &Arc<dyn ExecutionPlan>) -> String {
-    let mut out = String::new();
-    write_operator(plan, 0, &mut out);
-    out.truncate(out.trim_end().len());
-    out
+/// The pipeline's operators as a tree drawn with box characters, one line
+/// per operator.
+pub fn operator_lines(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut lines = vec![describe(plan)];
+    draw_children(plan, "", &mut lines);
+    lines
 }
 
-fn write_operator(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String) {
-    let _ = writeln!(out, "{:indent$}{}", "", describe(plan), indent = depth * 2);
-    for child in plan.children() {
-        write_operator(child, depth + 1, out);
+fn draw_children(plan: &Arc<dyn ExecutionPlan>, prefix: &str, lines: &mut Vec<String>) {
+    let children = plan.children();
+    for (index, child) in children.iter().enumerate() {
+        let last = index + 1 == children.len();
+        let (branch, continuation) = if last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        lines.push(format!("{prefix}{branch}{}", describe(child)));
+        draw_children(child, &format!("{prefix}{continuation}"), lines);
     }
 }
 
@@ -119,11 +138,6 @@ fn describe(plan: &Arc<dyn ExecutionPlan>) -> String {
     }
     if let Some(agg) = plan.downcast_ref::<AggregateExec>() {
         return format!("{name}: {:?}", agg.mode());
-    }
-    if let Some(sort) = plan.downcast_ref::<SortExec>() {
-        if let Some(fetch) = sort.fetch() {
-            return format!("{name}: TopK({fetch})");
-        }
     }
     if let Some(table) = scanned_table(plan) {
         return format!("{name}: {table}");

@@ -10,10 +10,12 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
+use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::{ExecutionPlan, replace_children_if_necessary};
 
 use super::{
-    Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker, is_opaque, output_breaker,
+    Breaker, Pipeline, PipelineGraph, PipelineId, SubqueryBinding, input_breaker, is_opaque,
+    output_breaker,
 };
 use crate::scan::IntermediateScanExec;
 
@@ -31,12 +33,13 @@ pub fn cut(plan: Arc<dyn ExecutionPlan>) -> Result<PipelineGraph> {
             cutter.pipeline(plan, Breaker::Result)?;
         }
     }
-    Ok(PipelineGraph::new(cutter.pipelines))
+    Ok(PipelineGraph::new(cutter.pipelines, cutter.bindings))
 }
 
 #[derive(Default)]
 struct Cutter {
     pipelines: Vec<Pipeline>,
+    bindings: Vec<SubqueryBinding>,
 }
 
 impl Cutter {
@@ -82,6 +85,9 @@ impl Cutter {
         if is_opaque(&node) || node.children().is_empty() {
             return Ok(node);
         }
+        if let Some(subqueries) = node.downcast_ref::<ScalarSubqueryExec>() {
+            return self.scalar_subqueries(subqueries, inputs);
+        }
         let children: Vec<_> = node.children().into_iter().cloned().collect();
         let mut new_children = Vec::with_capacity(children.len());
         for (index, child) in children.into_iter().enumerate() {
@@ -99,5 +105,36 @@ impl Cutter {
             new_children.push(new_child);
         }
         replace_children_if_necessary(node, new_children)
+    }
+
+    /// A `ScalarSubqueryExec` runs its subqueries before executing its input,
+    /// because expressions anywhere in the input read their values. Once the
+    /// input is cut, pipelines below the node would run before it, so the
+    /// node is dissolved: each subquery becomes a pipeline whose value the
+    /// executor binds into the shared results container when it finishes,
+    /// and every pipeline of the input waits for those pipelines.
+    fn scalar_subqueries(
+        &mut self,
+        node: &ScalarSubqueryExec,
+        inputs: &mut Vec<PipelineId>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut feeds = Vec::with_capacity(node.subqueries().len());
+        for link in node.subqueries() {
+            let breaker = output_breaker(&link.plan).unwrap_or(Breaker::ScalarSubquery);
+            let source = self.pipeline(Arc::clone(&link.plan), breaker)?;
+            feeds.push(source);
+            self.bindings.push(SubqueryBinding {
+                source,
+                results: node.results().clone(),
+                index: link.index,
+            });
+        }
+        let first_below = self.pipelines.len();
+        let input = self.body(Arc::clone(node.input()), inputs)?;
+        for pipeline in &mut self.pipelines[first_below..] {
+            pipeline.inputs.extend_from_slice(&feeds);
+        }
+        inputs.extend_from_slice(&feeds);
+        Ok(input)
     }
 }

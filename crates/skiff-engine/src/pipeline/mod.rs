@@ -12,6 +12,7 @@ mod cut;
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::logical_expr::physical_planning_context::{ScalarSubqueryResults, SubqueryIndex};
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use breaker::{Breaker, input_breaker, is_opaque, output_breaker};
@@ -34,25 +35,44 @@ pub struct Pipeline {
     /// The subplan; materialized inputs appear as `IntermediateScanExec` leaves.
     pub plan: Arc<dyn ExecutionPlan>,
     pub breaker: Breaker,
-    /// Pipelines whose output this one reads ("reads the output of" edges).
+    /// Pipelines whose output this one reads ("reads the output of" edges):
+    /// through an `IntermediateScanExec` leaf, or as a scalar subquery value.
     pub inputs: Vec<PipelineId>,
+}
+
+/// A scalar subquery's value: the single row of pipeline `source`'s output,
+/// stored into slot `index` of the container its expressions read.
+#[derive(Debug, Clone)]
+pub struct SubqueryBinding {
+    pub source: PipelineId,
+    pub results: ScalarSubqueryResults,
+    pub index: SubqueryIndex,
 }
 
 /// All pipelines of one query, dependencies before readers.
 #[derive(Debug, Clone)]
 pub struct PipelineGraph {
     pipelines: Vec<Pipeline>,
+    bindings: Vec<SubqueryBinding>,
 }
 
 impl PipelineGraph {
-    pub(crate) fn new(pipelines: Vec<Pipeline>) -> Self {
+    pub(crate) fn new(pipelines: Vec<Pipeline>, bindings: Vec<SubqueryBinding>) -> Self {
         debug_assert!(pipelines.iter().enumerate().all(|(i, p)| p.id.0 == i));
         debug_assert!(
             pipelines
                 .iter()
                 .all(|p| p.inputs.iter().all(|input| input.0 < p.id.0))
         );
-        Self { pipelines }
+        Self {
+            pipelines,
+            bindings,
+        }
+    }
+
+    /// Scalar subquery values to bind when their pipelines finish.
+    pub fn bindings(&self) -> &[SubqueryBinding] {
+        &self.bindings
     }
 
     pub fn pipelines(&self) -> &[Pipeline] {

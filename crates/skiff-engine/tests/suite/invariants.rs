@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 use skiff_engine::pipeline::{Breaker, PipelineGraph, input_breaker, is_opaque, output_breaker};
 use skiff_engine::scan::IntermediateScanExec;
@@ -29,18 +30,29 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
             index == pipelines.len() - 1,
             "only the last is the result"
         );
-        // Every breaker input comes from a pipeline: the leaves that read
-        // materialized outputs are exactly the declared inputs.
-        let mut leaves = scans(&pipeline.plan);
-        leaves.sort();
-        let mut inputs = pipeline.inputs.clone();
-        inputs.sort();
-        assert_eq!(leaves, inputs, "{} leaves vs inputs", pipeline.id);
+        // Every breaker input comes from a pipeline: each leaf that reads a
+        // materialized output is a declared input, and every other declared
+        // input is a scalar subquery whose value the pipeline reads.
+        let leaves = scans(&pipeline.plan);
+        for leaf in &leaves {
+            assert!(
+                pipeline.inputs.contains(leaf),
+                "{} reads undeclared {leaf}",
+                pipeline.id
+            );
+        }
+        for input in &pipeline.inputs {
+            let is_subquery = graph.bindings().iter().any(|b| b.source == *input);
+            assert!(
+                leaves.contains(input) || is_subquery,
+                "{} declares {input} but never reads it",
+                pipeline.id
+            );
+        }
         if !is_result {
-            assert_eq!(
-                graph.readers(pipeline.id).count(),
-                1,
-                "{} readers",
+            assert!(
+                graph.readers(pipeline.id).count() >= 1,
+                "{} unread",
                 pipeline.id
             );
         }
@@ -48,7 +60,15 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
     }
     // Cutting loses nothing: putting every pipeline back in place of its
     // leaf gives the original plan.
+    // Scalar subquery nodes are dissolved into bindings, one per subquery.
+    // Scalar subquery nodes are dissolved into bindings, one per subquery.
     let stitched = stitch(graph, &graph.result().plan);
+    let (original, subqueries) = without_scalar_subqueries(original);
+    assert_eq!(
+        graph.bindings().len(),
+        subqueries,
+        "one binding per scalar subquery"
+    );
     assert_eq!(
         displayable(stitched.as_ref()).indent(true).to_string(),
         displayable(original.as_ref()).indent(true).to_string(),
@@ -92,6 +112,23 @@ fn assert_no_uncut_breaker(node: &Arc<dyn ExecutionPlan>, is_root: bool) {
             assert_no_uncut_breaker(child, false);
         }
     }
+}
+
+fn without_scalar_subqueries(plan: &Arc<dyn ExecutionPlan>) -> (Arc<dyn ExecutionPlan>, usize) {
+    let mut subqueries = 0;
+    let plan = Arc::clone(plan)
+        .transform_up(|node| {
+            Ok(match node.downcast_ref::<ScalarSubqueryExec>() {
+                Some(exec) => {
+                    subqueries += exec.subqueries().len();
+                    Transformed::yes(Arc::clone(exec.input()))
+                }
+                None => Transformed::no(node),
+            })
+        })
+        .expect("dissolve")
+        .data;
+    (plan, subqueries)
 }
 
 fn stitch(graph: &PipelineGraph, plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {

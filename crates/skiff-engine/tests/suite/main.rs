@@ -2,4 +2,5 @@
 
 mod cutting;
 mod invariants;
+mod slt;
 mod support;
