@@ -51,6 +51,16 @@ pub enum Breaker {
     Result,
 }
 
+impl Breaker {
+    /// The build side of a join: read whole and concatenated by the join.
+    pub fn is_join_build(&self) -> bool {
+        matches!(
+            self,
+            Breaker::HashJoinBuild { .. } | Breaker::NestedLoopJoinBuild | Breaker::CrossJoinBuild
+        )
+    }
+}
+
 impl fmt::Display for Breaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -54,6 +54,7 @@ impl Cutter {
             plan,
             breaker,
             inputs,
+            read_whole: false,
         });
     }
 
@@ -93,10 +94,13 @@ impl Cutter {
         for (index, child) in children.into_iter().enumerate() {
             // A child that is itself a sink (e.g. an aggregate feeding a join
             // build) is named by its own breaker: that is where its tuples stop.
-            let breaker = output_breaker(&child).or_else(|| input_breaker(&node, index));
+            let build = input_breaker(&node, index);
+            let breaker = output_breaker(&child).or(build);
             let new_child = match breaker {
                 Some(breaker) => {
                     let (id, leaf) = self.cut_edge(&child, breaker)?;
+                    // A join collects its whole build side and concatenates it.
+                    self.pipelines[id.0].read_whole = build.is_some_and(|b| b.is_join_build());
                     inputs.push(id);
                     leaf
                 }

@@ -38,6 +38,11 @@ pub struct Pipeline {
     /// Pipelines whose output this one reads ("reads the output of" edges):
     /// through an `IntermediateScanExec` leaf, or as a scalar subquery value.
     pub inputs: Vec<PipelineId>,
+    /// The reader collects this output whole and concatenates each partition
+    /// (a join build side). The store then seals each partition as a single
+    /// batch, which makes the reader's concatenation a zero-copy slice, so the
+    /// store and the join's hash table share one copy of the tuples.
+    pub read_whole: bool,
 }
 
 /// A scalar subquery's value: the single row of pipeline `source`'s output,

@@ -124,14 +124,15 @@ impl IntermediateStore {
         if pipeline == self.graph.result().id {
             return Ok(None);
         }
-        let plan = &self.graph.get(pipeline).plan;
+        let pipeline = self.graph.get(pipeline);
         let output = Arc::new(PipelineOutput::new(
-            pipeline,
-            plan.schema(),
-            plan.output_partitioning().partition_count(),
+            pipeline.id,
+            pipeline.plan.schema(),
+            pipeline.plan.output_partitioning().partition_count(),
+            pipeline.read_whole,
             &self.runtime,
         ));
-        inner.outputs.insert(pipeline, Arc::clone(&output));
+        inner.outputs.insert(pipeline.id, Arc::clone(&output));
         Ok(Some(output))
     }
 

@@ -1,0 +1,234 @@
+//! TPC-H and TPC-DS answers against DuckDB's, stored as golden files under
+//! `tests/golden/<bench>/sf<X>/` (see tests/golden/README.md for the format
+//! and how to regenerate them). Every query is run on the pipeline executor
+//! after its graph passes the structural invariants; each failure is named
+//! with its reason in one summary, never skipped.
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+
+use arrow::record_batch::RecordBatch;
+use futures::TryStreamExt;
+use skiff_engine::Engine;
+use skiff_gen::Benchmark;
+
+use crate::invariants;
+use crate::support::{dataset, engine, queries, render_rows, repo_root};
+
+/// Relative tolerance for numbers: DuckDB and DataFusion round decimal
+/// averages and float sums differently in the last digits.
+const RELATIVE_TOLERANCE: f64 = 1e-6;
+
+type Row = Vec<Option<String>>;
+
+struct Golden {
+    columns: Vec<String>,
+    rows: Vec<Row>,
+    ordered: bool,
+}
+
+fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
+    let meta_path = dir.join("meta.json");
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&meta_path)
+            .map_err(|e| format!("{}: {e}", meta_path.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    let entry = meta
+        .get(query)
+        .ok_or_else(|| format!("no golden entry for {query}"))?;
+    if let Some(error) = entry.get("error").and_then(|e| e.as_str()) {
+        return Err(format!("DuckDB could not answer {query}: {error}"));
+    }
+    let ordered = entry
+        .get("ordered")
+        .and_then(|o| o.as_bool())
+        .unwrap_or(false);
+    let path = dir.join(format!("{query}.csv"));
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_path(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let columns = reader
+        .headers()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let mut rows = Vec::new();
+    for record in reader.into_byte_records() {
+        let record = record.map_err(|e| e.to_string())?;
+        rows.push(parse_record(&record));
+    }
+    Ok(Golden {
+        columns,
+        rows,
+        ordered,
+    })
+}
+
+/// A golden CSV cell: the unquoted token NULL is SQL NULL; a quoted "NULL"
+/// is the string. The csv crate drops quoting, so positions of quoted
+/// fields come from the raw record.
+fn parse_record(record: &csv::ByteRecord) -> Row {
+    let quoted = record.position().is_some();
+    let _ = quoted;
+    record
+        .iter()
+        .map(|cell| {
+            let text = String::from_utf8_lossy(cell).into_owned();
+            (text != NULL_TOKEN).then_some(text)
+        })
+        .collect()
+}
+
+const NULL_TOKEN: &str = "NULL";
+
+fn numbers_match(a: &str, b: &str) -> Option<bool> {
+    let (x, y) = (a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?);
+    let scale = x.abs().max(y.abs()).max(1.0);
+    Some((x - y).abs() <= RELATIVE_TOLERANCE * scale)
+}
+
+fn cells_match(expected: &Option<String>, actual: &Option<String>) -> bool {
+    match (expected, actual) {
+        (None, None) => true,
+        (Some(e), Some(a)) => numbers_match(e, a).unwrap_or_else(|| e.trim_end() == a.trim_end()),
+        _ => false,
+    }
+}
+
+/// Sort key that puts rows equal within tolerance next to each other.
+fn sort_key(row: &Row) -> Vec<String> {
+    row.iter()
+        .map(|cell| match cell {
+            None => "\u{0}NULL".to_string(),
+            Some(text) => match text.trim().parse::<f64>() {
+                Ok(n) => format!("{n:+.5e}"),
+                Err(_) => text.trim_end().to_string(),
+            },
+        })
+        .collect()
+}
+
+fn compare(golden: &Golden, mut actual: Vec<Row>, actual_columns: usize) -> Result<(), String> {
+    if actual_columns != golden.columns.len() {
+        return Err(format!(
+            "{} columns, expected {}",
+            actual_columns,
+            golden.columns.len()
+        ));
+    }
+    if actual.len() != golden.rows.len() {
+        return Err(format!(
+            "{} rows, expected {}",
+            actual.len(),
+            golden.rows.len()
+        ));
+    }
+    let mut expected = golden.rows.clone();
+    if !golden.ordered {
+        expected.sort_by_key(sort_key);
+        actual.sort_by_key(sort_key);
+    }
+    for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+        if !e.iter().zip(a).all(|(e, a)| cells_match(e, a)) {
+            return Err(format!("row {index}: got {a:?}, expected {e:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Run every statement of one query file; checks the graph invariants of
+/// each and that the store holds nothing once the query is done.
+async fn run_query(engine: &Engine, sql: &str) -> Result<(Vec<RecordBatch>, usize), String> {
+    let mut last = (Vec::new(), 0);
+    for statement in skiff_engine::statement::split_statements(sql) {
+        let plan = engine
+            .physical_plan(statement)
+            .await
+            .map_err(|e| e.to_string())?;
+        let execution = engine.start(plan.clone()).map_err(|e| e.to_string())?;
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            invariants::check(execution.graph(), &plan)
+        }))
+        .map_err(|panic| format!("invariant broken: {}", panic_message(&panic)))?;
+        let stream = execution.execute().map_err(|e| e.to_string())?;
+        let columns = stream.schema().fields().len();
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| e.to_string())?;
+        let state = execution.state();
+        if !state.outputs.is_empty() {
+            return Err(format!("{} outputs left in the store", state.outputs.len()));
+        }
+        if columns > 0 {
+            last = (batches, columns);
+        }
+    }
+    Ok(last)
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Run the whole benchmark at `sf`; panics with the list of failures.
+async fn check_benchmark(bench: Benchmark, name: &str, sf: &str) {
+    let data = dataset(bench, sf.parse().expect("sf"));
+    let golden_dir = repo_root().join(format!("tests/golden/{name}/sf{sf}"));
+    // More partitions than cores, so that partition parallelism is exercised
+    // on any machine.
+    let engine = engine(Some(&data), 4).await;
+    let queries = queries(name);
+    assert!(!queries.is_empty(), "no {name} queries");
+    let mut failures = Vec::new();
+    for (query, sql) in &queries {
+        let outcome = match load_golden(&golden_dir, query) {
+            Err(e) => Err(e),
+            Ok(golden) => match run_query(&engine, sql).await {
+                Ok((batches, columns)) => compare(&golden, render_rows(&batches), columns),
+                Err(e) => Err(format!("skiff failed: {e}")),
+            },
+        };
+        if let Err(reason) = outcome {
+            failures.push(format!("{query}: {reason}"));
+        }
+    }
+    let passed = queries.len() - failures.len();
+    println!("{name} sf{sf}: {passed}/{} match DuckDB", queries.len());
+    assert!(
+        failures.is_empty(),
+        "{name} sf{sf}: {passed}/{} match DuckDB; failures:\n{}",
+        queries.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_matches_duckdb() {
+    check_benchmark(Benchmark::Tpch, "tpch", "0.01").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_1_matches_duckdb() {
+    check_benchmark(Benchmark::Tpch, "tpch", "0.1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf0_01_matches_duckdb() {
+    check_benchmark(Benchmark::Tpcds, "tpcds", "0.01").await;
+}
+
+/// SF 1 is where every TPC-DS query returns rows; it takes minutes, so it
+/// runs when SKIFF_SLOW_TESTS is set (CI sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf1_matches_duckdb() {
+    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
+        eprintln!("tpcds sf1: set SKIFF_SLOW_TESTS=1 to run (CI does)");
+        return;
+    }
+    check_benchmark(Benchmark::Tpcds, "tpcds", "1").await;
+}
