@@ -206,7 +206,7 @@ impl PipelineOutput {
     fn concat(&self, buffer: &mut PartitionBuffer) -> Result<()> {
         let batch = concat_batches(&self.schema, &buffer.batches)?;
         let bytes = get_record_batch_memory_size(&batch);
-        let mut reservation = self.reservation.lock().unwrap_or_else(|e| e.into_inner());
+        let reservation = self.reservation.lock().unwrap_or_else(|e| e.into_inner());
         if reservation.try_grow(bytes).is_err() {
             // No room for the copy: the reader will concatenate instead.
             return Ok(());

@@ -2,13 +2,12 @@
 //! `target/skiff-testdata`, value rendering, and reading query files.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use arrow::array::Array;
 use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
-use futures::TryStreamExt;
-use skiff_engine::{Engine, EngineConfig, QueryExecution};
+use skiff_engine::{Engine, EngineConfig};
 use skiff_gen::{Benchmark, GenOptions, NoProgress};
 
 pub fn repo_root() -> PathBuf {
@@ -54,23 +53,6 @@ pub async fn engine(dir: Option<&Path>, partitions: usize) -> Engine {
         engine.register_data_dir(dir).await.expect("register data");
     }
     engine
-}
-
-/// Run every statement of `sql` on the pipeline executor; returns the
-/// result of the last statement that produced columns, and its execution.
-pub async fn run_script(
-    engine: &Engine,
-    sql: &str,
-) -> datafusion::error::Result<(Vec<RecordBatch>, Option<Arc<QueryExecution>>)> {
-    let mut last = (Vec::new(), None);
-    for statement in skiff_engine::statement::split_statements(sql) {
-        let output = engine.execute(statement).await?;
-        let batches: Vec<RecordBatch> = output.stream.try_collect().await?;
-        if batches.first().is_some_and(|b| b.num_columns() > 0) {
-            last = (batches, output.execution);
-        }
-    }
-    Ok(last)
 }
 
 /// Cells of `batches` as text; `None` is SQL NULL.
