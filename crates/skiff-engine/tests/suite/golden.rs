@@ -24,65 +24,117 @@ type Row = Vec<Option<String>>;
 struct Golden {
     columns: Vec<String>,
     rows: Vec<Row>,
-    ordered: bool,
+    /// How the final ORDER BY fixes the row order; `None` when unordered.
+    order: Option<Order>,
+}
+
+enum Order {
+    /// Row order must match exactly (the sort keys could not be told).
+    Strict,
+    /// Rows are ordered by these columns; rows with equal keys may come in
+    /// any order, and with `limit_ties` the last run of equal keys may hold
+    /// different rows (a LIMIT cut through it).
+    Keys {
+        columns: Vec<usize>,
+        limit_ties: bool,
+    },
 }
 
 fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
     let meta_path = dir.join("meta.json");
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&meta_path)
-            .map_err(|e| format!("{}: {e}", meta_path.display()))?,
-    )
-    .map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    let text =
+        std::fs::read_to_string(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", meta_path.display()))?;
     let entry = meta
-        .get(query)
+        .get("queries")
+        .and_then(|q| q.get(query))
         .ok_or_else(|| format!("no golden entry for {query}"))?;
     if let Some(error) = entry.get("error").and_then(|e| e.as_str()) {
         return Err(format!("DuckDB could not answer {query}: {error}"));
     }
-    let ordered = entry
-        .get("ordered")
-        .and_then(|o| o.as_bool())
-        .unwrap_or(false);
+    let order = match entry.get("ordered").and_then(|o| o.as_bool()) {
+        Some(true) => Some(match entry.get("order_keys").and_then(|k| k.as_array()) {
+            Some(keys) => Order::Keys {
+                columns: keys
+                    .iter()
+                    .filter_map(|k| k.get(0).and_then(|i| i.as_u64()))
+                    .map(|i| i as usize)
+                    .collect(),
+                limit_ties: entry
+                    .get("limit_ties")
+                    .and_then(|t| t.as_bool())
+                    .unwrap_or(false),
+            },
+            None => Order::Strict,
+        }),
+        _ => None,
+    };
     let path = dir.join(format!("{query}.csv"));
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_path(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let columns = reader
-        .headers()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .map(str::to_string)
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut records = parse_csv(&text)?.into_iter();
+    let columns = records
+        .next()
+        .ok_or_else(|| format!("{}: no header", path.display()))?
+        .into_iter()
+        .map(Option::unwrap_or_default)
         .collect();
-    let mut rows = Vec::new();
-    for record in reader.into_byte_records() {
-        let record = record.map_err(|e| e.to_string())?;
-        rows.push(parse_record(&record));
-    }
     Ok(Golden {
         columns,
-        rows,
-        ordered,
+        rows: records.collect(),
+        order,
     })
 }
 
-/// A golden CSV cell: the unquoted token NULL is SQL NULL; a quoted "NULL"
-/// is the string. The csv crate drops quoting, so positions of quoted
-/// fields come from the raw record.
-fn parse_record(record: &csv::ByteRecord) -> Row {
-    let quoted = record.position().is_some();
-    let _ = quoted;
-    record
-        .iter()
-        .map(|cell| {
-            let text = String::from_utf8_lossy(cell).into_owned();
-            (text != NULL_TOKEN).then_some(text)
-        })
-        .collect()
+/// The golden CSV dialect (tests/golden/README.md): fields separated by
+/// commas, records by newlines; a quoted field is always a string (so `""`
+/// is the empty string and `"NULL"` the word); the unquoted token NULL is
+/// SQL NULL.
+fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
+    let mut records = Vec::new();
+    let mut record: Row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    loop {
+        match chars.next() {
+            Some('"') if field.is_empty() && !quoted => {
+                quoted = true;
+                loop {
+                    match chars.next() {
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                            field.push('"');
+                        }
+                        Some('"') => break,
+                        Some(c) => field.push(c),
+                        None => return Err("unterminated quoted field".to_string()),
+                    }
+                }
+            }
+            Some(',') => record.push(finish_field(&mut field, &mut quoted)),
+            Some('\r') => {}
+            Some('\n') => {
+                record.push(finish_field(&mut field, &mut quoted));
+                records.push(std::mem::take(&mut record));
+            }
+            None => {
+                if !record.is_empty() || !field.is_empty() || quoted {
+                    record.push(finish_field(&mut field, &mut quoted));
+                    records.push(record);
+                }
+                return Ok(records);
+            }
+            Some(c) => field.push(c),
+        }
+    }
 }
 
-const NULL_TOKEN: &str = "NULL";
+fn finish_field(field: &mut String, quoted: &mut bool) -> Option<String> {
+    let text = std::mem::take(field);
+    let was_quoted = std::mem::replace(quoted, false);
+    (was_quoted || text != "NULL").then_some(text)
+}
 
 fn numbers_match(a: &str, b: &str) -> Option<bool> {
     let (x, y) = (a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?);
@@ -111,11 +163,14 @@ fn sort_key(row: &Row) -> Vec<String> {
         .collect()
 }
 
+fn rows_match(expected: &Row, actual: &Row) -> bool {
+    expected.iter().zip(actual).all(|(e, a)| cells_match(e, a))
+}
+
 fn compare(golden: &Golden, mut actual: Vec<Row>, actual_columns: usize) -> Result<(), String> {
     if actual_columns != golden.columns.len() {
         return Err(format!(
-            "{} columns, expected {}",
-            actual_columns,
+            "{actual_columns} columns, expected {}",
             golden.columns.len()
         ));
     }
@@ -127,14 +182,67 @@ fn compare(golden: &Golden, mut actual: Vec<Row>, actual_columns: usize) -> Resu
         ));
     }
     let mut expected = golden.rows.clone();
-    if !golden.ordered {
-        expected.sort_by_key(sort_key);
-        actual.sort_by_key(sort_key);
-    }
-    for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
-        if !e.iter().zip(a).all(|(e, a)| cells_match(e, a)) {
-            return Err(format!("row {index}: got {a:?}, expected {e:?}"));
+    match &golden.order {
+        None => {
+            expected.sort_by_key(sort_key);
+            actual.sort_by_key(sort_key);
+            compare_rows(&expected, &actual, 0)
         }
+        Some(Order::Strict) => compare_rows(&expected, &actual, 0),
+        Some(Order::Keys {
+            columns,
+            limit_ties,
+        }) => compare_by_keys(&expected, &actual, columns, *limit_ties),
+    }
+}
+
+fn compare_rows(expected: &[Row], actual: &[Row], offset: usize) -> Result<(), String> {
+    for (index, (e, a)) in expected.iter().zip(actual).enumerate() {
+        if !rows_match(e, a) {
+            return Err(format!("row {}: got {a:?}, expected {e:?}", offset + index));
+        }
+    }
+    Ok(())
+}
+
+/// Ordered comparison that lets rows with equal sort keys come in any
+/// order: the key columns must match row by row, and each run of equal keys
+/// must hold the same rows.
+fn compare_by_keys(
+    expected: &[Row],
+    actual: &[Row],
+    keys: &[usize],
+    limit_ties: bool,
+) -> Result<(), String> {
+    let key = |row: &Row| -> Row {
+        keys.iter()
+            .map(|&k| row.get(k).cloned().flatten())
+            .collect()
+    };
+    for (index, (e, a)) in expected.iter().zip(actual).enumerate() {
+        if !rows_match(&key(e), &key(a)) {
+            return Err(format!(
+                "row {index} out of order: got {a:?}, expected {e:?}"
+            ));
+        }
+    }
+    let mut start = 0;
+    while start < expected.len() {
+        let mut end = start + 1;
+        while end < expected.len() && rows_match(&key(&expected[start]), &key(&expected[end])) {
+            end += 1;
+        }
+        // With a LIMIT cutting through the last run of ties, either engine
+        // may keep any of the tied rows.
+        let cut_by_limit = limit_ties && end == expected.len();
+        if !cut_by_limit {
+            let mut e = expected[start..end].to_vec();
+            let mut a = actual[start..end].to_vec();
+            e.sort_by_key(sort_key);
+            a.sort_by_key(sort_key);
+            compare_rows(&e, &a, start)?;
+        }
+        start = end;
     }
     Ok(())
 }
