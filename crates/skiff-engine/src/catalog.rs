@@ -8,8 +8,43 @@
 
 use std::path::{Path, PathBuf};
 
-use datafusion::common::{Result, plan_err};
+use datafusion::common::Result;
+use datafusion::error::DataFusionError;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
+
+/// Why a data directory could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("data directory {0} does not exist or is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("cannot list {path}: {source}")]
+    List {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} mixes Parquet and CSV files; a table holds one format")]
+    MixedFormats(PathBuf),
+    #[error("path {0} is not valid UTF-8")]
+    NotUtf8(PathBuf),
+}
+
+impl From<CatalogError> for DataFusionError {
+    fn from(e: CatalogError) -> Self {
+        DataFusionError::External(Box::new(e))
+    }
+}
+
+fn list(dir: &Path) -> Result<Vec<PathBuf>> {
+    let listing = |e| CatalogError::List {
+        path: dir.to_path_buf(),
+        source: e,
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(listing)? {
+        paths.push(entry.map_err(listing)?.path());
+    }
+    Ok(paths)
+}
 
 /// The file format of a registered table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,14 +64,10 @@ pub struct FoundTable {
 /// Tables in `dir`, sorted by name. Reads only the directory listing.
 pub fn discover(dir: &Path) -> Result<Vec<FoundTable>> {
     if !dir.is_dir() {
-        return plan_err!(
-            "data directory {} does not exist or is not a directory",
-            dir.display()
-        );
+        return Err(CatalogError::NotADirectory(dir.to_path_buf()).into());
     }
     let mut tables = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for path in list(dir)? {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
@@ -71,17 +102,14 @@ fn file_format(path: &Path) -> Option<TableFormat> {
 /// because a listing table reads one format.
 fn directory_format(dir: &Path) -> Result<Option<TableFormat>> {
     let mut format = None;
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for path in list(dir)? {
         let Some(found) = file_format(&path) else {
             continue;
         };
         match format {
             None => format = Some(found),
             Some(f) if f == found => {}
-            Some(_) => {
-                return plan_err!("{} mixes Parquet and CSV files", dir.display());
-            }
+            Some(_) => return Err(CatalogError::MixedFormats(dir.to_path_buf()).into()),
         }
     }
     Ok(format)
@@ -92,7 +120,7 @@ pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<F
     let tables = discover(dir)?;
     for table in &tables {
         let Some(path) = table.path.to_str() else {
-            return plan_err!("path {} is not valid UTF-8", table.path.display());
+            return Err(CatalogError::NotUtf8(table.path.clone()).into());
         };
         // A quoted name keeps the file's case: `Orders.parquet` is "Orders".
         let name = format!("\"{}\"", table.name.replace('"', "\"\""));

@@ -2,24 +2,33 @@
 
 use std::io::Write;
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::error::{DataFusionError, Result};
 
 use crate::cli::Format;
 
-/// Write `batches` (one statement's result) to `out` in `format`.
-pub fn write_batches(out: &mut dyn Write, format: Format, batches: &[RecordBatch]) -> Result<()> {
+/// Write `batches` (one statement's result, with `schema`) to `out` in
+/// `format`. An empty result still prints its header.
+pub fn write_batches(
+    out: &mut dyn Write,
+    format: Format,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<()> {
+    if schema.fields().is_empty() {
+        // DDL and SET: nothing to show.
+        return Ok(());
+    }
+    let empty = [RecordBatch::new_empty(SchemaRef::clone(schema))];
+    let batches = if batches.iter().all(|b| b.num_rows() == 0) {
+        &empty[..]
+    } else {
+        batches
+    };
     match format {
-        Format::Table => {
-            if batches.iter().all(|b| b.num_rows() == 0) && !batches.is_empty() {
-                let header = batches[0].schema();
-                let names: Vec<&str> = header.fields().iter().map(|f| f.name().as_str()).collect();
-                writeln!(out, "({}) 0 rows", names.join(", "))?;
-                return Ok(());
-            }
-            writeln!(out, "{}", pretty_format_batches(batches)?)?;
-        }
+        Format::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
         Format::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new()
                 .with_header(true)
@@ -30,7 +39,7 @@ pub fn write_batches(out: &mut dyn Write, format: Format, batches: &[RecordBatch
         }
         Format::Json => {
             let mut writer = arrow::json::ArrayWriter::new(&mut *out);
-            let refs: Vec<&RecordBatch> = batches.iter().collect();
+            let refs: Vec<&RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).collect();
             writer.write_batches(&refs)?;
             writer.finish()?;
             writeln!(out)?;

@@ -32,6 +32,7 @@ pub async fn run_statement(
     let started = Instant::now();
     let output = engine.execute(statement).await?;
     let mut stream = output.stream;
+    let schema = stream.schema();
     let mut batches = Vec::new();
     let mut bar = None;
     let mut ticker = tokio::time::interval(PROGRESS_TICK);
@@ -55,7 +56,7 @@ pub async fn run_statement(
         bar.finish_and_clear();
     }
     let rows = batches.iter().map(|b| b.num_rows()).sum();
-    write_batches(out, format, &batches)?;
+    write_batches(out, format, &schema, &batches)?;
     Ok(StatementRun {
         rows,
         elapsed: started.elapsed(),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use skiff_engine::{Engine, EngineConfig};
 
 use crate::cli::SessionArgs;
@@ -34,8 +34,6 @@ pub async fn open(args: &SessionArgs) -> Result<(Engine, PathBuf)> {
     if args.data.is_none() && !dir.exists() {
         return Ok((engine, dir));
     }
-    engine.register_data_dir(&dir).await.map_err(|e| {
-        DataFusionError::Plan(format!("cannot open data directory {}: {e}", dir.display()))
-    })?;
+    engine.register_data_dir(&dir).await?;
     Ok((engine, dir))
 }
