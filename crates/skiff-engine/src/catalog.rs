@@ -139,3 +139,47 @@ pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<F
     }
     Ok(tables)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"").unwrap();
+    }
+
+    #[test]
+    fn finds_table_directories_and_files_and_skips_hidden_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("lineitem/part-0.parquet"));
+        touch(&dir.path().join("lineitem/part-1.parquet"));
+        touch(&dir.path().join("events/a.csv"));
+        touch(&dir.path().join("Nation.parquet"));
+        touch(&dir.path().join("notes.txt"));
+        touch(&dir.path().join(".tmp-orders/part-0.parquet"));
+        std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+        let found = discover(dir.path()).unwrap();
+        let summary: Vec<(&str, TableFormat)> =
+            found.iter().map(|t| (t.name.as_str(), t.format)).collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("Nation", TableFormat::Parquet),
+                ("events", TableFormat::Csv),
+                ("lineitem", TableFormat::Parquet),
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_a_missing_directory_and_mixed_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = discover(&dir.path().join("nope")).unwrap_err().to_string();
+        assert!(missing.contains("does not exist"), "{missing}");
+        touch(&dir.path().join("t/a.csv"));
+        touch(&dir.path().join("t/b.parquet"));
+        let mixed = discover(dir.path()).unwrap_err().to_string();
+        assert!(mixed.contains("mixes Parquet and CSV"), "{mixed}");
+    }
+}
