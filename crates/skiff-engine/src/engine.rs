@@ -1,10 +1,14 @@
 //! The embedded engine: a DataFusion session whose queries run as pipeline
 //! graphs. Entry point for the shell, the benchmark and (later) workers.
 
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::common::Result;
+use datafusion::execution::memory_pool::{
+    GreedyMemoryPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
+};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
@@ -14,8 +18,13 @@ use futures::TryStreamExt;
 use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
 use crate::explain;
+use crate::options::SkiffOptions;
 use crate::pipeline;
 use crate::statement::{StatementKind, classify};
+use crate::store::SkiffMemoryPool;
+
+/// Memory consumers named in an out-of-memory error.
+const TOP_CONSUMERS_REPORTED: NonZeroUsize = NonZeroUsize::new(5).expect("non-zero");
 
 /// Settings of an [`Engine`].
 #[derive(Clone, Debug, Default)]
@@ -44,14 +53,21 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: &EngineConfig) -> Result<Self> {
-        let mut session = SessionConfig::new().with_information_schema(true);
+        let mut session = SessionConfig::new()
+            .with_information_schema(true)
+            .with_option_extension(SkiffOptions::default());
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));
         }
-        let mut runtime = RuntimeEnvBuilder::new();
-        if let Some(limit) = config.memory_limit {
-            runtime = runtime.with_memory_limit(limit, 1.0);
-        }
+        let pool: Arc<dyn MemoryPool> = match config.memory_limit {
+            Some(limit) => Arc::new(TrackConsumersPool::new(
+                GreedyMemoryPool::new(limit),
+                TOP_CONSUMERS_REPORTED,
+            )),
+            None => Arc::new(UnboundedMemoryPool::default()),
+        };
+        let mut runtime =
+            RuntimeEnvBuilder::new().with_memory_pool(Arc::new(SkiffMemoryPool::new(pool)));
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
         }

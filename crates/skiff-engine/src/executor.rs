@@ -29,6 +29,7 @@ use datafusion::physical_plan::{
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
 
+use crate::options::SkiffOptions;
 use crate::pipeline::{PipelineGraph, PipelineId};
 use crate::store::{IntermediateStore, OutputSize, PipelineOutput, PipelineStatus, QueryState};
 
@@ -70,10 +71,17 @@ impl QueryExecution {
     /// plans must never have been executed.
     pub fn new(graph: PipelineGraph, task_ctx: &TaskContext) -> Arc<Self> {
         let graph = Arc::new(graph);
+        let options = task_ctx.session_config().options();
+        let memory_max = options
+            .extensions
+            .get::<SkiffOptions>()
+            .and_then(|o| o.store_memory_max);
         let store = Arc::new(IntermediateStore::new(
             Arc::clone(&graph),
             task_ctx.runtime_env(),
+            memory_max,
         ));
+        store.register_for_pressure();
         let mut config = task_ctx.session_config().clone();
         config.set_extension(Arc::clone(&store));
         let task_ctx = Arc::new(TaskContext::new(
@@ -235,7 +243,7 @@ fn join_error(e: tokio::task::JoinError) -> DataFusionError {
 }
 
 /// The value of a scalar subquery: NULL for no row, an error for several.
-async fn scalar_value(output: &PipelineOutput) -> Result<ScalarValue> {
+async fn scalar_value(output: &Arc<PipelineOutput>) -> Result<ScalarValue> {
     if output.schema().fields().len() != 1 {
         return internal_err!(
             "scalar subquery with {} columns",

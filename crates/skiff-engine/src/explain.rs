@@ -15,7 +15,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
 
-use crate::pipeline::PipelineGraph;
+use crate::pipeline::{Breaker, PipelineGraph};
 use crate::scan::{IntermediateScanExec, estimate};
 use crate::store::{OutputSize, PipelineStatus, QueryState};
 
@@ -33,6 +33,7 @@ pub fn schema(analyze: bool) -> SchemaRef {
     if analyze {
         fields.push(Field::new("rows", DataType::UInt64, true));
         fields.push(Field::new("bytes", DataType::UInt64, true));
+        fields.push(Field::new("stored_in", DataType::Utf8, true));
         fields.push(Field::new("time_ms", DataType::Float64, true));
     }
     Arc::new(Schema::new(fields))
@@ -41,10 +42,16 @@ pub fn schema(analyze: bool) -> SchemaRef {
 /// The graph as a table; with `state` (after a run), actual figures too.
 pub fn render(graph: &PipelineGraph, state: Option<&QueryState>) -> Result<RecordBatch> {
     let mut text: [Vec<String>; 5] = Default::default();
-    let mut measured: Vec<Option<(Duration, OutputSize)>> = Vec::new();
+    let mut measured: Vec<Option<(Duration, OutputSize, &str)>> = Vec::new();
     for pipeline in graph.pipelines() {
         let finished = state.and_then(|s| match s.status.get(pipeline.id.0) {
-            Some(PipelineStatus::Finished { elapsed, output }) => Some((*elapsed, *output)),
+            Some(PipelineStatus::Finished { elapsed, output }) => {
+                let stored_in = match pipeline.breaker {
+                    Breaker::Result => "streamed",
+                    _ => output.location().as_str(),
+                };
+                Some((*elapsed, *output, stored_in))
+            }
             _ => None,
         });
         for (line, operator) in operator_lines(&pipeline.plan).into_iter().enumerate() {
@@ -68,15 +75,20 @@ pub fn render(graph: &PipelineGraph, state: Option<&QueryState>) -> Result<Recor
         .collect();
     if state.is_some() {
         columns.push(Arc::new(UInt64Array::from_iter(
-            measured.iter().map(|m| m.map(|(_, o)| o.rows)),
+            measured.iter().map(|m| m.map(|(_, o, _)| o.rows)),
         )));
         columns.push(Arc::new(UInt64Array::from_iter(
-            measured.iter().map(|m| m.map(|(_, o)| o.bytes())),
+            measured.iter().map(|m| m.map(|(_, o, _)| o.bytes())),
+        )));
+        columns.push(Arc::new(StringArray::from_iter(
+            measured
+                .iter()
+                .map(|m| m.map(|(_, _, stored_in)| stored_in)),
         )));
         columns.push(Arc::new(Float64Array::from_iter(
             measured
                 .iter()
-                .map(|m| m.map(|(e, _)| (e.as_secs_f64() * 1e6).round() / 1e3)),
+                .map(|m| m.map(|(e, _, _)| (e.as_secs_f64() * 1e6).round() / 1e3)),
         )));
     }
     Ok(RecordBatch::try_new(schema(state.is_some()), columns)?)

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod engine;
 pub mod executor;
 pub mod explain;
+pub mod options;
 pub mod pipeline;
 pub mod scan;
 pub mod statement;
@@ -18,5 +19,6 @@ pub mod store;
 
 pub use engine::{Engine, EngineConfig, QueryOutput};
 pub use executor::{Progress, QueryExecution};
+pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};
 pub use store::{IntermediateStore, QueryState};

@@ -1,6 +1,7 @@
 //! The `skiff` binary: the SQL shell, one-shot statements, data generation
 //! and benchmarks, all on the embedded engine.
 
+mod bench;
 mod cli;
 mod generate;
 mod output;
@@ -52,14 +53,13 @@ async fn main_async(cli: Cli) -> Result<()> {
             ensure_demo_data(&session::data_dir(&cli.session))?;
             shell(&cli.session).await
         }
-        Some(Command::Bench(_args)) => Err(DataFusionError::NotImplemented(
-            "skiff bench is not built yet".to_string(),
-        )),
+        Some(Command::Bench(args)) => bench::run(&cli.session, args).map_err(external),
+        Some(Command::BenchChild(args)) => bench::child::run(&cli.session, args).await,
         None => match (&cli.command, &cli.file) {
             (Some(sql), _) => run_script(&cli.session, sql).await,
             (None, Some(file)) => {
                 let script = std::fs::read_to_string(file).map_err(|e| {
-                    DataFusionError::Plan(format!("cannot read {}: {e}", file.display()))
+                    DataFusionError::External(format!("cannot read {}: {e}", file.display()).into())
                 })?;
                 run_script(&cli.session, &script).await
             }
@@ -83,7 +83,7 @@ async fn run_script(args: &SessionArgs, script: &str) -> Result<()> {
     let (engine, _) = session::open(args).await?;
     let mut out = std::io::stdout();
     for statement in split_statements(script) {
-        run::run_statement(&engine, statement, args.format, &mut out).await?;
+        run::run_statement(&engine, statement, args.format, args.streaming, &mut out).await?;
     }
     Ok(())
 }
@@ -110,8 +110,14 @@ fn external(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionErro
     DataFusionError::External(Box::new(e))
 }
 
-/// One line for the user: DataFusion's message without its wrapping noise.
+/// One line for the user: the message without DataFusion's wrapping noise.
 pub fn error_line(e: &DataFusionError) -> String {
-    let message = e.to_string().replace('\n', " ");
-    format!("error: {}", message.trim())
+    let message = match e {
+        // Errors raised outside DataFusion already say what went wrong.
+        DataFusionError::External(inner) => inner.to_string(),
+        DataFusionError::SQL(inner, _) => format!("syntax error: {inner}"),
+        other => other.to_string(),
+    };
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("error: {message}")
 }

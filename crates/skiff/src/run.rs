@@ -27,10 +27,18 @@ pub async fn run_statement(
     engine: &Engine,
     statement: &str,
     format: Format,
+    streaming: bool,
     out: &mut dyn Write,
 ) -> Result<StatementRun> {
     let started = Instant::now();
-    let output = engine.execute(statement).await?;
+    let output = if streaming {
+        skiff_engine::QueryOutput {
+            stream: engine.execute_streaming(statement).await?,
+            execution: None,
+        }
+    } else {
+        engine.execute(statement).await?
+    };
     let mut stream = output.stream;
     let schema = stream.schema();
     let mut batches = Vec::new();

@@ -100,7 +100,7 @@ impl Shell {
     async fn run_script(&self, script: &str) {
         for statement in split_statements(script) {
             let mut out = std::io::stdout();
-            let run = run_statement(&self.engine, statement, self.format, &mut out);
+            let run = run_statement(&self.engine, statement, self.format, false, &mut out);
             let outcome = tokio::select! {
                 outcome = run => outcome,
                 _ = tokio::signal::ctrl_c() => {
@@ -146,7 +146,7 @@ impl Shell {
             }
         };
         let mut out = std::io::stdout();
-        if let Err(e) = run_statement(&self.engine, &sql, self.format, &mut out).await {
+        if let Err(e) = run_statement(&self.engine, &sql, self.format, false, &mut out).await {
             eprintln!("{}", crate::error_line(&e));
         }
         let _ = out.flush();

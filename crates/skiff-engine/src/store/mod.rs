@@ -9,6 +9,7 @@
 //! still owe to unfinished ones.
 
 mod output;
+mod pressure;
 mod spill;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,8 @@ use datafusion::common::{Result, internal_err};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_plan::ExecutionPlanProperties;
 
-pub use output::{Location, OutputSize, PipelineOutput};
+pub use output::{Location, OutputSize, PipelineOutput, StoreBudget};
+pub use pressure::{Relieve, SkiffMemoryPool};
 
 use crate::pipeline::{PipelineGraph, PipelineId};
 
@@ -79,6 +81,7 @@ struct Inner {
 pub struct IntermediateStore {
     graph: Arc<PipelineGraph>,
     runtime: Arc<RuntimeEnv>,
+    budget: Option<Arc<StoreBudget>>,
     inner: Mutex<Inner>,
 }
 
@@ -89,11 +92,18 @@ impl std::fmt::Debug for IntermediateStore {
 }
 
 impl IntermediateStore {
-    pub fn new(graph: Arc<PipelineGraph>, runtime: Arc<RuntimeEnv>) -> Self {
+    /// A store for `graph`'s outputs; with `memory_max`, outputs beyond that
+    /// many bytes in memory go to spill files.
+    pub fn new(
+        graph: Arc<PipelineGraph>,
+        runtime: Arc<RuntimeEnv>,
+        memory_max: Option<usize>,
+    ) -> Self {
         let status = vec![PipelineStatus::Waiting; graph.len()];
         Self {
             graph,
             runtime,
+            budget: memory_max.map(|max| Arc::new(StoreBudget::new(max))),
             inner: Mutex::new(Inner {
                 status,
                 outputs: BTreeMap::new(),
@@ -130,6 +140,7 @@ impl IntermediateStore {
             pipeline.plan.schema(),
             pipeline.plan.output_partitioning().partition_count(),
             pipeline.read_whole,
+            self.budget.clone(),
             &self.runtime,
         ));
         inner.outputs.insert(pipeline.id, Arc::clone(&output));
@@ -177,6 +188,14 @@ impl IntermediateStore {
         }
     }
 
+    /// Let the engine's memory pool ask this store to spill while it lives.
+    pub fn register_for_pressure(self: &Arc<Self>) {
+        if let Some(pool) = self.runtime.memory_pool.downcast_ref::<SkiffMemoryPool>() {
+            let relieve: Arc<dyn Relieve> = Arc::clone(self) as Arc<dyn Relieve>;
+            pool.register_store(Arc::downgrade(&relieve));
+        }
+    }
+
     /// The query state at this instant.
     pub fn state(&self) -> QueryState {
         let inner = self.inner();
@@ -207,5 +226,39 @@ impl IntermediateStore {
             status: inner.status.clone(),
             outputs,
         }
+    }
+}
+
+impl Relieve for IntermediateStore {
+    /// Spill outputs whose readers have not started first (they hold memory
+    /// for longest), largest first; then outputs being read.
+    fn relieve(&self, wanted: usize) -> usize {
+        let mut candidates: Vec<(bool, u64, Arc<PipelineOutput>)> = {
+            let inner = self.inner();
+            let started = |p: PipelineId| !matches!(inner.status[p.0], PipelineStatus::Waiting);
+            inner
+                .outputs
+                .values()
+                .filter(|o| {
+                    matches!(
+                        inner.status[o.pipeline().0],
+                        PipelineStatus::Finished { .. }
+                    )
+                })
+                .map(|o| {
+                    let read = self.graph.readers(o.pipeline()).any(started);
+                    (read, o.size().memory_bytes, Arc::clone(o))
+                })
+                .collect()
+        };
+        candidates.sort_by_key(|(read, bytes, _)| (*read, std::cmp::Reverse(*bytes)));
+        let mut released = 0;
+        for (_, _, output) in candidates {
+            if released >= wanted {
+                break;
+            }
+            released += output.spill_idle(wanted - released);
+        }
+        released
     }
 }

@@ -1,6 +1,8 @@
 //! One pipeline's materialized output: per-partition Arrow batches, held in
 //! memory under a reservation in DataFusion's memory pool, with the tail of a
-//! partition spilled to an Arrow IPC file once the pool refuses to grow.
+//! partition spilled to an Arrow IPC file once the pool refuses to grow, and
+//! whole partitions moved to disk when other consumers need the memory
+//! ([`PipelineOutput::spill_idle`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -18,6 +20,7 @@ use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, SpillMetrics};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 
 use super::spill::SpillFileWriter;
 use crate::pipeline::PipelineId;
@@ -31,13 +34,19 @@ pub enum Location {
     Mixed,
 }
 
-impl std::fmt::Display for Location {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Location {
+    pub fn as_str(&self) -> &'static str {
+        match self {
             Location::Memory => "memory",
             Location::Disk => "disk",
             Location::Mixed => "memory+disk",
-        })
+        }
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -65,16 +74,55 @@ impl OutputSize {
     }
 }
 
+/// The store's own cap on the bytes its outputs keep in memory
+/// (`skiff.store_memory_max`), shared by all outputs of one query.
+#[derive(Debug)]
+pub struct StoreBudget {
+    max: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl StoreBudget {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            used: Default::default(),
+        }
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used
+            .fetch_update(Relaxed, Relaxed, |used| {
+                (used + bytes <= self.max).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Prefix of the memory consumer names of outputs; the memory pool uses it
+/// to tell the store's own requests from those of operators.
+pub(crate) const CONSUMER_PREFIX: &str = "IntermediateStore";
+
 #[derive(Default)]
 struct PartitionBuffer {
     /// In-memory prefix of the partition, in arrival order.
     batches: Vec<RecordBatch>,
-    /// Once one batch of a partition spills, every later batch follows it to
-    /// disk so that the partition keeps its order (sorted runs depend on it).
+    /// Spill files after the in-memory prefix, in order. Once one incoming
+    /// batch of a partition spills, every later one follows it to disk so
+    /// that the partition keeps its order (sorted runs depend on it).
+    files: Vec<Arc<dyn SpillFile>>,
     spilling: Option<SpillFileWriter>,
-    spilled: Option<Arc<dyn SpillFile>>,
     size: OutputSize,
     finished: bool,
+    /// A reader that keeps what it read (a join build) has read the whole
+    /// partition, and its own reservation now accounts for the memory.
+    held_by_reader: bool,
 }
 
 /// The materialized output of one pipeline.
@@ -82,12 +130,22 @@ pub struct PipelineOutput {
     pipeline: PipelineId,
     schema: SchemaRef,
     partitions: Vec<Mutex<PartitionBuffer>>,
-    /// Seal each in-memory partition as one batch (see `Pipeline::read_whole`).
-    concat_on_seal: bool,
+    /// Read whole by a join build (see `Pipeline::read_whole`): sealed as one
+    /// batch per partition, and accounted by the reader once read.
+    read_whole: bool,
     reservation: Mutex<MemoryReservation>,
+    budget: Option<Arc<StoreBudget>>,
     runtime: Arc<RuntimeEnv>,
     /// Reads spill files back.
     spill: SpillManager,
+}
+
+impl Drop for PipelineOutput {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.give_back(self.size().memory_bytes as usize);
+        }
+    }
 }
 
 impl std::fmt::Debug for PipelineOutput {
@@ -105,10 +163,11 @@ impl PipelineOutput {
         pipeline: PipelineId,
         schema: SchemaRef,
         partition_count: usize,
-        concat_on_seal: bool,
+        read_whole: bool,
+        budget: Option<Arc<StoreBudget>>,
         runtime: &Arc<RuntimeEnv>,
     ) -> Self {
-        let reservation = MemoryConsumer::new(format!("IntermediateStore[{pipeline}]"))
+        let reservation = MemoryConsumer::new(format!("{CONSUMER_PREFIX}[{pipeline}]"))
             .with_can_spill(true)
             .register(&runtime.memory_pool);
         let metrics = SpillMetrics::new(&ExecutionPlanMetricsSet::new(), 0);
@@ -117,8 +176,9 @@ impl PipelineOutput {
             pipeline,
             schema,
             partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
-            concat_on_seal,
+            read_whole,
             reservation: Mutex::new(reservation),
+            budget,
             runtime: Arc::clone(runtime),
             spill,
         }
@@ -149,6 +209,34 @@ impl PipelineOutput {
         Ok(buffer.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    fn reservation(&self) -> MutexGuard<'_, MemoryReservation> {
+        self.reservation.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Account `bytes` more in memory: within the store's budget and the
+    /// memory pool, or not at all.
+    fn take_memory(&self, bytes: usize) -> bool {
+        if let Some(budget) = &self.budget
+            && !budget.try_take(bytes)
+        {
+            return false;
+        }
+        if self.reservation().try_grow(bytes).is_ok() {
+            return true;
+        }
+        if let Some(budget) = &self.budget {
+            budget.give_back(bytes);
+        }
+        false
+    }
+
+    fn release_memory(&self, bytes: usize) {
+        if let Some(budget) = &self.budget {
+            budget.give_back(bytes);
+        }
+        self.reservation().shrink(bytes);
+    }
+
     /// Append `batch` to `partition`: in memory while the pool allows it,
     /// on disk afterwards.
     pub fn push(&self, partition: usize, batch: RecordBatch) -> Result<()> {
@@ -165,13 +253,7 @@ impl PipelineOutput {
         buffer.size.rows += batch.num_rows() as u64;
         if buffer.spilling.is_none() {
             let bytes = get_record_batch_memory_size(&batch);
-            let granted = self
-                .reservation
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .try_grow(bytes)
-                .is_ok();
-            if granted {
+            if self.take_memory(bytes) {
                 buffer.size.memory_bytes += bytes as u64;
                 buffer.batches.push(batch);
                 return Ok(());
@@ -189,29 +271,29 @@ impl PipelineOutput {
     /// Seal `partition`: no more pushes, spill file closed.
     pub fn finish_partition(&self, partition: usize) -> Result<()> {
         let mut buffer = self.partition(partition)?;
-        if self.concat_on_seal && buffer.batches.len() > 1 && buffer.spilling.is_none() {
+        if self.read_whole && buffer.batches.len() > 1 && buffer.spilling.is_none() {
             self.concat(&mut buffer)?;
         }
         if let Some(file) = buffer.spilling.take() {
             let file = file.finish()?;
-            buffer.size.spilled_bytes = file.size().unwrap_or_default();
-            buffer.spilled = Some(file);
+            buffer.size.spilled_bytes += file.size().unwrap_or_default();
+            buffer.files.push(file);
         }
         buffer.finished = true;
         Ok(())
     }
 
-    /// Replace the partition's batches by their concatenation. The memory is
-    /// reserved for the copy before the pieces are released.
+    /// Replace the partition's batches by their concatenation, which makes
+    /// the join's own concatenation a zero-copy slice. The memory for the
+    /// copy is reserved before the pieces are released.
     fn concat(&self, buffer: &mut PartitionBuffer) -> Result<()> {
         let batch = concat_batches(&self.schema, &buffer.batches)?;
         let bytes = get_record_batch_memory_size(&batch);
-        let reservation = self.reservation.lock().unwrap_or_else(|e| e.into_inner());
-        if reservation.try_grow(bytes).is_err() {
+        if !self.take_memory(bytes) {
             // No room for the copy: the reader will concatenate instead.
             return Ok(());
         }
-        reservation.shrink(buffer.size.memory_bytes as usize);
+        self.release_memory(buffer.size.memory_bytes as usize);
         buffer.size.memory_bytes = bytes as u64;
         buffer.batches = vec![batch];
         Ok(())
@@ -228,28 +310,102 @@ impl PipelineOutput {
         total
     }
 
-    /// A stream over a sealed partition: in-memory batches, then the spilled
-    /// tail. Reading does not consume: the output can be read again.
-    pub fn read(&self, partition: usize) -> Result<SendableRecordBatchStream> {
+    /// A stream over a sealed partition: in-memory batches, then the spill
+    /// files. Reading does not consume: the output can be read again.
+    pub fn read(self: &Arc<Self>, partition: usize) -> Result<SendableRecordBatchStream> {
         let buffer = self.partition(partition)?;
         if !buffer.finished {
             return internal_err!("{} partition {partition} read before finish", self.pipeline);
         }
         let memory = futures::stream::iter(buffer.batches.clone().into_iter().map(Ok));
-        let stream: SendableRecordBatchStream = match &buffer.spilled {
-            None => Box::pin(RecordBatchStreamAdapter::new(
-                Arc::clone(&self.schema),
-                memory,
-            )),
-            Some(file) => {
-                let tail = self.spill.read_spill_as_stream(Arc::clone(file), None)?;
-                Box::pin(RecordBatchStreamAdapter::new(
-                    Arc::clone(&self.schema),
-                    memory.chain(tail),
-                ))
-            }
+        let mut stream: BoxStream<'static, Result<RecordBatch>> = Box::pin(memory);
+        for file in &buffer.files {
+            let tail = self.spill.read_spill_as_stream(Arc::clone(file), None)?;
+            stream = Box::pin(stream.chain(tail));
+        }
+        if self.read_whole {
+            // The join keeps every batch it reads; once it has them all, its
+            // reservation covers the memory and the store's would count it
+            // twice.
+            let output = Arc::clone(self);
+            let handover = futures::stream::once(async move {
+                output.hand_over(partition);
+                None
+            })
+            .filter_map(|done: Option<Result<RecordBatch>>| async move { done });
+            stream = Box::pin(stream.chain(handover));
+        }
+        let stream = RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream);
+        Ok(make_cooperative(Box::pin(stream)))
+    }
+
+    fn hand_over(&self, partition: usize) {
+        let Ok(mut buffer) = self.partition(partition) else {
+            return;
         };
-        Ok(make_cooperative(stream))
+        if !buffer.held_by_reader {
+            buffer.held_by_reader = true;
+            self.reservation().shrink(buffer.size.memory_bytes as usize);
+        }
+    }
+
+    /// Move the in-memory part of partitions to disk until about `wanted`
+    /// bytes of reservation are released; returns the bytes released.
+    /// Partitions locked by a writer right now and partitions whose memory a
+    /// reader holds are left alone; a partition still being written goes on
+    /// on disk. Called when another consumer of the memory pool cannot grow.
+    pub fn spill_idle(&self, wanted: usize) -> usize {
+        let mut released = 0;
+        for partition in &self.partitions {
+            if released >= wanted {
+                break;
+            }
+            // Never wait: the caller may be a writer of this very output.
+            let Ok(mut buffer) = partition.try_lock() else {
+                continue;
+            };
+            if buffer.held_by_reader || buffer.batches.is_empty() {
+                continue;
+            }
+            match self.spill_prefix(&mut buffer) {
+                Ok(bytes) => released += bytes,
+                Err(e) => {
+                    tracing::warn!(pipeline = %self.pipeline, error = %e, "cannot spill output");
+                    return released;
+                }
+            }
+        }
+        released
+    }
+
+    /// Write the in-memory prefix of a partition to a spill file that goes
+    /// before its other files. A partition still being written continues in
+    /// a spill file of its own, after the prefix.
+    fn spill_prefix(&self, buffer: &mut PartitionBuffer) -> Result<usize> {
+        let description = format!("skiff {} idle partition", self.pipeline);
+        if !buffer.finished && buffer.spilling.is_none() {
+            let tail = format!("skiff {} partition tail", self.pipeline);
+            buffer.spilling = Some(SpillFileWriter::create(&self.runtime, &self.schema, &tail)?);
+        }
+        let mut file = SpillFileWriter::create(&self.runtime, &self.schema, &description)?;
+        for batch in &buffer.batches {
+            file.append(batch)?;
+        }
+        let file = file.finish()?;
+        let bytes = buffer.size.memory_bytes as usize;
+        buffer.size.spilled_bytes += file.size().unwrap_or_default();
+        buffer.size.memory_bytes = 0;
+        buffer.files.insert(0, file);
+        buffer.batches.clear();
+        if buffer.held_by_reader {
+            // The reader's reservation covers these bytes, not ours.
+            if let Some(budget) = &self.budget {
+                budget.give_back(bytes);
+            }
+        } else {
+            self.release_memory(bytes);
+        }
+        Ok(bytes)
     }
 }
 
@@ -284,7 +440,7 @@ mod tests {
         ]))
     }
 
-    async fn read_ids(output: &PipelineOutput, partition: usize) -> Vec<i64> {
+    async fn read_ids(output: &Arc<PipelineOutput>, partition: usize) -> Vec<i64> {
         let batches: Vec<RecordBatch> =
             output.read(partition).unwrap().try_collect().await.unwrap();
         batches
@@ -302,7 +458,14 @@ mod tests {
         let one = get_record_batch_memory_size(&batch(&schema, 0, 1000));
         // Room for two batches of the first partition, not three.
         let runtime = runtime(one * 2 + one / 2);
-        let output = PipelineOutput::new(PipelineId(0), Arc::clone(&schema), 2, false, &runtime);
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(0),
+            Arc::clone(&schema),
+            2,
+            false,
+            None,
+            &runtime,
+        ));
         for i in 0..5 {
             output.push(0, batch(&schema, i * 1000, 1000)).unwrap();
         }
@@ -331,7 +494,14 @@ mod tests {
     async fn dropping_an_output_returns_its_memory() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = PipelineOutput::new(PipelineId(0), Arc::clone(&schema), 1, false, &runtime);
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(0),
+            Arc::clone(&schema),
+            1,
+            false,
+            None,
+            &runtime,
+        ));
         output.push(0, batch(&schema, 0, 1000)).unwrap();
         output.finish_partition(0).unwrap();
         assert!(runtime.memory_pool.reserved() > 0);
@@ -340,28 +510,86 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn build_outputs_are_sealed_as_one_batch() {
+    async fn build_outputs_are_sealed_as_one_batch_and_handed_to_the_reader() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = PipelineOutput::new(PipelineId(0), Arc::clone(&schema), 1, true, &runtime);
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(0),
+            Arc::clone(&schema),
+            1,
+            true,
+            None,
+            &runtime,
+        ));
         for i in 0..4 {
             output.push(0, batch(&schema, i * 100, 100)).unwrap();
         }
         output.finish_partition(0).unwrap();
-        let batches: Vec<RecordBatch> = output.read(0).unwrap().try_collect().await.unwrap();
-        assert_eq!(batches.len(), 1);
-        assert_eq!(read_ids(&output, 0).await, (0..400).collect::<Vec<_>>());
         assert_eq!(
             runtime.memory_pool.reserved() as u64,
             output.size().memory_bytes
         );
+        let batches: Vec<RecordBatch> = output.read(0).unwrap().try_collect().await.unwrap();
+        assert_eq!(batches.len(), 1);
+        // The join that read it all now accounts for the memory.
+        assert_eq!(runtime.memory_pool.reserved(), 0);
+        assert_eq!(read_ids(&output, 0).await, (0..400).collect::<Vec<_>>());
+        assert_eq!(runtime.memory_pool.reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_partitions_move_to_disk_on_request_and_read_back_in_order() {
+        let schema = schema();
+        let runtime = runtime(1 << 30);
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(0),
+            Arc::clone(&schema),
+            1,
+            false,
+            None,
+            &runtime,
+        ));
+        output.push(0, batch(&schema, 0, 100)).unwrap();
+        // Spilled while still being written: later batches follow on disk.
+        assert!(output.spill_idle(1) > 0);
+        output.push(0, batch(&schema, 100, 100)).unwrap();
+        output.finish_partition(0).unwrap();
+        assert_eq!(runtime.memory_pool.reserved(), 0);
+        assert_eq!(output.size().location(), Location::Disk);
+        assert_eq!(read_ids(&output, 0).await, (0..200).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_store_budget_of_zero_keeps_nothing_in_memory() {
+        let schema = schema();
+        let runtime = runtime(1 << 30);
+        let budget = Arc::new(StoreBudget::new(0));
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(0),
+            Arc::clone(&schema),
+            1,
+            false,
+            Some(budget),
+            &runtime,
+        ));
+        output.push(0, batch(&schema, 0, 100)).unwrap();
+        output.finish_partition(0).unwrap();
+        assert_eq!(output.size().memory_bytes, 0);
+        assert_eq!(read_ids(&output, 0).await, (0..100).collect::<Vec<_>>());
     }
 
     #[tokio::test]
     async fn misuse_is_an_internal_error_not_a_panic() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = PipelineOutput::new(PipelineId(3), Arc::clone(&schema), 1, false, &runtime);
+        let output = Arc::new(PipelineOutput::new(
+            PipelineId(3),
+            Arc::clone(&schema),
+            1,
+            false,
+            None,
+            &runtime,
+        ));
         assert!(output.read(0).is_err(), "read before seal");
         assert!(
             output.push(5, batch(&schema, 0, 1)).is_err(),

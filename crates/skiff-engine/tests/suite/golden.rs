@@ -10,6 +10,7 @@ use std::path::Path;
 use arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
 use skiff_engine::Engine;
+use skiff_engine::store::PipelineStatus;
 use skiff_gen::Benchmark;
 
 use crate::invariants;
@@ -247,10 +248,20 @@ fn compare_by_keys(
     Ok(())
 }
 
+/// What one query file gave back.
+#[derive(Default)]
+struct QueryRun {
+    /// The last result with columns (query files may hold DDL around it).
+    batches: Vec<RecordBatch>,
+    columns: usize,
+    /// Bytes its pipelines wrote to spill files.
+    spilled_bytes: u64,
+}
+
 /// Run every statement of one query file; checks the graph invariants of
 /// each and that the store holds nothing once the query is done.
-async fn run_query(engine: &Engine, sql: &str) -> Result<(Vec<RecordBatch>, usize), String> {
-    let mut last = (Vec::new(), 0);
+async fn run_query(engine: &Engine, sql: &str) -> Result<QueryRun, String> {
+    let mut run = QueryRun::default();
     for statement in skiff_engine::statement::split_statements(sql) {
         let plan = engine
             .physical_plan(statement)
@@ -268,11 +279,20 @@ async fn run_query(engine: &Engine, sql: &str) -> Result<(Vec<RecordBatch>, usiz
         if !state.outputs.is_empty() {
             return Err(format!("{} outputs left in the store", state.outputs.len()));
         }
+        run.spilled_bytes += state
+            .status
+            .iter()
+            .map(|s| match s {
+                PipelineStatus::Finished { output, .. } => output.spilled_bytes,
+                _ => 0,
+            })
+            .sum::<u64>();
         if columns > 0 {
-            last = (batches, columns);
+            run.batches = batches;
+            run.columns = columns;
         }
     }
-    Ok(last)
+    Ok(run)
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -283,21 +303,29 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_default()
 }
 
-/// Run the whole benchmark at `sf`; panics with the list of failures.
-async fn check_benchmark(bench: Benchmark, name: &str, sf: &str) {
+/// Run the whole benchmark at `sf` after the `setup` statements; panics
+/// with the list of failures. Returns the bytes spilled over all queries.
+async fn check_benchmark(bench: Benchmark, name: &str, sf: &str, setup: &[&str]) -> u64 {
     let data = dataset(bench, sf.parse().expect("sf"));
     let golden_dir = repo_root().join(format!("tests/golden/{name}/sf{sf}"));
     // More partitions than cores, so that partition parallelism is exercised
     // on any machine.
     let engine = engine(Some(&data), 4).await;
+    for statement in setup {
+        engine.execute(statement).await.expect(statement);
+    }
     let queries = queries(name);
     assert!(!queries.is_empty(), "no {name} queries");
     let mut failures = Vec::new();
+    let mut spilled_bytes = 0;
     for (query, sql) in &queries {
         let outcome = match load_golden(&golden_dir, query) {
             Err(e) => Err(e),
             Ok(golden) => match run_query(&engine, sql).await {
-                Ok((batches, columns)) => compare(&golden, render_rows(&batches), columns),
+                Ok(run) => {
+                    spilled_bytes += run.spilled_bytes;
+                    compare(&golden, render_rows(&run.batches), run.columns)
+                }
                 Err(e) => Err(format!("skiff failed: {e}")),
             },
         };
@@ -306,28 +334,49 @@ async fn check_benchmark(bench: Benchmark, name: &str, sf: &str) {
         }
     }
     let passed = queries.len() - failures.len();
-    println!("{name} sf{sf}: {passed}/{} match DuckDB", queries.len());
+    let setup = setup.join("; ");
+    println!(
+        "{name} sf{sf} [{setup}]: {passed}/{} match DuckDB",
+        queries.len()
+    );
     assert!(
         failures.is_empty(),
-        "{name} sf{sf}: {passed}/{} match DuckDB; failures:\n{}",
+        "{name} sf{sf} [{setup}]: {passed}/{} match DuckDB; failures:\n{}",
         queries.len(),
         failures.join("\n")
     );
+    spilled_bytes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_sf0_01_matches_duckdb() {
-    check_benchmark(Benchmark::Tpch, "tpch", "0.01").await;
+    check_benchmark(Benchmark::Tpch, "tpch", "0.01", &[]).await;
+}
+
+/// With no memory for the store, every materialized output goes through a
+/// spill file: the answers must not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_with_every_output_spilled_matches_duckdb() {
+    let setup = ["SET skiff.store_memory_max = 0"];
+    let spilled = check_benchmark(Benchmark::Tpch, "tpch", "0.01", &setup).await;
+    assert!(spilled > 0, "nothing was spilled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf0_01_with_every_output_spilled_matches_duckdb() {
+    let setup = ["SET skiff.store_memory_max = 0"];
+    let spilled = check_benchmark(Benchmark::Tpcds, "tpcds", "0.01", &setup).await;
+    assert!(spilled > 0, "nothing was spilled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_sf0_1_matches_duckdb() {
-    check_benchmark(Benchmark::Tpch, "tpch", "0.1").await;
+    check_benchmark(Benchmark::Tpch, "tpch", "0.1", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_sf0_01_matches_duckdb() {
-    check_benchmark(Benchmark::Tpcds, "tpcds", "0.01").await;
+    check_benchmark(Benchmark::Tpcds, "tpcds", "0.01", &[]).await;
 }
 
 /// SF 1 is where every TPC-DS query returns rows; it takes minutes, so it
@@ -338,5 +387,5 @@ async fn tpcds_sf1_matches_duckdb() {
         eprintln!("tpcds sf1: set SKIFF_SLOW_TESTS=1 to run (CI does)");
         return;
     }
-    check_benchmark(Benchmark::Tpcds, "tpcds", "1").await;
+    check_benchmark(Benchmark::Tpcds, "tpcds", "1", &[]).await;
 }
