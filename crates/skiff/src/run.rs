@@ -51,11 +51,11 @@ pub async fn run_statement(
                 None => break,
             },
             _ = ticker.tick() => {
-                if let Some(execution) = &output.execution {
-                    if started.elapsed() >= PROGRESS_DELAY {
-                        let bar = bar.get_or_insert_with(progress_bar);
-                        show_progress(bar, execution);
-                    }
+                if let Some(execution) = &output.execution
+                    && started.elapsed() >= PROGRESS_DELAY
+                {
+                    let bar = bar.get_or_insert_with(progress_bar);
+                    show_progress(bar, execution);
                 }
             }
         }

@@ -23,6 +23,8 @@ const RELATIVE_TOLERANCE: f64 = 1e-6;
 type Row = Vec<Option<String>>;
 
 struct Golden {
+    /// 1-based index of the statement of the query file this answers.
+    statement: usize,
     columns: Vec<String>,
     rows: Vec<Row>,
     /// How the final ORDER BY fixes the row order; `None` when unordered.
@@ -41,7 +43,16 @@ enum Order {
     },
 }
 
-fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
+/// What DuckDB said about one query file.
+enum Expected {
+    /// One answer per row-returning statement.
+    Answers(Vec<Golden>),
+    /// DuckDB raised this error (say, a division by zero at this scale);
+    /// Skiff must fail too.
+    Error(String),
+}
+
+fn load_golden(dir: &Path, query: &str) -> Result<Expected, String> {
     let meta_path = dir.join("meta.json");
     let text =
         std::fs::read_to_string(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?;
@@ -52,8 +63,25 @@ fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
         .and_then(|q| q.get(query))
         .ok_or_else(|| format!("no golden entry for {query}"))?;
     if let Some(error) = entry.get("error").and_then(|e| e.as_str()) {
-        return Err(format!("DuckDB could not answer {query}: {error}"));
+        return Ok(Expected::Error(error.to_string()));
     }
+    let mut answers = vec![load_answer(dir, entry)?];
+    if let Some(extra) = entry.get("extra_results").and_then(|e| e.as_array()) {
+        for entry in extra {
+            answers.push(load_answer(dir, entry)?);
+        }
+    }
+    Ok(Expected::Answers(answers))
+}
+
+fn load_answer(dir: &Path, entry: &serde_json::Value) -> Result<Golden, String> {
+    let field = |name: &str| {
+        entry
+            .get(name)
+            .ok_or_else(|| format!("golden entry lacks {name}"))
+    };
+    let statement = field("statement")?.as_u64().ok_or("bad statement")? as usize;
+    let file = field("file")?.as_str().ok_or("bad file")?;
     let order = match entry.get("ordered").and_then(|o| o.as_bool()) {
         Some(true) => Some(match entry.get("order_keys").and_then(|k| k.as_array()) {
             Some(keys) => Order::Keys {
@@ -71,7 +99,7 @@ fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
         }),
         _ => None,
     };
-    let path = dir.join(format!("{query}.csv"));
+    let path = dir.join(file);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut records = parse_csv(&text)?.into_iter();
     let columns = records
@@ -81,6 +109,7 @@ fn load_golden(dir: &Path, query: &str) -> Result<Golden, String> {
         .map(Option::unwrap_or_default)
         .collect();
     Ok(Golden {
+        statement,
         columns,
         rows: records.collect(),
         order,
@@ -251,9 +280,8 @@ fn compare_by_keys(
 /// What one query file gave back.
 #[derive(Default)]
 struct QueryRun {
-    /// The last result with columns (query files may hold DDL around it).
-    batches: Vec<RecordBatch>,
-    columns: usize,
+    /// Per statement (0-based): its batches and column count.
+    results: Vec<(Vec<RecordBatch>, usize)>,
     /// Bytes its pipelines wrote to spill files.
     spilled_bytes: u64,
 }
@@ -287,10 +315,7 @@ async fn run_query(engine: &Engine, sql: &str) -> Result<QueryRun, String> {
                 _ => 0,
             })
             .sum::<u64>();
-        if columns > 0 {
-            run.batches = batches;
-            run.columns = columns;
-        }
+        run.results.push((batches, columns));
     }
     Ok(run)
 }
@@ -301,6 +326,17 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .cloned()
         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
+}
+
+fn compare_all(answers: &[Golden], run: &QueryRun) -> Result<(), String> {
+    for golden in answers {
+        let Some((batches, columns)) = run.results.get(golden.statement - 1) else {
+            return Err(format!("no statement {}", golden.statement));
+        };
+        compare(golden, render_rows(batches), *columns)
+            .map_err(|e| format!("statement {}: {e}", golden.statement))?;
+    }
+    Ok(())
 }
 
 /// Run the whole benchmark at `sf` after the `setup` statements; panics
@@ -321,10 +357,14 @@ async fn check_benchmark(bench: Benchmark, name: &str, sf: &str, setup: &[&str])
     for (query, sql) in &queries {
         let outcome = match load_golden(&golden_dir, query) {
             Err(e) => Err(e),
-            Ok(golden) => match run_query(&engine, sql).await {
+            Ok(Expected::Error(duckdb)) => match run_query(&engine, sql).await {
+                Ok(_) => Err(format!("DuckDB failed ({duckdb}) but skiff answered")),
+                Err(_) => Ok(()),
+            },
+            Ok(Expected::Answers(answers)) => match run_query(&engine, sql).await {
                 Ok(run) => {
                     spilled_bytes += run.spilled_bytes;
-                    compare(&golden, render_rows(&run.batches), run.columns)
+                    compare_all(&answers, &run)
                 }
                 Err(e) => Err(format!("skiff failed: {e}")),
             },

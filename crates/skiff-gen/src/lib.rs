@@ -1,0 +1,100 @@
+//! Benchmark data generation: TPC-H and TPC-DS tables written as Parquet, one
+//! subdirectory per table (`DIR/lineitem/*.parquet`). Owns nothing but files in
+//! the output directory it is given; knows nothing of SQL execution.
+//!
+//! Entry point: [`generate`]. Output is deterministic: the same benchmark and
+//! scale factor always give the same rows in the same files, whatever the
+//! number of cores.
+
+// The output directory and the generators' rows are inputs: a failure there
+// must come back as a GenError, never as a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod error;
+mod output;
+mod run;
+mod tpcds;
+mod tpch;
+mod write;
+
+use std::path::PathBuf;
+
+pub use error::GenError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Benchmark {
+    Tpch,
+    Tpcds,
+}
+
+pub struct GenOptions {
+    /// Scale factor; 1.0 is about 1 GB of raw data. Must be finite and > 0.
+    pub sf: f64,
+    /// Directory that receives one subdirectory per table.
+    pub out: PathBuf,
+    /// Replace table directories that already exist instead of refusing.
+    pub force: bool,
+}
+
+/// Progress reporting for [`generate`].
+///
+/// Called from generator threads; must be cheap.
+pub trait GenProgress: Send + Sync {
+    /// Called once, before any rows: the estimated total rows over all tables.
+    fn start(&self, total_rows: u64);
+    /// Called after every batch (a few thousand rows) written to `table`.
+    fn advance(&self, table: &str, rows: u64);
+}
+
+/// What [`generate`] wrote.
+pub struct GenSummary {
+    /// `(table, rows, bytes on disk)`, in [`table_names`] order.
+    pub tables: Vec<(String, u64, u64)>,
+}
+
+/// Generates every table of `bench` at `opts.sf` into `opts.out`.
+///
+/// Each table is written to `OUT/.tmp-<table>` and renamed to `OUT/<table>`
+/// when complete. Without `opts.force`, fails before touching anything if any
+/// `OUT/<table>` already exists. On failure, tables not yet complete are
+/// removed; completed ones stay.
+pub fn generate(
+    bench: Benchmark,
+    opts: &GenOptions,
+    progress: &dyn GenProgress,
+) -> Result<GenSummary, GenError> {
+    if !(opts.sf.is_finite() && opts.sf > 0.0) {
+        return Err(GenError::BadScaleFactor(opts.sf));
+    }
+    let sf = opts.sf;
+    // The generator crates size their tables with arithmetic that can panic on
+    // absurd scale factors; that is a bad argument, not a crash.
+    let plan = std::panic::catch_unwind(|| match bench {
+        Benchmark::Tpch => Ok(tpch::plan(sf)),
+        Benchmark::Tpcds => tpcds::plan(sf),
+    })
+    .map_err(|_| GenError::Generator {
+        table: "(all tables)".to_string(),
+        message: format!("cannot size the tables for scale factor {sf}"),
+    })??;
+    run::execute(plan, opts, progress)
+}
+
+/// The tables [`generate`] writes for `bench`, in alphabetical order.
+pub fn table_names(bench: Benchmark) -> &'static [&'static str] {
+    match bench {
+        Benchmark::Tpch => tpch::TABLES,
+        Benchmark::Tpcds => tpcds::TABLES,
+    }
+}
+
+/// A [`GenProgress`] that reports nothing.
+pub struct NoProgress;
+
+impl GenProgress for NoProgress {
+    fn start(&self, _total_rows: u64) {}
+    fn advance(&self, _table: &str, _rows: u64) {}
+}
+
+#[cfg(test)]
+mod tests;
