@@ -9,7 +9,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "skiff",
     version,
     about = "Skiff: an elastic SQL database. Without a subcommand, opens a SQL shell.",
-    after_help = "Examples:\n  skiff demo                                   generate TPC-H SF 0.1 once and open the shell\n  skiff --data DIR -c \"SELECT count(*) FROM lineitem\"\n  skiff --data DIR -f queries.sql --format csv\n  skiff gen tpch --sf 1 --out DIR\n  skiff bench tpch --sf 1"
+    after_help = "Examples:
+  skiff demo                 generate TPC-H SF 0.1 once and open the shell
+  skiff --data DIR -c \"SELECT count(*) FROM lineitem\"
+  skiff --data DIR -f queries.sql --format csv
+  skiff gen tpch --sf 1 --out DIR
+  skiff bench tpch --sf 1"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -46,6 +51,11 @@ pub struct SessionArgs {
     /// Partitions (parallelism) per pipeline; defaults to the number of cores.
     #[arg(long, global = true)]
     pub partitions: Option<usize>,
+
+    /// Run statements with DataFusion's streaming executor instead of
+    /// Skiff's pipelines (for comparisons; no progress, no EXPLAIN PIPELINES).
+    #[arg(long, global = true, hide = true)]
+    pub streaming: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -63,6 +73,10 @@ pub enum Command {
     Gen(GenArgs),
     /// Measure Skiff against baselines on a benchmark.
     Bench(BenchArgs),
+    /// Internal: one engine runs one query file in a fresh process for
+    /// `skiff bench`, printing its timings and peak memory as a JSON line.
+    #[command(name = "bench-child", hide = true)]
+    BenchChild(BenchChildArgs),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -88,22 +102,88 @@ pub struct GenArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_long_help = BENCH_HELP)]
 pub struct BenchArgs {
     /// Which benchmark to run.
     #[arg(value_enum)]
     pub benchmark: BenchmarkName,
-    /// Scale factor; data is generated under bench/data/ when missing.
+    /// Scale factor. Without --data, data lives in bench/data/<benchmark>-sf<SF>
+    /// under the current directory and is generated there when missing.
     #[arg(long, default_value_t = 1.0)]
     pub sf: f64,
     /// Runs per query and engine (the first is a warm-up and not counted when > 1).
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
     /// Only these queries (comma-separated numbers, e.g. 1,5,18).
     #[arg(long, value_delimiter = ',')]
     pub queries: Vec<usize>,
     /// Where CSV and PNG results go.
     #[arg(long, default_value = "bench/results")]
     pub results: PathBuf,
+    /// Engines to measure (comma-separated). DuckDB is skipped, with a note,
+    /// when python3 cannot import its `duckdb` module.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "skiff,datafusion,duckdb"
+    )]
+    pub engines: Vec<BenchEngine>,
+    /// Directory of the query files q1.sql/q01.sql ...; defaults to
+    /// tests/queries/<benchmark> under the current directory.
+    #[arg(long)]
+    pub query_dir: Option<PathBuf>,
+    /// Seconds allowed for all runs of one query on one engine; the engine's
+    /// process is killed after that and the query reported as failed.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+const BENCH_HELP: &str = "\
+What is measured:
+  Every (engine, query) pair runs in a fresh child process, so engines share no
+  caches and each has its own peak memory. The child runs the whole query file
+  (all its statements) --runs times and reports wall times, rows returned, its
+  RSS after registering the tables (the fixed overhead) and its peak RSS
+  (VmHWM). The reported time is the median of the runs after the first.
+
+Engines:
+  skiff       Skiff's pipeline executor
+  datafusion  plain DataFusion streaming execution of the same physical plan
+  duckdb      DuckDB (python3 module) over the same Parquet files
+
+Session flags that apply: --data DIR (use this data instead of bench/data/...),
+--partitions N (parallelism of every engine, DuckDB threads included) and
+--memory-limit SIZE (every engine).
+
+Output: a table per query and totals on stdout, progress on stderr, and
+RESULTS/<benchmark>-sf<SF>-<timestamp>.csv/.png plus -latest.csv/.png copies.
+See bench/README.md for how to read them.
+
+Examples:
+  skiff bench tpch --sf 1
+  skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
+  skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300";
+
+/// An engine `skiff bench` can measure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchEngine {
+    Skiff,
+    Datafusion,
+    Duckdb,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchChildArgs {
+    /// skiff or datafusion (DuckDB runs in python3, not here).
+    #[arg(long, value_enum)]
+    pub engine: BenchEngine,
+    /// The query file; all of its statements run, in order.
+    #[arg(long)]
+    pub query: PathBuf,
+    /// How many times to run the whole file.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
 }
 
 /// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.
