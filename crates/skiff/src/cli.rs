@@ -73,6 +73,9 @@ pub enum Command {
     Gen(GenArgs),
     /// Measure Skiff against baselines on a benchmark.
     Bench(BenchArgs),
+    /// Transactions on an emulated CXL pod (TPC-C NewOrder/Payment).
+    #[command(subcommand)]
+    Pod(crate::pod::PodCommand),
     /// Internal: one engine runs one query file in a fresh process for
     /// `skiff bench`, printing its timings and peak memory as a JSON line.
     #[command(name = "bench-child", hide = true)]

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod generate;
 mod output;
+mod pod;
 mod run;
 mod session;
 mod shell;
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
 
 async fn main_async(cli: Cli) -> Result<()> {
     match &cli.subcommand {
+        Some(Command::Pod(command)) => pod::run(command).map_err(external),
         Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
         Some(Command::Demo) => {
             ensure_demo_data(&session::data_dir(&cli.session))?;

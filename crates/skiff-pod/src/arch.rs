@@ -1,0 +1,223 @@
+//! The five pod architectures of issue 5 and where each puts every table.
+//! One flag, the same transaction code: an architecture is only a placement
+//! (pod memory or a host's private partition) per table, plus, for (a), (b)
+//! and (e), mechanisms this increment does not have yet.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::error::{PodError, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Arch {
+    /// (a) Shared-nothing: partitions only, 2PC over TCP on loopback.
+    SharedNothingTcp,
+    /// (b) Shared-nothing: partitions only, 2PC over message queues in pod memory.
+    SharedNothingCxl,
+    /// (c) Shared-everything: every table in the shared region, every lock
+    /// word in the coherent region.
+    SharedEverything,
+    /// (d) Pasha static: tables that several hosts access (CUSTOMER, STOCK
+    /// when remote accesses are possible) in the shared region up front; the
+    /// rest in each host's private partition; ITEM replicated.
+    PashaStatic,
+    /// (e) Pasha dynamic: tuples move to the shared region on demand.
+    PashaDynamic,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 5] = [
+        Arch::SharedNothingTcp,
+        Arch::SharedNothingCxl,
+        Arch::SharedEverything,
+        Arch::PashaStatic,
+        Arch::PashaDynamic,
+    ];
+
+    /// The letter of the issue's list, `a` to `e`.
+    pub fn letter(self) -> char {
+        match self {
+            Arch::SharedNothingTcp => 'a',
+            Arch::SharedNothingCxl => 'b',
+            Arch::SharedEverything => 'c',
+            Arch::PashaStatic => 'd',
+            Arch::PashaDynamic => 'e',
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::SharedNothingTcp => "shared-nothing-tcp",
+            Arch::SharedNothingCxl => "shared-nothing-cxl",
+            Arch::SharedEverything => "shared-everything",
+            Arch::PashaStatic => "pasha-static",
+            Arch::PashaDynamic => "pasha-dynamic",
+        }
+    }
+
+    /// Whether this build can run it.
+    pub fn is_implemented(self) -> bool {
+        matches!(self, Arch::SharedEverything | Arch::PashaStatic)
+    }
+
+    pub(crate) fn require_implemented(self) -> Result<()> {
+        if self.is_implemented() {
+            Ok(())
+        } else {
+            Err(PodError::NotImplemented(format!(
+                "architecture ({}) {}; this build runs (c) shared-everything and (d) pasha-static",
+                self.letter(),
+                self.name()
+            )))
+        }
+    }
+
+    pub(crate) fn code(self) -> u32 {
+        self.letter() as u32 - 'a' as u32 + 1
+    }
+
+    pub(crate) fn from_code(code: u32) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.code() == code)
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({}) {}", self.letter(), self.name())
+    }
+}
+
+impl FromStr for Arch {
+    type Err = PodError;
+
+    /// Accepts the letter (`c`) or the name (`shared-everything`).
+    fn from_str(s: &str) -> Result<Arch> {
+        let s = s.trim().to_ascii_lowercase();
+        Arch::ALL
+            .into_iter()
+            .find(|a| s == a.name() || s.len() == 1 && s.starts_with(a.letter()))
+            .ok_or_else(|| {
+                PodError::Config(format!(
+                    "unknown architecture {s:?}; one of a..e or {}",
+                    Arch::ALL.map(|a| a.name()).join(", ")
+                ))
+            })
+    }
+}
+
+/// Concurrency control between transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum CcProtocol {
+    /// Two-phase locking; a conflicting lock request aborts at once.
+    NoWait,
+    /// Two-phase locking; older transactions wait, younger ones abort.
+    WaitDie,
+}
+
+impl CcProtocol {
+    pub(crate) fn require_implemented(self) -> Result<()> {
+        match self {
+            CcProtocol::NoWait => Ok(()),
+            CcProtocol::WaitDie => Err(PodError::NotImplemented(
+                "concurrency control WAIT_DIE; this build has NO_WAIT".into(),
+            )),
+        }
+    }
+}
+
+/// Where a table's rows and lock words live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Rows in the shared region of the pod file, lock words in its coherent
+    /// region: every host reaches every warehouse's rows.
+    Pod,
+    /// Rows and lock words in the partition file of the warehouse's host;
+    /// only that host touches them.
+    Partition,
+    /// A full copy in every host's partition (read-only tables).
+    Replicated,
+}
+
+/// The logical tables of TPC-C, for placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TableGroup {
+    Warehouse,
+    District,
+    Customer,
+    Order,
+    Item,
+    Stock,
+}
+
+/// Placement of `group` under `arch`. `remote_customers` / `remote_stock`:
+/// whether a host can ever touch another host's customers (Payment with a
+/// remote customer) or stock (NewOrder with a remote supplier). With one
+/// host, or with no remote accesses, Pasha static shares nothing.
+pub(crate) fn place(
+    arch: Arch,
+    group: TableGroup,
+    remote_customers: bool,
+    remote_stock: bool,
+) -> Place {
+    match arch {
+        Arch::SharedEverything => Place::Pod,
+        Arch::PashaStatic => match group {
+            TableGroup::Item => Place::Replicated,
+            TableGroup::Customer if remote_customers => Place::Pod,
+            TableGroup::Stock if remote_stock => Place::Pod,
+            _ => Place::Partition,
+        },
+        // Not runnable (require_implemented refuses them first); a
+        // partitioned placement is what they would start from.
+        Arch::SharedNothingTcp | Arch::SharedNothingCxl | Arch::PashaDynamic => match group {
+            TableGroup::Item => Place::Replicated,
+            _ => Place::Partition,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_letters_and_names() {
+        assert_eq!("c".parse::<Arch>().unwrap(), Arch::SharedEverything);
+        assert_eq!("pasha-static".parse::<Arch>().unwrap(), Arch::PashaStatic);
+        assert!("x".parse::<Arch>().is_err());
+        for a in Arch::ALL {
+            assert_eq!(Arch::from_code(a.code()), Some(a));
+            assert_eq!(a.name().parse::<Arch>().unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn unbuilt_architectures_say_so() {
+        for a in [
+            Arch::SharedNothingTcp,
+            Arch::SharedNothingCxl,
+            Arch::PashaDynamic,
+        ] {
+            let e = a.require_implemented().unwrap_err();
+            assert!(matches!(e, PodError::NotImplemented(_)), "{e}");
+            assert!(e.to_string().contains(a.name()));
+        }
+        assert!(CcProtocol::WaitDie.require_implemented().is_err());
+    }
+
+    #[test]
+    fn pasha_static_shares_only_what_crosses_hosts() {
+        let p = |g, c, s| place(Arch::PashaStatic, g, c, s);
+        assert_eq!(p(TableGroup::Customer, true, false), Place::Pod);
+        assert_eq!(p(TableGroup::Customer, false, true), Place::Partition);
+        assert_eq!(p(TableGroup::Stock, false, true), Place::Pod);
+        assert_eq!(p(TableGroup::Warehouse, true, true), Place::Partition);
+        assert_eq!(p(TableGroup::Item, true, true), Place::Replicated);
+        assert_eq!(
+            place(Arch::SharedEverything, TableGroup::Item, false, false),
+            Place::Pod
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! What a caller configures ([`PodConfig`], [`CheckConfig`]) and the resolved
+//! parameters every process of a run agrees on ([`Params`], stored in the pod
+//! header so host processes need only the pod file's path).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::arch::{Arch, CcProtocol};
+use crate::constants::{
+    DURATION_MS_MAX, HOSTS_MAX, ORDERS_PER_DISTRICT_DEFAULT_MAX, ORDERS_PER_DISTRICT_MIN,
+    REGION_BYTES_MAX, WAREHOUSES_MAX, WORKERS_PER_HOST_MAX,
+};
+use crate::cxl::CxlModel;
+use crate::error::{PodError, Result};
+use crate::tpcc::random::{NurandConstants, Rng};
+
+/// How [`crate::run`] starts host processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// Every host as a group of threads in the calling process, each with its
+    /// own mapping of the pod file. For tests and debugging; the hosts share
+    /// nothing but pod memory all the same.
+    Threads,
+    /// Every host as its own process: `program args... --shm PATH --host N`,
+    /// which must call [`crate::host_main`].
+    Processes(HostCommand),
+}
+
+/// The command line of a host process, before `--shm PATH --host N`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl HostCommand {
+    /// `<this executable> pod host`: what the `skiff` binary offers.
+    pub fn current_exe_pod_host() -> Result<HostCommand> {
+        let program = std::env::current_exe().map_err(|e| PodError::io("current executable", e))?;
+        Ok(HostCommand {
+            program,
+            args: vec!["pod".into(), "host".into()],
+        })
+    }
+}
+
+/// Configuration of [`crate::run`] and [`crate::load`].
+#[derive(Clone, Debug)]
+pub struct PodConfig {
+    /// The pod file, normally in /dev/shm. Host partitions go beside it as
+    /// `PATH.host0`, `PATH.host1`, ...; [`crate::remove_pod`] deletes them all.
+    pub shm_path: PathBuf,
+    pub hosts: u16,
+    /// At least `hosts`; host h owns a contiguous block of warehouses.
+    pub warehouses: u32,
+    pub arch: Arch,
+    pub cc: CcProtocol,
+    /// How long transactions run, after load and host start-up.
+    pub duration: Duration,
+    pub workers_per_host: u16,
+    /// Percentage of transactions that are NewOrder; the rest are Payment.
+    pub new_order_pct: u8,
+    /// "Multi-warehouse %": the nominal share of NewOrders that touch a remote
+    /// warehouse. 10 is the TPC-C default (each order line's supplier is
+    /// remote with 1%, a Payment's customer with 15%); both probabilities
+    /// scale with it, so 60 means 6% per line and 90% of Payments.
+    pub multi_warehouse_pct: f64,
+    /// Bytes of the hardware-coherent region (lock words, host stats).
+    pub coherent_bytes: u64,
+    /// Bytes of the shared data region; `None` sizes it to fit.
+    pub shared_bytes: Option<u64>,
+    /// ORDER/NEW_ORDER/HISTORY slots per district; `None` picks enough for
+    /// `duration` that also fits the coherent region.
+    pub orders_per_district_max: Option<u32>,
+    pub cxl: CxlModel,
+    /// Run a read-only auditor thread per host (W_YTD = sum of D_YTD).
+    pub auditor: bool,
+    pub seed: u64,
+    pub launch: Launch,
+}
+
+impl PodConfig {
+    /// TPC-C defaults: 50/50 NewOrder/Payment, spec remote probabilities,
+    /// shared-everything, one worker per host, a 256 MiB coherent region.
+    pub fn new(shm_path: impl Into<PathBuf>, hosts: u16, warehouses: u32) -> PodConfig {
+        PodConfig {
+            shm_path: shm_path.into(),
+            hosts,
+            warehouses,
+            arch: Arch::SharedEverything,
+            cc: CcProtocol::NoWait,
+            duration: Duration::from_secs(10),
+            workers_per_host: 1,
+            new_order_pct: 50,
+            multi_warehouse_pct: 10.0,
+            coherent_bytes: 256 << 20,
+            shared_bytes: None,
+            orders_per_district_max: None,
+            cxl: CxlModel::default(),
+            auditor: false,
+            seed: 0x5eed,
+            launch: Launch::Threads,
+        }
+    }
+
+    /// Probability that one NewOrder line's supplying warehouse is remote.
+    pub fn line_remote_probability(&self) -> f64 {
+        (0.01 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
+    }
+
+    /// Probability that a Payment's customer is in a remote warehouse.
+    pub fn payment_remote_probability(&self) -> f64 {
+        (0.15 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.arch.require_implemented()?;
+        self.cc.require_implemented()?;
+        let bad = |m: String| Err(PodError::Config(m));
+        if self.hosts == 0 || self.hosts as usize > HOSTS_MAX {
+            return bad(format!("hosts must be 1..={HOSTS_MAX}, not {}", self.hosts));
+        }
+        if self.warehouses < self.hosts as u32 || self.warehouses > WAREHOUSES_MAX {
+            return bad(format!(
+                "warehouses must be at least hosts ({}) and at most {WAREHOUSES_MAX}, not {}",
+                self.hosts, self.warehouses
+            ));
+        }
+        if self.workers_per_host == 0 || self.workers_per_host as usize > WORKERS_PER_HOST_MAX {
+            return bad(format!(
+                "workers per host must be 1..={WORKERS_PER_HOST_MAX}, not {}",
+                self.workers_per_host
+            ));
+        }
+        if self.new_order_pct > 100 {
+            return bad(format!(
+                "NewOrder share must be 0..=100%, not {}",
+                self.new_order_pct
+            ));
+        }
+        if !(0.0..=1000.0).contains(&self.multi_warehouse_pct) {
+            return bad(format!(
+                "multi-warehouse % must be within 0..=1000, not {}",
+                self.multi_warehouse_pct
+            ));
+        }
+        if !(self.cxl.latency_ratio >= 1.0 && self.cxl.dram_latency_ns > 0.0) {
+            return bad(format!(
+                "CXL latency ratio must be >= 1 and DRAM latency > 0: {:?}",
+                self.cxl
+            ));
+        }
+        if self.duration.as_millis() == 0 || self.duration.as_millis() > DURATION_MS_MAX as u128 {
+            return bad(format!(
+                "duration must be within [1 ms, 24 h], not {:?}",
+                self.duration
+            ));
+        }
+        let region_ok = |b: u64| (4096..=REGION_BYTES_MAX).contains(&b);
+        if !region_ok(self.coherent_bytes) || !self.shared_bytes.is_none_or(region_ok) {
+            return bad(format!(
+                "region sizes must be within 4 KiB..=1 TiB: coherent {}, shared {:?}",
+                self.coherent_bytes, self.shared_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Configuration of [`crate::check`].
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    pub shm_path: PathBuf,
+}
+
+/// Everything the processes of one run agree on: the configuration resolved
+/// to concrete numbers. Written to the pod header by the coordinator, read
+/// back (and validated) by hosts and by `check`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub(crate) struct Params {
+    pub hosts: u16,
+    pub warehouses: u32,
+    #[serde(skip)]
+    pub arch: Arch,
+    #[serde(skip)]
+    pub cc: CcProtocol,
+    pub workers_per_host: u16,
+    pub new_order_pct: u8,
+    pub multi_warehouse_pct: f64,
+    pub orders_per_district: u32,
+    pub duration_ms: u64,
+    pub seed: u64,
+    pub auditor: bool,
+    pub cxl: CxlModel,
+    #[serde(skip)]
+    pub nurand: NurandConstants,
+    pub coherent_bytes: u64,
+    /// 0 = size the shared region to fit.
+    pub shared_bytes: u64,
+}
+
+impl Params {
+    /// Resolves `cfg` (already validated); the order capacity is settled by
+    /// the layout, which knows what fits.
+    pub(crate) fn from_config(cfg: &PodConfig) -> Params {
+        let mut rng = Rng::derive(cfg.seed, 0x4E55, 0);
+        Params {
+            hosts: cfg.hosts,
+            warehouses: cfg.warehouses,
+            arch: cfg.arch,
+            cc: cfg.cc,
+            workers_per_host: cfg.workers_per_host,
+            new_order_pct: cfg.new_order_pct,
+            multi_warehouse_pct: cfg.multi_warehouse_pct,
+            orders_per_district: cfg.orders_per_district_max.unwrap_or(0),
+            duration_ms: cfg.duration.as_millis().min(u64::MAX as u128) as u64,
+            seed: cfg.seed,
+            auditor: cfg.auditor,
+            cxl: cfg.cxl,
+            nurand: NurandConstants::generate(&mut rng),
+            coherent_bytes: cfg.coherent_bytes,
+            shared_bytes: cfg.shared_bytes.unwrap_or(0),
+        }
+    }
+
+    pub(crate) fn line_remote_probability(&self) -> f64 {
+        (0.01 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
+    }
+
+    pub(crate) fn payment_remote_probability(&self) -> f64 {
+        (0.15 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
+    }
+
+    /// Order slots per district wanted for the run when not configured:
+    /// 3,000 loaded plus 20,000 per second, far above what a district takes.
+    pub(crate) fn default_orders_per_district(&self) -> u32 {
+        let secs = self.duration_ms.div_ceil(1000).max(1);
+        (3_000 + secs.saturating_mul(20_000)).clamp(
+            ORDERS_PER_DISTRICT_MIN as u64,
+            ORDERS_PER_DISTRICT_DEFAULT_MAX as u64,
+        ) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_probabilities_scale_together() {
+        let mut c = PodConfig::new("/dev/shm/x", 2, 2);
+        assert!((c.line_remote_probability() - 0.01).abs() < 1e-12);
+        assert!((c.payment_remote_probability() - 0.15).abs() < 1e-12);
+        c.multi_warehouse_pct = 60.0;
+        assert!((c.line_remote_probability() - 0.06).abs() < 1e-12);
+        assert!((c.payment_remote_probability() - 0.90).abs() < 1e-12);
+        c.multi_warehouse_pct = 0.0;
+        assert_eq!(c.payment_remote_probability(), 0.0);
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut c = PodConfig::new("/dev/shm/x", 3, 2);
+        assert!(c.validate().unwrap_err().to_string().contains("warehouses"));
+        c.warehouses = 3;
+        c.validate().unwrap();
+        c.arch = Arch::PashaDynamic;
+        assert!(matches!(c.validate(), Err(PodError::NotImplemented(_))));
+        c.arch = Arch::PashaStatic;
+        c.workers_per_host = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("workers"));
+    }
+}

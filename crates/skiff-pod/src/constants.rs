@@ -1,0 +1,74 @@
+//! Every bound of the pod in one place, named `noun_unit_max`, each with the
+//! reason for its value. Relations between them are asserted at compile time.
+
+/// Hosts in a pod. The lock word keeps one cache-validity bit per host in
+/// 16 bits (see `lockword`), so this cannot grow without changing it.
+pub const HOSTS_MAX: usize = 16;
+
+/// Worker threads per host. Bounds the reader count of a lock word
+/// (`HOSTS_MAX * WORKERS_PER_HOST_MAX` concurrent readers, plus auditors).
+pub const WORKERS_PER_HOST_MAX: usize = 64;
+
+/// Warehouses in one pod: the loader writes about 80 MB per warehouse.
+pub const WAREHOUSES_MAX: u32 = 1024;
+
+/// Longest run: a day, in milliseconds.
+pub const DURATION_MS_MAX: u64 = 24 * 3600 * 1000;
+
+/// Largest coherent or shared region: 1 TiB (sparse files; the bound keeps
+/// offset arithmetic far from overflow).
+pub const REGION_BYTES_MAX: u64 = 1 << 40;
+
+/// A cache line, the unit of modeled CXL misses.
+pub const CACHE_LINE_BYTES: u64 = 64;
+
+/// Header page of the pod file and of each partition file.
+pub const HEADER_BYTES: u64 = 4096;
+
+/// Locks one transaction may hold. NewOrder is the largest: warehouse,
+/// district, customer, order, new-order and up to 15 stock rows = 20.
+pub const TXN_LOCKS_MAX: usize = 64;
+
+/// Before-images one transaction may log. NewOrder logs the district (112),
+/// order (40), new-order (16), 15 stock rows (80 each) and 15 order lines
+/// (72 each) = 2,448 bytes; Payment at most ~1 KiB.
+pub const TXN_UNDO_BYTES_MAX: usize = 16 * 1024;
+
+/// Distinct cache lines one transaction tracks for miss counting. NewOrder in
+/// the shared-everything layout touches about 150. Power of two (hash set).
+pub const TXN_LINES_MAX: usize = 2048;
+
+/// Attempts of one transaction input before the worker gives up on it. NO_WAIT
+/// retries after every conflict; a livelock would otherwise never end.
+pub const TXN_ATTEMPTS_MAX: u32 = 100_000;
+
+/// Compare-and-swap retries on one lock word before NO_WAIT calls it a
+/// conflict. Only concurrent reader arrivals make a CAS fail.
+pub const LOCK_CAS_RETRY_MAX: u32 = 64;
+
+/// Bytes of an error message a host leaves in its stats slot.
+pub const HOST_ERROR_BYTES_MAX: usize = 240;
+
+/// Bytes of the reason a run ended early, kept in the pod header.
+pub const STOP_REASON_BYTES_MAX: usize = 240;
+
+/// Order (and history) slots per district when the configuration does not
+/// say: 3,000 initial orders plus room for the run.
+pub const ORDERS_PER_DISTRICT_DEFAULT_MAX: u32 = 3_000 + 200_000;
+
+/// Fewest order slots per district that still leave room to run.
+pub const ORDERS_PER_DISTRICT_MIN: u32 = 3_000 + 1_000;
+
+/// Empty order slots `check` reads past the last order of a district to
+/// prove no stray order exists beyond it.
+pub const CHECK_GAP_SCAN_MAX: u32 = 1_000;
+
+const _: () = {
+    assert!(HOSTS_MAX <= 16);
+    assert!(TXN_LINES_MAX.is_power_of_two());
+    // Reader count is 16 bits in the lock word.
+    assert!(HOSTS_MAX * (WORKERS_PER_HOST_MAX + 1) < u16::MAX as usize);
+    assert!(TXN_LOCKS_MAX >= 20);
+    assert!(HOST_ERROR_BYTES_MAX.is_multiple_of(8));
+    assert!(STOP_REASON_BYTES_MAX.is_multiple_of(8));
+};

@@ -1,0 +1,345 @@
+//! A host: maps the pod file and its own partition, runs worker threads (and
+//! optionally an auditor) from the coordinator's start signal to its stop
+//! signal, and leaves its statistics in its slot of the coherent region.
+//!
+//! A host never talks to another host: its transactions reach only its
+//! partition and pod memory.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::arch::Place;
+use crate::constants::TXN_ATTEMPTS_MAX;
+use crate::error::{PodError, Result};
+use crate::futex;
+use crate::header::{Control, state};
+use crate::layout::Array;
+use crate::memory::{Parts, PodMemory};
+use crate::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
+use crate::tpcc::audit::audit_warehouse;
+use crate::tpcc::input::InputGen;
+use crate::tpcc::neworder::new_order;
+use crate::tpcc::payment::payment;
+use crate::tpcc::random::Rng;
+use crate::txn::{Txn, TxnError, TxnResult};
+
+/// How long a host waits for the start signal before giving up.
+const HOST_START_TIMEOUT: Duration = Duration::from_secs(120);
+/// A host stops by itself this long after its run should have ended, in case
+/// the coordinator died without saying so.
+const HOST_STOP_GRACE: Duration = Duration::from_secs(30);
+/// The auditor's pause between audits (a futex sleep, woken by the stop).
+const AUDIT_PAUSE: Duration = Duration::from_millis(1);
+
+/// Arguments of a host process: all else is in the pod header.
+#[derive(Clone, Debug)]
+pub struct HostArgs {
+    pub shm_path: PathBuf,
+    pub host: u16,
+}
+
+impl HostArgs {
+    /// Parses `--shm PATH --host N` (what [`crate::Launch::Processes`]
+    /// appends), ignoring nothing else.
+    pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<HostArgs> {
+        let mut shm = None;
+        let mut host = None;
+        let mut it = args.into_iter();
+        while let Some(a) = it.next() {
+            match a.to_str() {
+                Some("--shm") => shm = it.next().map(PathBuf::from),
+                Some("--host") => {
+                    host = it
+                        .next()
+                        .and_then(|v| v.to_str().and_then(|s| s.parse::<u16>().ok()))
+                }
+                _ => return Err(PodError::Config(format!("unexpected host argument {a:?}"))),
+            }
+        }
+        match (shm, host) {
+            (Some(shm_path), Some(host)) => Ok(HostArgs { shm_path, host }),
+            _ => Err(PodError::Config("a host needs --shm PATH --host N".into())),
+        }
+    }
+}
+
+/// The body of a host process (or host thread): attach, run, report. Its
+/// statistics (or its error) go to its slot in the coherent region, so the
+/// coordinator learns the outcome even from a process it cannot join.
+pub fn host_main(args: &HostArgs) -> Result<()> {
+    let mem = PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?;
+    let control = mem.control();
+    let result = run_host(&mem, args.host);
+    let raw = match &result {
+        Ok((stats, elapsed)) => HostStatsRaw::from_stats(stats, elapsed.as_nanos() as u64),
+        Err(e) => HostStatsRaw::failed(&e.to_string()),
+    };
+    mem.pod.write(
+        mem.layout.host_stats_off + args.host as u64 * HOST_STATS_BYTES,
+        &raw,
+    );
+    Control::count_in(control.hosts_done);
+    result.map(|_| ())
+}
+
+fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
+    // A pod written by a newer build may name an architecture this one
+    // cannot run; refuse rather than run it as something else.
+    mem.params().arch.require_implemented()?;
+    mem.params().cc.require_implemented()?;
+    let control = mem.control();
+    let s = control.state();
+    if s != state::LOADED {
+        return Err(PodError::Busy(format!(
+            "host {host} found the pod {}, not loaded",
+            state::name(s)
+        )));
+    }
+    Control::count_in(control.hosts_ready);
+    let started = futex::wait_until(
+        control.run_state,
+        Instant::now() + HOST_START_TIMEOUT,
+        HOST_START_TIMEOUT,
+        |s| s != state::LOADED,
+    );
+    match started {
+        None => return Err(PodError::Timeout(format!("host {host}: no start signal"))),
+        Some(state::RUNNING) => {}
+        // Stopped or failed before the start: nothing to run.
+        Some(_) => return Ok((WorkerStats::default(), Duration::ZERO)),
+    }
+    let start = Instant::now();
+    let hard_stop = start + Duration::from_millis(mem.params().duration_ms) + HOST_STOP_GRACE;
+    let workers = mem.params().workers_per_host;
+    let mut total = WorkerStats::default();
+    let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| s.spawn(move || worker(mem, host, w, hard_stop)))
+            .collect();
+        let auditor = mem
+            .params()
+            .auditor
+            .then(|| s.spawn(move || auditor(mem, host, hard_stop)));
+        let mut out: Vec<Result<WorkerStats>> =
+            handles.into_iter().map(|h| join(host, h)).collect();
+        if let Some(a) = auditor {
+            out.push(join(host, a));
+        }
+        out
+    });
+    for r in results {
+        total.merge(&r?);
+    }
+    Ok((total, start.elapsed()))
+}
+
+fn join(
+    host: u16,
+    h: std::thread::ScopedJoinHandle<'_, Result<WorkerStats>>,
+) -> Result<WorkerStats> {
+    h.join().unwrap_or_else(|_| {
+        Err(PodError::HostFailed {
+            host,
+            reason: "a worker thread panicked".into(),
+        })
+    })
+}
+
+/// Date-time stamps in Unix seconds; never 0, which means NULL.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs().max(1))
+}
+
+enum Outcome {
+    Committed,
+    RolledBack,
+    /// Attempts exhausted, or the run stopped while retrying.
+    Abandoned,
+}
+
+/// Runs `body` until it commits, rolls back by request, or fails for good.
+/// Each conflict aborts (undo, release) and retries the same input.
+fn execute(
+    txn: &mut Txn<'_>,
+    control: &Control<'_>,
+    counters: &mut TxnCounters,
+    mut body: impl FnMut(&mut Txn<'_>) -> TxnResult<()>,
+) -> std::result::Result<Outcome, TxnError> {
+    for _ in 0..TXN_ATTEMPTS_MAX {
+        txn.begin();
+        match body(txn) {
+            Ok(()) => {
+                txn.commit();
+                return Ok(Outcome::Committed);
+            }
+            Err(TxnError::Conflict) => {
+                txn.abort();
+                counters.aborted += 1;
+                if control.state() != state::RUNNING {
+                    return Ok(Outcome::Abandoned);
+                }
+                // Let the holder finish; on 2 cores spinning would starve it.
+                std::thread::yield_now();
+            }
+            Err(TxnError::Rollback) => {
+                txn.abort();
+                return Ok(Outcome::RolledBack);
+            }
+            Err(fatal) => {
+                txn.abort();
+                return Err(fatal);
+            }
+        }
+    }
+    counters.gave_up += 1;
+    Ok(Outcome::Abandoned)
+}
+
+fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<WorkerStats> {
+    let params = mem.params();
+    let inputs = InputGen {
+        warehouses: params.warehouses,
+        line_remote_p: params.line_remote_probability(),
+        payment_remote_p: params.payment_remote_probability(),
+        nurand: params.nurand,
+    };
+    let mut rng = Rng::derive(params.seed, 0x574F_524B ^ host as u64, id as u64);
+    let home = home_warehouses(mem.layout.warehouses_of(host), params.workers_per_host, id);
+    let control = mem.control();
+    let mut txn = Txn::new(mem, host);
+    let mut stats = WorkerStats::default();
+    let cpu_start = thread_cpu_ns();
+    let mut done = 0u64;
+    while control.state() == state::RUNNING {
+        done += 1;
+        if done.is_multiple_of(256) && Instant::now() > hard_stop {
+            break;
+        }
+        let w = home[rng.uniform(0, home.len() as u64 - 1) as usize];
+        let now = unix_now();
+        let started = Instant::now();
+        let (outcome, counters, latency, remote) =
+            if rng.uniform(1, 100) <= params.new_order_pct as u64 {
+                let input = inputs.new_order(&mut rng, w);
+                let o = execute(&mut txn, &control, &mut stats.new_order, |t| {
+                    new_order(t, &input, now).map(|_| ())
+                });
+                (
+                    o,
+                    &mut stats.new_order,
+                    &mut stats.new_order_latency,
+                    !input.all_local(),
+                )
+            } else {
+                let input = inputs.payment(&mut rng, w);
+                let o = execute(&mut txn, &control, &mut stats.payment, |t| {
+                    payment(t, &input, now).map(|_| ())
+                });
+                (
+                    o,
+                    &mut stats.payment,
+                    &mut stats.payment_latency,
+                    input.c_w_id != input.w_id,
+                )
+            };
+        match outcome {
+            Ok(Outcome::Committed) => {
+                counters.committed += 1;
+                counters.remote += remote as u64;
+                latency.record(started.elapsed().as_nanos() as u64);
+            }
+            Ok(Outcome::RolledBack) => {
+                counters.rolled_back += 1;
+                latency.record(started.elapsed().as_nanos() as u64);
+            }
+            Ok(Outcome::Abandoned) => {}
+            Err(TxnError::Capacity(reason)) => {
+                control.request_stop(&format!("host {host}: {reason}"));
+                break;
+            }
+            Err(e) => return Err(PodError::Corrupt(format!("host {host} worker {id}: {e:?}"))),
+        }
+    }
+    stats.cxl = txn.cxl_counters();
+    stats.cpu_ns = thread_cpu_ns() - cpu_start;
+    Ok(stats)
+}
+
+/// The home warehouses of worker `id` among its host's `range`. Like the
+/// spec's terminals, a worker keeps to its own warehouses, so two workers of
+/// one host share a warehouse only when there are more workers than
+/// warehouses (otherwise NO_WAIT aborts them on each other's warehouse row).
+fn home_warehouses(range: std::ops::RangeInclusive<u32>, workers: u16, id: u16) -> Vec<u32> {
+    let (first, count) = (*range.start(), range.end() - range.start() + 1);
+    let workers = workers as u32;
+    if workers <= count {
+        range
+            .filter(|w| (w - first) % workers == id as u32)
+            .collect()
+    } else {
+        vec![first + id as u32 % count]
+    }
+}
+
+/// Audits W_YTD = sum(D_YTD) round-robin over the warehouses this host can
+/// reach: all of them when WAREHOUSE and DISTRICT are in pod memory, its own
+/// otherwise. Counts only audit outcomes (it is an observer, not load).
+fn auditor(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
+    let layout = &mem.layout;
+    let shared = layout.place_of(Array::Warehouse) == Place::Pod
+        && layout.place_of(Array::District) == Place::Pod;
+    let targets: Vec<u32> = if shared {
+        (1..=mem.params().warehouses).collect()
+    } else {
+        layout.warehouses_of(host).collect()
+    };
+    let control = mem.control();
+    let mut txn = Txn::new(mem, host);
+    let mut stats = WorkerStats::default();
+    let mut next = host as usize;
+    while control.state() == state::RUNNING && Instant::now() < hard_stop {
+        let w = targets[next % targets.len()];
+        next += 1;
+        let mut holds = true;
+        let mut counters = TxnCounters::default();
+        let outcome = execute(&mut txn, &control, &mut counters, |t| {
+            holds = audit_warehouse(t, w)?;
+            Ok(())
+        });
+        stats.audit.aborted += counters.aborted;
+        match outcome {
+            Ok(Outcome::Committed) => {
+                stats.audit.committed += 1;
+                stats.audit.violations += !holds as u64;
+            }
+            Ok(_) => {}
+            Err(e) => return Err(PodError::Corrupt(format!("host {host} auditor: {e:?}"))),
+        }
+        futex::wait(control.run_state, state::RUNNING, AUDIT_PAUSE);
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_split_their_hosts_warehouses() {
+        assert_eq!(home_warehouses(3..=7, 2, 0), vec![3, 5, 7]);
+        assert_eq!(home_warehouses(3..=7, 2, 1), vec![4, 6]);
+        assert_eq!(home_warehouses(3..=4, 3, 2), vec![3]);
+        assert_eq!(home_warehouses(5..=5, 1, 0), vec![5]);
+    }
+
+    #[test]
+    fn host_args_parse() {
+        let a = HostArgs::parse(["--shm", "/dev/shm/p", "--host", "3"].map(Into::into)).unwrap();
+        assert_eq!(a.host, 3);
+        assert_eq!(a.shm_path, PathBuf::from("/dev/shm/p"));
+        assert!(HostArgs::parse(["--shm", "/x"].map(Into::into)).is_err());
+        assert!(HostArgs::parse(["--bogus"].map(Into::into)).is_err());
+    }
+}

@@ -1,0 +1,610 @@
+//! Where every row and lock word of a run lives: a pure function of
+//! [`Params`], so the coordinator, every host and `check` compute the same
+//! offsets independently (and the pod header carries a hash to prove it).
+//!
+//! Pod file:
+//! ```text
+//! [header page][coherent region: host stats | lock words of pod tables][shared region: pod tables]
+//! ```
+//! Partition file of host h (only if some table is private or replicated):
+//! ```text
+//! [header page][lock words of private tables][private tables][replicated tables]
+//! ```
+//! Tables are dense arrays indexed by key (TPC-C keys are dense): a row's
+//! position is its primary index. Per-warehouse arrays hold `rows_per_wh`
+//! rows per warehouse, in warehouse order; in a partition only the host's
+//! own warehouses, so every partition has the same layout.
+
+use crate::arch::{Place, TableGroup, place};
+use crate::config::Params;
+use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
+use crate::error::{PodError, Result};
+use crate::stats::HOST_STATS_BYTES;
+use crate::tpcc::schema::*;
+
+/// A row array (a table or one column group of a table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Array {
+    Warehouse,
+    District,
+    Customer,
+    CustomerData,
+    CustomerName,
+    History,
+    Order,
+    NewOrder,
+    OrderLine,
+    Item,
+    Stock,
+    StockDist,
+}
+
+const ARRAYS: [Array; 12] = [
+    Array::Warehouse,
+    Array::District,
+    Array::Customer,
+    Array::CustomerData,
+    Array::CustomerName,
+    Array::History,
+    Array::Order,
+    Array::NewOrder,
+    Array::OrderLine,
+    Array::Item,
+    Array::Stock,
+    Array::StockDist,
+];
+
+/// An array of lock words, one per lockable tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockTable {
+    Warehouse,
+    District,
+    Customer,
+    Order,
+    NewOrder,
+    Stock,
+}
+
+const LOCK_TABLES: [LockTable; 6] = [
+    LockTable::Warehouse,
+    LockTable::District,
+    LockTable::Customer,
+    LockTable::Order,
+    LockTable::NewOrder,
+    LockTable::Stock,
+];
+
+impl Array {
+    fn group(self) -> TableGroup {
+        match self {
+            Array::Warehouse => TableGroup::Warehouse,
+            // HISTORY is appended under its district's lock, so it lives
+            // where the district does.
+            Array::District | Array::History => TableGroup::District,
+            Array::Customer | Array::CustomerData | Array::CustomerName => TableGroup::Customer,
+            Array::Order | Array::NewOrder | Array::OrderLine => TableGroup::Order,
+            Array::Item => TableGroup::Item,
+            Array::Stock | Array::StockDist => TableGroup::Stock,
+        }
+    }
+
+    pub(crate) fn row_bytes(self) -> u64 {
+        (match self {
+            Array::Warehouse => size_of::<Warehouse>(),
+            Array::District => size_of::<District>(),
+            Array::Customer => size_of::<Customer>(),
+            Array::CustomerData => size_of::<CustomerData>(),
+            Array::CustomerName => size_of::<CustomerNameEntry>(),
+            Array::History => size_of::<History>(),
+            Array::Order => size_of::<Order>(),
+            Array::NewOrder => size_of::<NewOrder>(),
+            Array::OrderLine => size_of::<OrderLine>(),
+            Array::Item => size_of::<Item>(),
+            Array::Stock => size_of::<Stock>(),
+            Array::StockDist => size_of::<StockDist>(),
+        }) as u64
+    }
+
+    /// Rows per warehouse; for ITEM (not per warehouse) the whole table.
+    fn rows(self, orders_per_district: u64) -> u64 {
+        let districts = DISTRICTS_PER_WAREHOUSE as u64;
+        match self {
+            Array::Warehouse => 1,
+            Array::District => districts,
+            Array::Customer | Array::CustomerData | Array::CustomerName => {
+                districts * CUSTOMERS_PER_DISTRICT as u64
+            }
+            Array::History | Array::Order | Array::NewOrder => districts * orders_per_district,
+            Array::OrderLine => districts * orders_per_district * ORDER_LINES_PER_ORDER_MAX as u64,
+            Array::Item => ITEMS as u64,
+            Array::Stock | Array::StockDist => STOCK_PER_WAREHOUSE as u64,
+        }
+    }
+
+    fn per_warehouse(self) -> bool {
+        self != Array::Item
+    }
+}
+
+impl LockTable {
+    fn group(self) -> TableGroup {
+        match self {
+            LockTable::Warehouse => TableGroup::Warehouse,
+            LockTable::District => TableGroup::District,
+            LockTable::Customer => TableGroup::Customer,
+            LockTable::Order | LockTable::NewOrder => TableGroup::Order,
+            LockTable::Stock => TableGroup::Stock,
+        }
+    }
+
+    fn array(self) -> Array {
+        match self {
+            LockTable::Warehouse => Array::Warehouse,
+            LockTable::District => Array::District,
+            LockTable::Customer => Array::Customer,
+            LockTable::Order => Array::Order,
+            LockTable::NewOrder => Array::NewOrder,
+            LockTable::Stock => Array::Stock,
+        }
+    }
+}
+
+/// Where one row or lock word is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub place: Place,
+    /// The host that owns the warehouse (for `Partition`).
+    pub host: u16,
+    pub off: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Extent {
+    place: Option<Place>,
+    base: u64,
+}
+
+/// Offsets of everything for one [`Params`].
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub params: Params,
+    arrays: [Extent; ARRAYS.len()],
+    locks: [Extent; LOCK_TABLES.len()],
+    first_warehouse: Vec<u32>,
+    host_of_warehouse: Vec<u16>,
+    pub coherent: std::ops::Range<u64>,
+    pub shared: std::ops::Range<u64>,
+    pub pod_bytes: u64,
+    /// 0 when every table is in pod memory (no partition files).
+    pub part_bytes: u64,
+    pub host_stats_off: u64,
+    pub hash: u64,
+}
+
+/// Bump allocation of cache-line-aligned extents in one file.
+struct Bump(u64);
+
+impl Bump {
+    fn take(&mut self, bytes: u64) -> u64 {
+        let at = self.0.next_multiple_of(CACHE_LINE_BYTES);
+        self.0 = at + bytes;
+        at
+    }
+}
+
+impl Layout {
+    /// Computes the layout. Settles `params.orders_per_district` when it is 0
+    /// (not configured) to what the run wants and the coherent region holds.
+    pub(crate) fn compute(mut params: Params) -> Result<Layout> {
+        let remote_customers = params.hosts > 1 && params.payment_remote_probability() > 0.0;
+        let remote_stock = params.hosts > 1 && params.line_remote_probability() > 0.0;
+        let placement = |g| place(params.arch, g, remote_customers, remote_stock);
+        let w = params.warehouses as u64;
+        let w_per_host = w.div_ceil(params.hosts as u64);
+
+        let stats_bytes = crate::constants::HOSTS_MAX as u64 * HOST_STATS_BYTES;
+        if params.orders_per_district == 0 {
+            params.orders_per_district = Self::fitting_orders(&params, &placement, stats_bytes)?;
+        }
+        let cap = params.orders_per_district as u64;
+        if cap < ORDERS_PER_DISTRICT_MIN as u64 || cap > u32::MAX as u64 / 16 {
+            return Err(PodError::Config(format!(
+                "orders per district must be at least {ORDERS_PER_DISTRICT_MIN}, not {cap}"
+            )));
+        }
+
+        let coherent_start = HEADER_BYTES;
+        let mut coherent = Bump(coherent_start);
+        let host_stats_off = coherent.take(stats_bytes);
+        let mut part = Bump(HEADER_BYTES);
+        let counts = (cap, w, w_per_host);
+        let locks = place_locks(&placement, counts, &mut coherent, &mut part);
+        let coherent_used = coherent.0 - coherent_start;
+        if coherent_used > params.coherent_bytes {
+            return Err(PodError::Config(format!(
+                "the coherent region needs {coherent_used} bytes for host stats and lock words \
+                 but has {}; raise it or lower orders per district ({cap})",
+                params.coherent_bytes
+            )));
+        }
+        let shared_start = (coherent_start + params.coherent_bytes).next_multiple_of(4096);
+        let mut shared = Bump(shared_start);
+        let arrays = place_arrays(&placement, counts, &mut shared, &mut part);
+        let shared_used = shared.0.next_multiple_of(4096) - shared_start;
+        let shared_bytes = match params.shared_bytes {
+            0 => shared_used,
+            n if n >= shared_used => n,
+            n => {
+                return Err(PodError::Config(format!(
+                    "the shared region needs {shared_used} bytes but has {n}"
+                )));
+            }
+        };
+        let part_bytes = if part.0 == HEADER_BYTES {
+            0
+        } else {
+            part.0.next_multiple_of(4096)
+        };
+        let (first_warehouse, host_of_warehouse) = assign_warehouses(&params);
+        let mut layout = Layout {
+            params,
+            arrays,
+            locks,
+            first_warehouse,
+            host_of_warehouse,
+            coherent: coherent_start..coherent_start + params.coherent_bytes,
+            shared: shared_start..shared_start + shared_bytes,
+            pod_bytes: shared_start + shared_bytes,
+            part_bytes,
+            host_stats_off,
+            hash: 0,
+        };
+        layout.hash = layout.compute_hash();
+        Ok(layout)
+    }
+
+    /// The order capacity wanted for the run, reduced to what the coherent
+    /// region can hold lock words for when orders are in pod memory.
+    fn fitting_orders(
+        params: &Params,
+        placement: &dyn Fn(TableGroup) -> Place,
+        stats_bytes: u64,
+    ) -> Result<u32> {
+        let want = params.default_orders_per_district() as u64;
+        if placement(TableGroup::Order) != Place::Pod {
+            return Ok(want as u32);
+        }
+        let w = params.warehouses as u64;
+        let mut fixed = stats_bytes;
+        for t in LOCK_TABLES {
+            if placement(t.group()) == Place::Pod && t.group() != TableGroup::Order {
+                fixed += t.array().rows(0) * w * 8 + CACHE_LINE_BYTES;
+            }
+        }
+        // ORDER and NEW_ORDER: one lock word each per slot of every district.
+        let per_slot = 2 * 8 * DISTRICTS_PER_WAREHOUSE as u64 * w;
+        let room = params
+            .coherent_bytes
+            .saturating_sub(fixed + 2 * CACHE_LINE_BYTES)
+            / per_slot;
+        if room < ORDERS_PER_DISTRICT_MIN as u64 {
+            return Err(PodError::Config(format!(
+                "a {} byte coherent region cannot hold the lock words of {w} warehouses",
+                params.coherent_bytes
+            )));
+        }
+        Ok(want.min(room) as u32)
+    }
+
+    fn compute_hash(&self) -> u64 {
+        let mut h = Fnv::new();
+        for e in self.arrays.iter().chain(self.locks.iter()) {
+            h.add(e.base);
+            h.add(e.place.map_or(0, |p| p as u64 + 1));
+        }
+        for x in [
+            self.coherent.start,
+            self.coherent.end,
+            self.shared.start,
+            self.shared.end,
+            self.pod_bytes,
+            self.part_bytes,
+            self.host_stats_off,
+            HOST_STATS_BYTES,
+        ] {
+            h.add(x);
+        }
+        for a in ARRAYS {
+            h.add(a.row_bytes());
+        }
+        h.0
+    }
+
+    pub(crate) fn warehouses_of(&self, host: u16) -> std::ops::RangeInclusive<u32> {
+        let h = host as usize;
+        self.first_warehouse[h]..=self.first_warehouse[h + 1] - 1
+    }
+
+    pub(crate) fn host_of(&self, w: u32) -> u16 {
+        assert!(
+            w >= 1 && w <= self.params.warehouses,
+            "warehouse {w} out of range"
+        );
+        self.host_of_warehouse[w as usize - 1]
+    }
+
+    pub(crate) fn place_of(&self, array: Array) -> Place {
+        self.arrays[array as usize]
+            .place
+            .expect("every array is placed")
+    }
+
+    #[cfg(test)]
+    pub(crate) fn lock_place(&self, table: LockTable) -> Place {
+        self.locks[table as usize]
+            .place
+            .expect("every lock table is placed")
+    }
+
+    /// Whether the host runs with a partition file.
+    pub(crate) fn has_partitions(&self) -> bool {
+        self.part_bytes > 0
+    }
+
+    /// Row `idx` of `array` for warehouse `w` (ignored for ITEM).
+    pub(crate) fn row(&self, array: Array, w: u32, idx: u64) -> Loc {
+        let cap = self.params.orders_per_district as u64;
+        let rows = array.rows(cap);
+        assert!(idx < rows, "{array:?} row {idx} out of {rows}");
+        let e = self.arrays[array as usize];
+        let place = e.place.expect("every array is placed");
+        let (host, slot) = self.slot(array.per_warehouse(), place, w, rows, idx);
+        Loc {
+            place,
+            host,
+            off: e.base + slot * array.row_bytes(),
+        }
+    }
+
+    /// The lock word of tuple `idx` of `table` for warehouse `w`.
+    pub(crate) fn lock(&self, table: LockTable, w: u32, idx: u64) -> Loc {
+        let rows = table.array().rows(self.params.orders_per_district as u64);
+        assert!(idx < rows, "{table:?} lock {idx} out of {rows}");
+        let e = self.locks[table as usize];
+        let place = e.place.expect("every lock table is placed");
+        let (host, slot) = self.slot(true, place, w, rows, idx);
+        Loc {
+            place,
+            host,
+            off: e.base + slot * 8,
+        }
+    }
+
+    fn slot(&self, per_warehouse: bool, place: Place, w: u32, rows: u64, idx: u64) -> (u16, u64) {
+        if !per_warehouse {
+            return (0, idx);
+        }
+        let host = self.host_of(w);
+        let w_index = match place {
+            Place::Pod => (w - 1) as u64,
+            Place::Partition | Place::Replicated => {
+                (w - self.first_warehouse[host as usize]) as u64
+            }
+        };
+        (host, w_index * rows + idx)
+    }
+
+    /// The lock word that protects row `idx` of `array`, and its index; `None`
+    /// for arrays never written after load.
+    pub(crate) fn covering_lock(&self, array: Array, idx: u64) -> Option<(LockTable, u64)> {
+        let cap = self.params.orders_per_district as u64;
+        match array {
+            Array::Warehouse => Some((LockTable::Warehouse, idx)),
+            Array::District => Some((LockTable::District, idx)),
+            Array::History => Some((LockTable::District, idx / cap)),
+            Array::Customer | Array::CustomerData => Some((LockTable::Customer, idx)),
+            Array::Order => Some((LockTable::Order, idx)),
+            Array::NewOrder => Some((LockTable::NewOrder, idx)),
+            Array::OrderLine => Some((LockTable::Order, idx / ORDER_LINES_PER_ORDER_MAX as u64)),
+            Array::Stock | Array::StockDist => Some((LockTable::Stock, idx)),
+            Array::CustomerName | Array::Item => None,
+        }
+    }
+}
+
+/// (order slots per district, warehouses, warehouses per host).
+type Counts = (u64, u64, u64);
+
+/// Lock arrays: pod tables' in the coherent region, the others' in the
+/// partition (sized for the largest host's block of warehouses).
+fn place_locks(
+    placement: &dyn Fn(TableGroup) -> Place,
+    (cap, w, w_per_host): Counts,
+    coherent: &mut Bump,
+    part: &mut Bump,
+) -> [Extent; LOCK_TABLES.len()] {
+    LOCK_TABLES.map(|t| {
+        let rows = t.array().rows(cap);
+        match placement(t.group()) {
+            Place::Pod => Extent {
+                place: Some(Place::Pod),
+                base: coherent.take(rows * w * 8),
+            },
+            // Replicated tables are read-only and have no lock array.
+            Place::Partition | Place::Replicated => Extent {
+                place: Some(Place::Partition),
+                base: part.take(rows * w_per_host * 8),
+            },
+        }
+    })
+}
+
+/// Row arrays: pod tables' in the shared region for all warehouses, private
+/// ones in the partition for the host's block, replicated ones whole.
+fn place_arrays(
+    placement: &dyn Fn(TableGroup) -> Place,
+    (cap, w, w_per_host): Counts,
+    shared: &mut Bump,
+    part: &mut Bump,
+) -> [Extent; ARRAYS.len()] {
+    ARRAYS.map(|a| {
+        let p = placement(a.group());
+        let per = if a.per_warehouse() { w } else { 1 };
+        let bytes = a.rows(cap) * a.row_bytes();
+        let base = match p {
+            Place::Pod => shared.take(bytes * per),
+            Place::Partition => part.take(bytes * w_per_host),
+            Place::Replicated => part.take(bytes),
+        };
+        Extent {
+            place: Some(p),
+            base,
+        }
+    })
+}
+
+/// Host h owns warehouses `first[h] ..= first[h+1]-1`: contiguous blocks of
+/// nearly equal size (`floor(h * W / H) + 1`).
+fn assign_warehouses(params: &Params) -> (Vec<u32>, Vec<u16>) {
+    let (w, h) = (params.warehouses as u64, params.hosts as u64);
+    let first: Vec<u32> = (0..=h).map(|i| (i * w / h) as u32 + 1).collect();
+    let mut host_of = Vec::with_capacity(w as usize);
+    for host in 0..h as usize {
+        for _ in first[host]..first[host + 1] {
+            host_of.push(host as u16);
+        }
+    }
+    assert_eq!(host_of.len() as u64, w);
+    (first, host_of)
+}
+
+/// FNV-1a over u64 words; a layout fingerprint, not a security hash.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn add(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Arch;
+    use crate::config::PodConfig;
+
+    fn params(arch: Arch, hosts: u16, w: u32) -> Params {
+        let mut c = PodConfig::new("/dev/shm/unused", hosts, w);
+        c.arch = arch;
+        c.duration = std::time::Duration::from_secs(1);
+        Params::from_config(&c)
+    }
+
+    #[test]
+    fn warehouses_are_assigned_in_blocks() {
+        let l = Layout::compute(params(Arch::SharedEverything, 3, 8)).unwrap();
+        let blocks: Vec<_> = (0..3).map(|h| l.warehouses_of(h)).collect();
+        assert_eq!(blocks, vec![1..=2, 3..=5, 6..=8]);
+        for h in 0..3u16 {
+            for w in l.warehouses_of(h) {
+                assert_eq!(l.host_of(w), h);
+            }
+        }
+    }
+
+    #[test]
+    fn shared_everything_puts_all_rows_in_the_shared_region() {
+        let l = Layout::compute(params(Arch::SharedEverything, 2, 2)).unwrap();
+        assert!(!l.has_partitions());
+        for a in ARRAYS {
+            let first = l.row(a, 1, 0);
+            let last_w = if a.per_warehouse() { 2 } else { 1 };
+            let last = l.row(a, last_w, a.rows(l.params.orders_per_district as u64) - 1);
+            assert_eq!(first.place, Place::Pod);
+            assert!(l.shared.contains(&first.off) && last.off + a.row_bytes() <= l.shared.end);
+        }
+        for t in LOCK_TABLES {
+            let loc = l.lock(t, 2, 0);
+            assert!(l.coherent.contains(&loc.off));
+        }
+    }
+
+    #[test]
+    fn arrays_do_not_overlap() {
+        for arch in [Arch::SharedEverything, Arch::PashaStatic] {
+            let l = Layout::compute(params(arch, 2, 4)).unwrap();
+            let cap = l.params.orders_per_district as u64;
+            let mut spans: Vec<(Place, u64, u64)> = ARRAYS
+                .iter()
+                .map(|&a| {
+                    let e = l.arrays[a as usize];
+                    let per = match (e.place.unwrap(), a.per_warehouse()) {
+                        (_, false) => 1,
+                        (Place::Pod, true) => 4,
+                        _ => 2,
+                    };
+                    let p = if e.place == Some(Place::Pod) {
+                        Place::Pod
+                    } else {
+                        Place::Partition
+                    };
+                    (p, e.base, e.base + a.rows(cap) * a.row_bytes() * per)
+                })
+                .collect();
+            spans.sort_by_key(|s| (s.0 as u8, s.1));
+            for pair in spans.windows(2) {
+                if pair[0].0 == pair[1].0 {
+                    assert!(pair[0].2 <= pair[1].1, "{arch:?}: {pair:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pasha_static_shares_customer_and_stock_only() {
+        let l = Layout::compute(params(Arch::PashaStatic, 2, 2)).unwrap();
+        assert_eq!(l.place_of(Array::Customer), Place::Pod);
+        assert_eq!(l.place_of(Array::CustomerName), Place::Pod);
+        assert_eq!(l.place_of(Array::Stock), Place::Pod);
+        assert_eq!(l.place_of(Array::District), Place::Partition);
+        assert_eq!(l.place_of(Array::History), Place::Partition);
+        assert_eq!(l.place_of(Array::Item), Place::Replicated);
+        assert_eq!(l.lock_place(LockTable::Stock), Place::Pod);
+        assert_eq!(l.lock_place(LockTable::Order), Place::Partition);
+        // Partition offsets do not depend on which host owns the warehouse.
+        assert_eq!(
+            l.row(Array::District, 1, 3).off,
+            l.row(Array::District, 2, 3).off
+        );
+        // One host: nothing crosses hosts, nothing is shared.
+        let one = Layout::compute(params(Arch::PashaStatic, 1, 2)).unwrap();
+        assert_eq!(one.place_of(Array::Customer), Place::Partition);
+    }
+
+    #[test]
+    fn a_small_coherent_region_limits_orders_or_fails_clearly() {
+        let mut p = params(Arch::SharedEverything, 1, 1);
+        p.duration_ms = 3_600_000;
+        p.coherent_bytes = 8 << 20;
+        let l = Layout::compute(p).unwrap();
+        assert!(l.params.orders_per_district < 3_000 + 3_600 * 20_000);
+        assert!(l.coherent.end - l.coherent.start == 8 << 20);
+        p.coherent_bytes = 1 << 20;
+        let e = Layout::compute(p).unwrap_err();
+        assert!(e.to_string().contains("coherent region"), "{e}");
+    }
+
+    #[test]
+    fn hash_depends_on_layout() {
+        let a = Layout::compute(params(Arch::SharedEverything, 2, 2)).unwrap();
+        let b = Layout::compute(params(Arch::PashaStatic, 2, 2)).unwrap();
+        let a2 = Layout::compute(params(Arch::SharedEverything, 2, 2)).unwrap();
+        assert_ne!(a.hash, b.hash);
+        assert_eq!(a.hash, a2.hash);
+    }
+}

@@ -1,0 +1,88 @@
+//! The transaction engine of the emulated CXL pod (Pasha, issue 5): host
+//! processes that each own a partition of TPC-C in private memory and share
+//! a pod-memory file standing in for CXL memory, with a hardware-coherent
+//! region (lock words, run control, host stats) and a shared data region.
+//! Every transaction runs on one host under single-node two-phase locking;
+//! no architecture built here ever needs a second host or a message.
+//!
+//! This crate owns the pod files (`/dev/shm/...` and `.hostN` partitions),
+//! the TPC-C schema, loader, NewOrder/Payment, the consistency check and the
+//! emulated-CXL accounting. It knows nothing of SQL, DataFusion or Flight,
+//! and nothing else in Skiff depends on its internals.
+//!
+//! # Entry points (what `skiff pod ...` calls)
+//!
+//! - [`run`]`(&`[`PodConfig`]`) -> `[`RunReport`]: create and load a pod, start
+//!   `hosts` hosts, run for `duration`, report. Leaves the pod files for
+//!   [`check`].
+//! - [`check`]`(&`[`CheckConfig`]`) -> `[`CheckReport`]: the twelve TPC-C
+//!   consistency conditions over a pod no host is running on.
+//! - [`load`]`(&`[`PodConfig`]`) -> `[`LoadReport`]: create and load only.
+//! - [`host_main`]`(&`[`HostArgs`]`)`: the body of a host process. With
+//!   [`Launch::Processes`], [`run`] starts `program args... --shm PATH --host
+//!   N` per host; the binary must hand those arguments to [`HostArgs::parse`]
+//!   and call [`host_main`], exiting non-zero on error. The `skiff` binary
+//!   should offer this as a hidden `skiff pod host` subcommand and pass
+//!   [`HostCommand::current_exe_pod_host`]; this crate's `skiff-pod-host`
+//!   binary does the same for its tests.
+//! - [`remove_pod`]: delete a pod's files.
+//!
+//! [`PodConfig::new`] starts hosts as threads ([`Launch::Threads`]); the CLI
+//! should set [`Launch::Processes`] so each host is its own process.
+//!
+//! Architectures (c) shared-everything and (d) Pasha static run; (a), (b) and
+//! (e), and WAIT_DIE, return [`PodError::NotImplemented`] — never a silent
+//! fallback. See `docs/pod.md` for the design.
+
+mod arch;
+mod config;
+mod constants;
+mod cxl;
+mod error;
+mod futex;
+mod header;
+mod host;
+mod layout;
+mod lockword;
+mod memory;
+mod region;
+mod report;
+mod run;
+mod stats;
+mod tpcc;
+mod txn;
+
+use std::path::Path;
+
+pub use arch::{Arch, CcProtocol};
+pub use config::{CheckConfig, HostCommand, Launch, PodConfig};
+pub use cxl::{CxlCounters, CxlModel};
+pub use error::PodError;
+pub use host::{HostArgs, host_main};
+pub use report::{AuditReport, RunReport, TxnReport};
+pub use run::{LoadReport, load, run};
+pub use tpcc::check::{CheckReport, ConditionReport, RowCounts};
+
+/// Checks the twelve consistency conditions on the pod at `cfg.shm_path`.
+/// Maps every file read-only; refuses a pod that is loading or running.
+pub fn check(cfg: &CheckConfig) -> Result<CheckReport, PodError> {
+    let mem = memory::PodMemory::open(&cfg.shm_path, false, memory::Parts::All)?;
+    let s = mem.control().state();
+    if !matches!(
+        s,
+        header::state::LOADED | header::state::DONE | header::state::FAILED
+    ) {
+        return Err(PodError::Busy(format!(
+            "{} is {}; check needs a loaded or finished pod",
+            cfg.shm_path.display(),
+            header::state::name(s)
+        )));
+    }
+    Ok(tpcc::check::check_pod(&mem))
+}
+
+/// Deletes the pod file at `path` and its partition files; missing files are
+/// not an error.
+pub fn remove_pod(path: &Path) -> Result<(), PodError> {
+    memory::remove_files(path)
+}

@@ -1,0 +1,439 @@
+//! The 64-bit lock word: one per lockable tuple, in the coherent region for
+//! tuples in pod memory and in the host's partition for private tuples. Both
+//! use the same protocol, so the transaction code does not care which.
+//!
+//! ```text
+//!  63      62..40    39..32        31..16         15..0
+//! [ X ] [ unused ] [ owner host ] [ readers ] [ valid bitmap ]
+//! ```
+//!
+//! - `X`: held exclusively; then `owner host` names the holder, so a future
+//!   lease can release a dead host's locks, and `readers` is 0.
+//! - `readers`: shared holders, any host.
+//! - `valid bitmap`: bit h set = host h's cached copy of the tuple's data is
+//!   current (software coherence, see `cxl`). Only lock holders change it: a
+//!   reader sets its own bit after loading the tuple; a writer keeps only its
+//!   own bit, so every other host flushes and reloads before its next read.
+//!
+//! The protocol is NO_WAIT two-phase locking: an acquire that conflicts fails
+//! at once and the transaction aborts; nothing ever waits on a lock word.
+//! Unused bits are always zero (asserted on every release).
+
+use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
+
+use crate::constants::LOCK_CAS_RETRY_MAX;
+
+pub(crate) const VALID_MASK: u64 = 0xFFFF;
+pub(crate) const READER_ONE: u64 = 1 << 16;
+pub(crate) const READERS_MASK: u64 = 0xFFFF << 16;
+pub(crate) const OWNER_SHIFT: u32 = 32;
+pub(crate) const OWNER_MASK: u64 = 0xFF << OWNER_SHIFT;
+pub(crate) const EXCLUSIVE: u64 = 1 << 63;
+const UNUSED_MASK: u64 = !(VALID_MASK | READERS_MASK | OWNER_MASK | EXCLUSIVE);
+
+/// Lock modes of two-phase locking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Shared,
+    Exclusive,
+}
+
+/// NO_WAIT: the lock is held in a conflicting mode; abort the transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Conflict;
+
+/// The atomic operations the protocol needs, so the same code runs on a
+/// `std` atomic in pod memory and on a `shuttle` atomic in protocol tests.
+pub(crate) trait AtomicWord {
+    fn load(&self, order: Ordering) -> u64;
+    fn compare_exchange_weak(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64>;
+    fn fetch_sub(&self, value: u64, order: Ordering) -> u64;
+    fn fetch_and(&self, value: u64, order: Ordering) -> u64;
+    fn fetch_or(&self, value: u64, order: Ordering) -> u64;
+}
+
+impl AtomicWord for std::sync::atomic::AtomicU64 {
+    fn load(&self, order: Ordering) -> u64 {
+        self.load(order)
+    }
+    fn compare_exchange_weak(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, new, success, failure)
+    }
+    fn fetch_sub(&self, value: u64, order: Ordering) -> u64 {
+        self.fetch_sub(value, order)
+    }
+    fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
+        self.fetch_and(value, order)
+    }
+    fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
+        self.fetch_or(value, order)
+    }
+}
+
+pub(crate) fn host_bit(host: u16) -> u64 {
+    assert!((host as usize) < crate::constants::HOSTS_MAX);
+    1 << host
+}
+
+pub(crate) fn readers(word: u64) -> u64 {
+    (word & READERS_MASK) >> 16
+}
+
+pub(crate) fn owner(word: u64) -> u16 {
+    ((word & OWNER_MASK) >> OWNER_SHIFT) as u16
+}
+
+/// Takes a shared lock unless the word is held exclusively.
+pub(crate) fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
+    let mut current = word.load(Relaxed);
+    for _ in 0..LOCK_CAS_RETRY_MAX {
+        if current & EXCLUSIVE != 0 {
+            return Err(Conflict);
+        }
+        assert!(
+            readers(current) < readers(READERS_MASK),
+            "reader count overflow"
+        );
+        // Acquire: the holder's reads of the tuple must see the last writer's
+        // stores, released by its unlock.
+        match word.compare_exchange_weak(current, current + READER_ONE, Acquire, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => current = seen,
+        }
+    }
+    Err(Conflict)
+}
+
+/// Takes an exclusive lock if nobody holds the word in any mode.
+pub(crate) fn try_lock_exclusive<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+    let owner_bits = (host as u64) << OWNER_SHIFT;
+    let mut current = word.load(Relaxed);
+    for _ in 0..LOCK_CAS_RETRY_MAX {
+        if current & (EXCLUSIVE | READERS_MASK) != 0 {
+            return Err(Conflict);
+        }
+        assert_eq!(
+            current & (OWNER_MASK | UNUSED_MASK),
+            0,
+            "free word {current:#x} has owner bits"
+        );
+        let new = current | EXCLUSIVE | owner_bits;
+        match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => current = seen,
+        }
+    }
+    Err(Conflict)
+}
+
+/// Turns the caller's shared lock into an exclusive one if it is the only
+/// reader. The caller must hold a shared lock on `word`.
+pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+    let owner_bits = (host as u64) << OWNER_SHIFT;
+    let mut current = word.load(Relaxed);
+    for _ in 0..LOCK_CAS_RETRY_MAX {
+        assert!(
+            current & EXCLUSIVE == 0 && readers(current) >= 1,
+            "upgrade without a shared lock"
+        );
+        if readers(current) != 1 {
+            return Err(Conflict);
+        }
+        let new = (current - READER_ONE) | EXCLUSIVE | owner_bits;
+        match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => current = seen,
+        }
+    }
+    Err(Conflict)
+}
+
+/// Releases one shared lock.
+pub(crate) fn unlock_shared<W: AtomicWord>(word: &W) {
+    let previous = word.fetch_sub(READER_ONE, Release);
+    assert!(
+        previous & EXCLUSIVE == 0 && readers(previous) >= 1,
+        "unlock_shared of {previous:#x}"
+    );
+}
+
+/// Releases the exclusive lock held by `host`. Release ordering publishes the
+/// holder's writes to the next acquirer, in any process.
+pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) {
+    let previous = word.fetch_and(!(EXCLUSIVE | OWNER_MASK), Release);
+    assert!(
+        previous & EXCLUSIVE != 0 && owner(previous) == host && readers(previous) == 0,
+        "unlock_exclusive by host {host} of {previous:#x}"
+    );
+    assert_eq!(
+        previous & UNUSED_MASK,
+        0,
+        "lock word {previous:#x} has unused bits set"
+    );
+}
+
+/// Records that `host` now caches the tuple. Caller holds the lock (any mode).
+pub(crate) fn mark_valid<W: AtomicWord>(word: &W, host: u16) {
+    let previous = word.fetch_or(host_bit(host), Relaxed);
+    assert!(
+        previous & EXCLUSIVE != 0 || readers(previous) >= 1,
+        "mark_valid on an unlocked word"
+    );
+}
+
+/// A write by `host`: every other host's cached copy is now stale. Caller
+/// holds the exclusive lock.
+pub(crate) fn keep_only_valid<W: AtomicWord>(word: &W, host: u16) {
+    let previous = word.fetch_and(!VALID_MASK | host_bit(host), Relaxed);
+    assert!(
+        previous & EXCLUSIVE != 0 && owner(previous) == host,
+        "keep_only_valid by host {host} without the exclusive lock: {previous:#x}"
+    );
+    word.fetch_or(host_bit(host), Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn bit_fields_do_not_overlap() {
+        let masks = [VALID_MASK, READERS_MASK, OWNER_MASK, EXCLUSIVE];
+        for (i, a) in masks.iter().enumerate() {
+            for b in &masks[i + 1..] {
+                assert_eq!(a & b, 0);
+            }
+        }
+        assert_eq!(
+            VALID_MASK.count_ones() as usize,
+            crate::constants::HOSTS_MAX
+        );
+    }
+
+    #[test]
+    fn shared_locks_stack_and_block_exclusive() {
+        let w = AtomicU64::new(0);
+        try_lock_shared(&w).unwrap();
+        try_lock_shared(&w).unwrap();
+        assert_eq!(readers(w.load(Relaxed)), 2);
+        assert_eq!(try_lock_exclusive(&w, 1), Err(Conflict));
+        assert_eq!(try_upgrade(&w, 1), Err(Conflict));
+        unlock_shared(&w);
+        try_upgrade(&w, 3).unwrap();
+        let word = w.load(Relaxed);
+        assert!(word & EXCLUSIVE != 0);
+        assert_eq!(owner(word), 3);
+        assert_eq!(readers(word), 0);
+        assert_eq!(try_lock_shared(&w), Err(Conflict));
+        unlock_exclusive(&w, 3);
+        assert_eq!(w.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn exclusive_blocks_everything_and_records_owner() {
+        let w = AtomicU64::new(0);
+        try_lock_exclusive(&w, 5).unwrap();
+        assert_eq!(owner(w.load(Relaxed)), 5);
+        assert_eq!(try_lock_exclusive(&w, 6), Err(Conflict));
+        assert_eq!(try_lock_shared(&w), Err(Conflict));
+        unlock_exclusive(&w, 5);
+        try_lock_exclusive(&w, 6).unwrap();
+        unlock_exclusive(&w, 6);
+    }
+
+    #[test]
+    fn validity_bits_survive_locking_and_writers_clear_others() {
+        let w = AtomicU64::new(0);
+        try_lock_shared(&w).unwrap();
+        mark_valid(&w, 0);
+        mark_valid(&w, 2);
+        unlock_shared(&w);
+        assert_eq!(w.load(Relaxed) & VALID_MASK, 0b101);
+        try_lock_exclusive(&w, 1).unwrap();
+        keep_only_valid(&w, 1);
+        unlock_exclusive(&w, 1);
+        assert_eq!(w.load(Relaxed), 0b010);
+    }
+
+    #[test]
+    #[should_panic(expected = "unlock_exclusive by host 2")]
+    fn releasing_someone_elses_lock_asserts() {
+        let w = AtomicU64::new(0);
+        try_lock_exclusive(&w, 1).unwrap();
+        unlock_exclusive(&w, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "unlock_shared")]
+    fn releasing_an_unheld_shared_lock_asserts() {
+        let w = AtomicU64::new(0);
+        unlock_shared(&w);
+    }
+
+    /// Randomized schedules (shuttle) of the lock-word protocol: writers move
+    /// value between two cells under the exclusive lock, readers check the
+    /// sum under a shared lock. A broken acquire/release or a lost reader
+    /// count shows up as a torn sum or an assertion.
+    mod shuttle_protocol {
+        use super::super::*;
+        use shuttle::sync::Arc;
+        use shuttle::sync::atomic::{AtomicU64 as ShuttleU64, Ordering as O};
+
+        impl AtomicWord for ShuttleU64 {
+            fn load(&self, order: Ordering) -> u64 {
+                ShuttleU64::load(self, order)
+            }
+            fn compare_exchange_weak(
+                &self,
+                current: u64,
+                new: u64,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<u64, u64> {
+                ShuttleU64::compare_exchange_weak(self, current, new, success, failure)
+            }
+            fn fetch_sub(&self, value: u64, order: Ordering) -> u64 {
+                ShuttleU64::fetch_sub(self, value, order)
+            }
+            fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
+                ShuttleU64::fetch_and(self, value, order)
+            }
+            fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
+                ShuttleU64::fetch_or(self, value, order)
+            }
+        }
+
+        struct Shared {
+            word: ShuttleU64,
+            // Two cells written non-atomically as a pair (separate stores);
+            // only the lock keeps readers from seeing half an update.
+            a: ShuttleU64,
+            b: ShuttleU64,
+        }
+
+        fn writer(s: &Shared, host: u16, rounds: u32) -> u32 {
+            let mut done = 0;
+            for _ in 0..rounds {
+                if try_lock_exclusive(&s.word, host).is_err() {
+                    shuttle::thread::yield_now();
+                    continue;
+                }
+                keep_only_valid(&s.word, host);
+                let a = s.a.load(O::Relaxed);
+                s.a.store(a - 1, O::Relaxed);
+                shuttle::thread::yield_now();
+                let b = s.b.load(O::Relaxed);
+                s.b.store(b + 1, O::Relaxed);
+                unlock_exclusive(&s.word, host);
+                done += 1;
+            }
+            done
+        }
+
+        fn reader(s: &Shared, host: u16, rounds: u32) {
+            for _ in 0..rounds {
+                if try_lock_shared(&s.word).is_err() {
+                    shuttle::thread::yield_now();
+                    continue;
+                }
+                mark_valid(&s.word, host);
+                let a = s.a.load(O::Relaxed);
+                shuttle::thread::yield_now();
+                let b = s.b.load(O::Relaxed);
+                assert_eq!(a + b, 1000, "reader saw a torn update");
+                unlock_shared(&s.word);
+            }
+        }
+
+        #[test]
+        fn no_wait_two_phase_locking_is_mutually_exclusive() {
+            shuttle::check_random(
+                || {
+                    let s = Arc::new(Shared {
+                        word: ShuttleU64::new(0),
+                        a: ShuttleU64::new(1000),
+                        b: ShuttleU64::new(0),
+                    });
+                    let mut writers = Vec::new();
+                    for host in 0..2u16 {
+                        let s = Arc::clone(&s);
+                        writers.push(shuttle::thread::spawn(move || writer(&s, host, 3)));
+                    }
+                    let readers: Vec<_> = (2..4u16)
+                        .map(|host| {
+                            let s = Arc::clone(&s);
+                            shuttle::thread::spawn(move || reader(&s, host, 3))
+                        })
+                        .collect();
+                    let moved: u32 = writers.into_iter().map(|h| h.join().unwrap()).sum();
+                    for r in readers {
+                        r.join().unwrap();
+                    }
+                    assert_eq!(s.b.load(O::Relaxed), moved as u64);
+                    // Every lock was released and no unused bit was touched.
+                    let word = s.word.load(O::Relaxed);
+                    assert_eq!(word & !VALID_MASK, 0, "word {word:#x} still locked");
+                },
+                2_000,
+            );
+        }
+
+        #[test]
+        fn upgrade_is_exclusive_against_other_readers() {
+            shuttle::check_random(
+                || {
+                    let s = Arc::new(Shared {
+                        word: ShuttleU64::new(0),
+                        a: ShuttleU64::new(1000),
+                        b: ShuttleU64::new(0),
+                    });
+                    let handles: Vec<_> = (0..3u16)
+                        .map(|host| {
+                            let s = Arc::clone(&s);
+                            shuttle::thread::spawn(move || {
+                                let mut upgraded = 0u64;
+                                for _ in 0..2 {
+                                    if try_lock_shared(&s.word).is_err() {
+                                        continue;
+                                    }
+                                    if try_upgrade(&s.word, host).is_ok() {
+                                        let a = s.a.load(O::Relaxed);
+                                        shuttle::thread::yield_now();
+                                        s.a.store(a - 1, O::Relaxed);
+                                        s.b.fetch_add(1, O::Relaxed);
+                                        unlock_exclusive(&s.word, host);
+                                        upgraded += 1;
+                                    } else {
+                                        unlock_shared(&s.word);
+                                    }
+                                }
+                                upgraded
+                            })
+                        })
+                        .collect();
+                    let total: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+                    assert_eq!(
+                        s.a.load(O::Relaxed),
+                        1000 - total,
+                        "lost update under upgrade"
+                    );
+                    assert_eq!(s.word.load(O::Relaxed), 0);
+                },
+                2_000,
+            );
+        }
+    }
+}

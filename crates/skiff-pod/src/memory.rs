@@ -1,0 +1,114 @@
+//! The pod memory one process sees: the pod file, the partition files it may
+//! touch, and the layout that says where everything is.
+
+use std::path::Path;
+
+use crate::arch::Place;
+use crate::config::Params;
+use crate::constants::HOSTS_MAX;
+use crate::error::{PodError, Result};
+use crate::header::{self, Control};
+use crate::layout::{Layout, Loc};
+use crate::region::Mapping;
+
+/// Which partition files to map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parts {
+    /// A host maps its own partition only: the others are other hosts'
+    /// private memory.
+    Own(u16),
+    /// The coordinator (loading) and `check` map them all.
+    All,
+}
+
+pub(crate) struct PodMemory {
+    pub pod: Mapping,
+    /// Indexed by host; `None` where not mapped.
+    pub parts: Vec<Option<Mapping>>,
+    pub layout: Layout,
+}
+
+impl PodMemory {
+    /// Creates the pod file and every partition file for `params`, replacing
+    /// any left by an earlier run at the same path, with state LOADING.
+    pub(crate) fn create(path: &Path, params: Params) -> Result<PodMemory> {
+        let layout = Layout::compute(params)?;
+        crate::remove_pod(path)?;
+        let pod = Mapping::create(path, layout.pod_bytes)?;
+        header::write_pod_header(&pod, &layout);
+        let mut parts = Vec::new();
+        if layout.has_partitions() {
+            for h in 0..params.hosts {
+                let part = Mapping::create(&header::part_path(path, h), layout.part_bytes)?;
+                header::write_part_header(&part, &layout, h);
+                parts.push(Some(part));
+            }
+        }
+        Ok(PodMemory { pod, parts, layout })
+    }
+
+    /// Maps an existing pod and validates every header.
+    pub(crate) fn open(path: &Path, writable: bool, which: Parts) -> Result<PodMemory> {
+        let pod = Mapping::open(path, writable)?;
+        let layout = header::read_pod_header(&pod)?;
+        let hosts = layout.params.hosts;
+        let mut parts: Vec<Option<Mapping>> = (0..hosts).map(|_| None).collect();
+        if layout.has_partitions() {
+            for h in 0..hosts {
+                if which == Parts::All || which == Parts::Own(h) {
+                    let part = Mapping::open(&header::part_path(path, h), writable)?;
+                    header::check_part_header(&part, &layout, h)?;
+                    parts[h as usize] = Some(part);
+                }
+            }
+        }
+        if let Parts::Own(h) = which
+            && h >= hosts
+        {
+            return Err(PodError::Config(format!("host {h} of a {hosts}-host pod")));
+        }
+        Ok(PodMemory { pod, parts, layout })
+    }
+
+    pub(crate) fn control(&self) -> Control<'_> {
+        Control::of(&self.pod)
+    }
+
+    pub(crate) fn params(&self) -> &Params {
+        &self.layout.params
+    }
+
+    /// The partition file of `host`; asserts it is mapped (a host reaching
+    /// into another host's private memory is a placement bug).
+    pub(crate) fn part(&self, host: u16) -> &Mapping {
+        match self.parts.get(host as usize) {
+            Some(Some(m)) => m,
+            _ => panic!("partition of host {host} is not mapped in this process"),
+        }
+    }
+
+    /// The mapping that holds `loc`, for offline readers and the loader; a
+    /// replicated row resolves to `replica_host`'s copy.
+    pub(crate) fn mapping_of(&self, loc: Loc, replica_host: u16) -> &Mapping {
+        match loc.place {
+            Place::Pod => &self.pod,
+            Place::Partition => self.part(loc.host),
+            Place::Replicated => self.part(replica_host),
+        }
+    }
+}
+
+/// Removes a pod file and every partition file beside it; missing files are
+/// fine.
+pub(crate) fn remove_files(path: &Path) -> Result<()> {
+    let remove = |p: &Path| match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(PodError::io(p, e)),
+    };
+    remove(path)?;
+    for h in 0..HOSTS_MAX as u16 {
+        remove(&header::part_path(path, h))?;
+    }
+    Ok(())
+}

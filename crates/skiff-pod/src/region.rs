@@ -1,0 +1,232 @@
+//! A file mapped into this process: the pod file (header, coherent region,
+//! shared region) or one host's partition file.
+//!
+//! Pod memory is addressed by byte offsets from the start of the file, never
+//! by pointers: every process maps the file at a different address. This is
+//! the only module that turns an offset into a pointer. Offsets come from the
+//! layout, which was validated against the file when it was mapped, so an
+//! offset out of bounds here is a bug and asserts. Values read *out of* the
+//! mapping are data and are validated by their readers.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use bytemuck::Pod;
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::{PodError, Result};
+
+/// One mapped file. `MAP_SHARED`: writes are visible to every process that
+/// maps the same file, which is what makes it pod memory.
+pub(crate) struct Mapping {
+    path: PathBuf,
+    map: MmapRaw,
+    len: u64,
+    writable: bool,
+}
+
+impl Mapping {
+    /// Creates (or truncates) `path` with `len` zero bytes and maps it. The
+    /// file is sparse: pages cost memory only once written.
+    pub(crate) fn create(path: &Path, len: u64) -> Result<Mapping> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| PodError::io(path, e))?;
+        file.set_len(len).map_err(|e| PodError::io(path, e))?;
+        let map = MmapOptions::new()
+            .len(to_usize(len)?)
+            .map_raw(&file)
+            .map_err(|e| PodError::io(path, e))?;
+        Ok(Mapping {
+            path: path.to_path_buf(),
+            map,
+            len,
+            writable: true,
+        })
+    }
+
+    /// Maps an existing file whole. `writable: false` maps it read-only (for
+    /// `check`); any write through such a mapping asserts.
+    pub(crate) fn open(path: &Path, writable: bool) -> Result<Mapping> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(|e| PodError::io(path, e))?;
+        let len = file.metadata().map_err(|e| PodError::io(path, e))?.len();
+        if len < crate::constants::HEADER_BYTES {
+            return Err(PodError::BadPodFile {
+                path: path.to_path_buf(),
+                reason: format!("{len} bytes is shorter than a header"),
+            });
+        }
+        let options = {
+            let mut o = MmapOptions::new();
+            o.len(to_usize(len)?);
+            o
+        };
+        let map = if writable {
+            options.map_raw(&file)
+        } else {
+            options.map_raw_read_only(&file)
+        }
+        .map_err(|e| PodError::io(path, e))?;
+        Ok(Mapping {
+            path: path.to_path_buf(),
+            map,
+            len,
+            writable,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Pointer to `[off, off + len)`, asserted in bounds and aligned.
+    fn ptr(&self, off: u64, len: u64, align: u64) -> *mut u8 {
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.len),
+            "offset {off}+{len} outside {} ({} bytes)",
+            self.path.display(),
+            self.len
+        );
+        assert_eq!(off % align, 0, "offset {off} not {align}-aligned");
+        // SAFETY: in bounds of the mapping, checked above.
+        unsafe { self.map.as_mut_ptr().add(off as usize) }
+    }
+
+    /// The atomic u64 at `off` (lock words, counters). Atomics in a shared
+    /// file mapping are coherent across processes on the same machine.
+    pub(crate) fn atomic_u64(&self, off: u64) -> &AtomicU64 {
+        let p = self.ptr(off, 8, 8);
+        // SAFETY: aligned, in bounds, lives as long as `self`; AtomicU64 has
+        // the layout of u64 and every bit pattern is valid.
+        unsafe { &*(p as *const AtomicU64) }
+    }
+
+    /// The atomic u32 at `off` (futex words).
+    pub(crate) fn atomic_u32(&self, off: u64) -> &AtomicU32 {
+        let p = self.ptr(off, 4, 4);
+        // SAFETY: as in `atomic_u64`.
+        unsafe { &*(p as *const AtomicU32) }
+    }
+
+    /// Copies a row out. `T: Pod`, so any bytes make a valid `T`; what the
+    /// fields mean is for the caller to validate.
+    pub(crate) fn read<T: Pod>(&self, off: u64) -> T {
+        let p = self.ptr(off, size_of::<T>() as u64, align_of::<T>() as u64);
+        // SAFETY: in bounds and aligned for T; T is Pod. Concurrent writers
+        // are excluded by the lock protocol of the caller.
+        unsafe { std::ptr::read(p as *const T) }
+    }
+
+    /// Copies a row in.
+    pub(crate) fn write<T: Pod>(&self, off: u64, value: &T) {
+        assert!(self.writable, "write to read-only {}", self.path.display());
+        let p = self.ptr(off, size_of::<T>() as u64, align_of::<T>() as u64);
+        // SAFETY: as in `read`; the caller holds the row's exclusive lock (or
+        // no host is running yet).
+        unsafe { std::ptr::write(p as *mut T, *value) }
+    }
+
+    /// Copies `dst.len()` bytes out of `[off, ...)`.
+    pub(crate) fn read_bytes(&self, off: u64, dst: &mut [u8]) {
+        let p = self.ptr(off, dst.len() as u64, 1);
+        // SAFETY: in bounds; u8 has no alignment or validity requirement.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Copies `src` into `[off, ...)`.
+    pub(crate) fn write_bytes(&self, off: u64, src: &[u8]) {
+        assert!(self.writable, "write to read-only {}", self.path.display());
+        let p = self.ptr(off, src.len() as u64, 1);
+        // SAFETY: in bounds; see `write` for exclusion.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) }
+    }
+}
+
+fn to_usize(len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .map_err(|_| PodError::Config(format!("{len} bytes does not fit in memory")))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A unique path in /dev/shm (or the temp dir) removed on drop, with the
+    /// partition files `check` and `run` create beside it.
+    pub(crate) struct TempShm(pub PathBuf);
+
+    impl TempShm {
+        pub(crate) fn new(tag: &str) -> TempShm {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let dir = if Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            TempShm(dir.join(format!("skiff-pod-test-{tag}-{}-{n}", std::process::id())))
+        }
+    }
+
+    impl Drop for TempShm {
+        fn drop(&mut self) {
+            let _ = crate::remove_pod(&self.0);
+        }
+    }
+
+    #[test]
+    fn two_mappings_of_one_file_see_each_other() {
+        let shm = TempShm::new("region");
+        let a = Mapping::create(&shm.0, 8192).unwrap();
+        let b = Mapping::open(&shm.0, true).unwrap();
+        a.write::<u64>(4096, &0xdead_beef);
+        assert_eq!(b.read::<u64>(4096), 0xdead_beef);
+        b.atomic_u64(4104).fetch_add(5, Ordering::SeqCst);
+        assert_eq!(a.atomic_u64(4104).load(Ordering::SeqCst), 5);
+        let mut buf = [0u8; 3];
+        a.write_bytes(100, b"abc");
+        b.read_bytes(100, &mut buf);
+        assert_eq!(&buf, b"abc");
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn out_of_bounds_offset_asserts() {
+        let shm = TempShm::new("region-oob");
+        let a = Mapping::create(&shm.0, 4096).unwrap();
+        a.read::<u64>(4096);
+    }
+
+    #[test]
+    #[should_panic(expected = "read-only")]
+    fn read_only_mapping_refuses_writes() {
+        let shm = TempShm::new("region-ro");
+        drop(Mapping::create(&shm.0, 4096).unwrap());
+        let ro = Mapping::open(&shm.0, false).unwrap();
+        ro.write::<u64>(0, &1);
+    }
+
+    #[test]
+    fn short_file_is_an_error_not_a_panic() {
+        let shm = TempShm::new("region-short");
+        std::fs::write(&shm.0, b"tiny").unwrap();
+        assert!(matches!(
+            Mapping::open(&shm.0, false),
+            Err(PodError::BadPodFile { .. })
+        ));
+    }
+}

@@ -1,0 +1,221 @@
+//! What a run measured, for the CLI and the benchmark.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::arch::Arch;
+use crate::cxl::{CxlCounters, CxlModel};
+use crate::stats::{Histogram, TxnCounters, WorkerStats};
+
+/// One transaction type's outcomes.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct TxnReport {
+    pub committed: u64,
+    /// Attempts aborted by a lock conflict (and retried).
+    pub aborted: u64,
+    /// Spec-mandated rollbacks (NewOrder's invalid item); not in `committed`.
+    pub rolled_back: u64,
+    /// Inputs abandoned after too many conflicts.
+    pub gave_up: u64,
+    /// Committed transactions that touched a remote warehouse.
+    pub remote: u64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+}
+
+impl TxnReport {
+    fn new(c: &TxnCounters, h: &Histogram) -> TxnReport {
+        TxnReport {
+            committed: c.committed,
+            aborted: c.aborted,
+            rolled_back: c.rolled_back,
+            gave_up: c.gave_up,
+            remote: c.remote,
+            latency_p50_us: h.quantile(0.50) as f64 / 1e3,
+            latency_p99_us: h.quantile(0.99) as f64 / 1e3,
+        }
+    }
+}
+
+/// The auditor's outcomes (zero when it did not run).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct AuditReport {
+    pub committed: u64,
+    pub aborted: u64,
+    /// Audits that saw W_YTD != sum(D_YTD): must be 0.
+    pub violations: u64,
+}
+
+/// What [`crate::run`] returns.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub arch: Arch,
+    pub hosts: u16,
+    pub warehouses: u32,
+    pub workers_per_host: u16,
+    pub multi_warehouse_pct: f64,
+    pub orders_per_district: u32,
+    /// Seconds to create and load the pod.
+    pub load_s: f64,
+    /// Seconds between the start and the stop signal.
+    pub elapsed_s: f64,
+    pub new_order: TxnReport,
+    pub payment: TxnReport,
+    pub audit: AuditReport,
+    /// NewOrder + Payment commits.
+    pub committed: u64,
+    pub aborted: u64,
+    pub committed_per_s: f64,
+    /// Conflict aborts over all attempts.
+    pub abort_rate: f64,
+    /// CPU seconds the workers used (thread CPU clocks).
+    pub worker_cpu_s: f64,
+    pub committed_per_cpu_s: f64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    /// Raw modeled CXL traffic of the workers.
+    pub cxl: CxlCounters,
+    pub cxl_model: CxlModel,
+    pub misses_per_txn: f64,
+    /// `cxl.misses() * (ratio - 1) * dram_ns`, summed over workers.
+    pub modeled_delay_s: f64,
+    /// Throughput had each worker also waited its share of the delay
+    /// (meaningful with at most one busy worker per core).
+    pub modeled_committed_per_s: f64,
+    /// Commits per busy CPU-second had every miss also stalled its core:
+    /// `committed / (worker_cpu_s + modeled_delay_s)`. Robust to more
+    /// workers than cores.
+    pub modeled_committed_per_cpu_s: f64,
+    /// Messages between hosts: none in (c) and (d), which never need a
+    /// second host.
+    pub messages: u64,
+    pub messages_per_txn: f64,
+    /// Set when a host stopped the run before its duration (a full table).
+    pub ended_early: Option<String>,
+}
+
+pub(crate) struct RunFacts {
+    pub arch: Arch,
+    pub hosts: u16,
+    pub warehouses: u32,
+    pub workers_per_host: u16,
+    pub multi_warehouse_pct: f64,
+    pub orders_per_district: u32,
+    pub load_s: f64,
+    pub elapsed_s: f64,
+    pub cxl_model: CxlModel,
+    pub ended_early: Option<String>,
+}
+
+impl RunReport {
+    pub(crate) fn build(f: RunFacts, s: &WorkerStats) -> RunReport {
+        let committed = s.new_order.committed + s.payment.committed;
+        let aborted = s.new_order.aborted + s.payment.aborted;
+        let attempts = committed + aborted + s.new_order.rolled_back;
+        let mut all = s.new_order_latency.clone();
+        all.merge(&s.payment_latency);
+        let per_s = |n: f64, secs: f64| if secs > 0.0 { n / secs } else { 0.0 };
+        let delay_s = f.cxl_model.delay_ns(&s.cxl) / 1e9;
+        let workers = (f.hosts as f64 * f.workers_per_host as f64).max(1.0);
+        let txns = (committed + s.new_order.rolled_back).max(1) as f64;
+        RunReport {
+            arch: f.arch,
+            hosts: f.hosts,
+            warehouses: f.warehouses,
+            workers_per_host: f.workers_per_host,
+            multi_warehouse_pct: f.multi_warehouse_pct,
+            orders_per_district: f.orders_per_district,
+            load_s: f.load_s,
+            elapsed_s: f.elapsed_s,
+            new_order: TxnReport::new(&s.new_order, &s.new_order_latency),
+            payment: TxnReport::new(&s.payment, &s.payment_latency),
+            audit: AuditReport {
+                committed: s.audit.committed,
+                aborted: s.audit.aborted,
+                violations: s.audit.violations,
+            },
+            committed,
+            aborted,
+            committed_per_s: per_s(committed as f64, f.elapsed_s),
+            abort_rate: if attempts > 0 {
+                aborted as f64 / attempts as f64
+            } else {
+                0.0
+            },
+            worker_cpu_s: s.cpu_ns as f64 / 1e9,
+            committed_per_cpu_s: per_s(committed as f64, s.cpu_ns as f64 / 1e9),
+            latency_p50_us: all.quantile(0.50) as f64 / 1e3,
+            latency_p99_us: all.quantile(0.99) as f64 / 1e3,
+            cxl: s.cxl,
+            cxl_model: f.cxl_model,
+            misses_per_txn: s.cxl.misses() as f64 / txns,
+            modeled_delay_s: delay_s,
+            modeled_committed_per_s: per_s(committed as f64, f.elapsed_s + delay_s / workers),
+            modeled_committed_per_cpu_s: per_s(committed as f64, s.cpu_ns as f64 / 1e9 + delay_s),
+            messages: 0,
+            messages_per_txn: 0.0,
+            ended_early: f.ended_early,
+        }
+    }
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} hosts x {} workers, {} warehouses, multi-warehouse {}%",
+            self.arch, self.hosts, self.workers_per_host, self.warehouses, self.multi_warehouse_pct
+        )?;
+        for (name, t) in [("NewOrder", &self.new_order), ("Payment", &self.payment)] {
+            write!(
+                f,
+                "  {name:<8} committed {:>9}  aborted {:>8}  rolled back {:>6}  remote {:>7}",
+                t.committed, t.aborted, t.rolled_back, t.remote
+            )?;
+            writeln!(
+                f,
+                "  p50 {:>7.1} us  p99 {:>8.1} us",
+                t.latency_p50_us, t.latency_p99_us
+            )?;
+        }
+        writeln!(
+            f,
+            "  throughput {:.0} committed/s over {:.2} s ({:.0} per busy CPU-second), \
+             abort rate {:.1}%",
+            self.committed_per_s,
+            self.elapsed_s,
+            self.committed_per_cpu_s,
+            100.0 * self.abort_rate
+        )?;
+        writeln!(
+            f,
+            "  CXL: {} data + {} coherent misses ({:.1} per txn), {} flushes, {} write-backs",
+            self.cxl.data_misses,
+            self.cxl.coherent_misses,
+            self.misses_per_txn,
+            self.cxl.flushes,
+            self.cxl.writebacks,
+        )?;
+        writeln!(
+            f,
+            "  modeled at {:.1}x of {:.0} ns: {:.0} committed/s, {:.0} per busy CPU-second",
+            self.cxl_model.latency_ratio,
+            self.cxl_model.dram_latency_ns,
+            self.modeled_committed_per_s,
+            self.modeled_committed_per_cpu_s
+        )?;
+        write!(f, "  messages per txn {:.2}", self.messages_per_txn)?;
+        if self.audit.committed > 0 || self.audit.aborted > 0 {
+            write!(
+                f,
+                "\n  auditor: {} audits, {} aborted, {} violations",
+                self.audit.committed, self.audit.aborted, self.audit.violations
+            )?;
+        }
+        if let Some(why) = &self.ended_early {
+            write!(f, "\n  ended early: {why}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! End-to-end runs of the pod through the public API: load, hosts as threads
+//! or as real processes, the workload for about a second, then `check`.
+//! Every run ends with the twelve consistency conditions.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use skiff_pod::{
+    Arch, CcProtocol, CheckConfig, HostCommand, Launch, PodConfig, PodError, RunReport,
+};
+
+/// A unique pod path in /dev/shm, removed with its partitions on drop.
+struct Pod(PathBuf);
+
+impl Pod {
+    fn new(tag: &str) -> Pod {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        Pod(dir.join(format!("skiff-pod-it-{tag}-{}-{n}", std::process::id())))
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = skiff_pod::remove_pod(&self.0);
+    }
+}
+
+fn config(pod: &Pod, arch: Arch, hosts: u16, warehouses: u32, workers: u16) -> PodConfig {
+    let mut c = PodConfig::new(&pod.0, hosts, warehouses);
+    c.arch = arch;
+    c.workers_per_host = workers;
+    c.duration = Duration::from_millis(1_000);
+    c.auditor = true;
+    c
+}
+
+fn processes() -> Launch {
+    Launch::Processes(HostCommand {
+        program: env!("CARGO_BIN_EXE_skiff-pod-host").into(),
+        args: vec![],
+    })
+}
+
+/// Runs, prints the report, checks all twelve conditions, returns the report.
+fn run_and_check(cfg: &PodConfig) -> RunReport {
+    let report = skiff_pod::run(cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
+    eprintln!("{report}");
+    let check = skiff_pod::check(&CheckConfig {
+        shm_path: cfg.shm_path.clone(),
+    })
+    .unwrap();
+    eprintln!("{check}");
+    assert!(check.passed(), "{check}");
+    assert!(
+        report.new_order.committed > 0 && report.payment.committed > 0,
+        "{report}"
+    );
+    assert_eq!(report.audit.violations, 0, "{report}");
+    // The auditor ran. Under NO_WAIT it commits only when no worker holds
+    // any of the 11 rows it reads, so on a loaded machine it may not commit
+    // at all in a second; `auditor_sees_consistent_ytd_under_payments` makes
+    // it commit hundreds of times.
+    assert!(
+        report.audit.committed + report.audit.aborted > 0,
+        "{report}"
+    );
+    assert_eq!(report.ended_early, None);
+    // Every committed NewOrder is exactly one order beyond the 3,000 loaded.
+    let orders = check.rows.orders;
+    assert_eq!(
+        orders,
+        cfg.warehouses as u64 * 30_000 + report.new_order.committed
+    );
+    assert_eq!(
+        check.rows.history,
+        cfg.warehouses as u64 * 30_000 + report.payment.committed
+    );
+    report
+}
+
+#[test]
+fn one_host_threads_pasha_static_all_private() {
+    let pod = Pod::new("d1");
+    let report = run_and_check(&config(&pod, Arch::PashaStatic, 1, 2, 2));
+    // One host: nothing is shared, so nothing is CXL traffic.
+    assert_eq!(report.cxl.misses(), 0, "{report}");
+    // The spec's 1% of NewOrders roll back (and are not committed).
+    let n = &report.new_order;
+    let share = n.rolled_back as f64 / (n.committed + n.rolled_back) as f64;
+    assert!(
+        n.committed < 5_000 || (0.004..0.02).contains(&share),
+        "{report}"
+    );
+}
+
+#[test]
+fn one_host_threads_shared_everything() {
+    let pod = Pod::new("c1");
+    let report = run_and_check(&config(&pod, Arch::SharedEverything, 1, 2, 2));
+    assert!(report.cxl.data_misses > report.committed, "{report}");
+    assert!(report.cxl.coherent_misses > 0);
+    assert!(report.modeled_committed_per_s < report.committed_per_s);
+}
+
+#[test]
+fn two_host_processes_shared_everything() {
+    let pod = Pod::new("c2");
+    let mut cfg = config(&pod, Arch::SharedEverything, 2, 2, 1);
+    cfg.launch = processes();
+    // Six times the spec's remote accesses: hosts contend on each other's rows.
+    cfg.multi_warehouse_pct = 60.0;
+    let report = run_and_check(&cfg);
+    assert!(
+        report.payment.remote > 0 && report.new_order.remote > 0,
+        "{report}"
+    );
+    // Every pod tuple starts invalid in every host's cache, and remote writes
+    // invalidate it again: reads of pod rows flush first.
+    assert!(report.cxl.flushes > 0, "{report}");
+    assert_eq!(report.messages, 0);
+}
+
+#[test]
+fn two_host_processes_pasha_static() {
+    let pod = Pod::new("d2");
+    let mut cfg = config(&pod, Arch::PashaStatic, 2, 2, 1);
+    cfg.launch = processes();
+    cfg.multi_warehouse_pct = 60.0;
+    let report = run_and_check(&cfg);
+    assert!(report.payment.remote > 0, "{report}");
+    // Only CUSTOMER and STOCK are in pod memory.
+    assert!(report.cxl.misses() > 0, "{report}");
+}
+
+#[test]
+fn pasha_static_without_remote_accesses_shares_nothing() {
+    let pod = Pod::new("d0");
+    let mut cfg = config(&pod, Arch::PashaStatic, 2, 2, 1);
+    cfg.multi_warehouse_pct = 0.0;
+    let report = run_and_check(&cfg);
+    assert_eq!(report.cxl.misses(), 0, "{report}");
+    assert_eq!(report.payment.remote + report.new_order.remote, 0);
+}
+
+/// More hosts than cores, as a correctness run (SKIFF_SLOW_TESTS=1).
+#[test]
+fn four_host_processes_shared_everything_slow() {
+    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
+        eprintln!("skipped: set SKIFF_SLOW_TESTS=1");
+        return;
+    }
+    let pod = Pod::new("c4");
+    let mut cfg = config(&pod, Arch::SharedEverything, 4, 4, 1);
+    cfg.launch = processes();
+    cfg.multi_warehouse_pct = 60.0;
+    cfg.duration = Duration::from_secs(3);
+    run_and_check(&cfg);
+}
+
+#[test]
+fn unbuilt_architectures_and_protocols_are_refused() {
+    let pod = Pod::new("refused");
+    for arch in [
+        Arch::SharedNothingTcp,
+        Arch::SharedNothingCxl,
+        Arch::PashaDynamic,
+    ] {
+        let err = skiff_pod::run(&config(&pod, arch, 2, 2, 1)).unwrap_err();
+        assert!(matches!(err, PodError::NotImplemented(_)), "{err}");
+        assert!(err.to_string().contains(arch.name()), "{err}");
+    }
+    let mut cfg = config(&pod, Arch::SharedEverything, 1, 1, 1);
+    cfg.cc = CcProtocol::WaitDie;
+    assert!(matches!(
+        skiff_pod::run(&cfg),
+        Err(PodError::NotImplemented(_))
+    ));
+    assert!(!pod.0.exists(), "nothing was created");
+}
+
+#[test]
+fn check_refuses_missing_and_foreign_files() {
+    let pod = Pod::new("foreign");
+    let cfg = CheckConfig {
+        shm_path: pod.0.clone(),
+    };
+    assert!(matches!(skiff_pod::check(&cfg), Err(PodError::Io { .. })));
+    std::fs::write(&pod.0, vec![7u8; 8192]).unwrap();
+    let err = skiff_pod::check(&cfg).unwrap_err();
+    assert!(matches!(err, PodError::BadPodFile { .. }), "{err}");
+    assert!(err.to_string().contains("magic"), "{err}");
+}
+
+#[test]
+fn a_host_process_that_cannot_start_fails_the_run_cleanly() {
+    let pod = Pod::new("badhost");
+    let mut cfg = config(&pod, Arch::SharedEverything, 2, 2, 1);
+    // A host command that exits at once without attaching.
+    cfg.launch = Launch::Processes(HostCommand {
+        program: "/bin/false".into(),
+        args: vec![],
+    });
+    let err = skiff_pod::run(&cfg).unwrap_err();
+    assert!(matches!(err, PodError::HostFailed { .. }), "{err}");
+}
+
+#[test]
+fn a_full_district_stops_the_run_early_and_consistently() {
+    let pod = Pod::new("full");
+    let mut cfg = config(&pod, Arch::SharedEverything, 1, 1, 1);
+    cfg.auditor = false;
+    // Room for 1,000 orders and payments per district beyond the load.
+    cfg.orders_per_district_max = Some(4_000);
+    cfg.duration = Duration::from_secs(60);
+    let report = skiff_pod::run(&cfg).unwrap();
+    eprintln!("{report}");
+    let why = report.ended_early.clone().expect("the run must end early");
+    assert!(why.contains("slots"), "{why}");
+    assert!(report.elapsed_s < 30.0, "{report}");
+    let check = skiff_pod::check(&CheckConfig {
+        shm_path: cfg.shm_path.clone(),
+    })
+    .unwrap();
+    assert!(check.passed(), "{check}");
+    assert_eq!(check.rows.orders, 30_000 + report.new_order.committed);
+}
+
+/// Hosts that report and exit before the others count in are done, not
+/// dead: eight hosts on two cores finish at very different times.
+#[test]
+fn eight_hosts_finishing_at_different_times_all_report() {
+    let pod = Pod::new("eight");
+    let mut cfg = config(&pod, Arch::PashaStatic, 8, 8, 1);
+    cfg.duration = Duration::from_millis(300);
+    cfg.multi_warehouse_pct = 60.0;
+    run_and_check(&cfg);
+}
