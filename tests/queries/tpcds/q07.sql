@@ -9,11 +9,11 @@ select  i_item_id,
        ss_item_sk = i_item_sk and
        ss_cdemo_sk = cd_demo_sk and
        ss_promo_sk = p_promo_sk and
-       cd_gender = 'F' and 
-       cd_marital_status = 'W' and
-       cd_education_status = 'Primary' and
+       cd_gender = 'M' and 
+       cd_marital_status = 'S' and
+       cd_education_status = 'College' and
        (p_channel_email = 'N' or p_channel_event = 'N') and
-       d_year = 1998 
+       d_year = 2000 
  group by i_item_id
  order by i_item_id
  limit 100;

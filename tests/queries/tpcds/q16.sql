@@ -10,14 +10,14 @@ from
   ,customer_address
   ,call_center
 where
-    d_date between '1999-4-01' and 
-           (cast('1999-4-01' as date) + INTERVAL '60 days')
+    d_date between '2002-2-01' and 
+           (cast('2002-2-01' as date) + INTERVAL '60 days')
 and cs1.cs_ship_date_sk = d_date_sk
 and cs1.cs_ship_addr_sk = ca_address_sk
 and ca_state = 'GA'
 and cs1.cs_call_center_sk = cc_call_center_sk
-and cc_county in ('Daviess County','Franklin Parish','Barrow County','Luce County',
-                  'Fairfield County'
+and cc_county in ('Williamson County','Williamson County','Williamson County','Williamson County',
+                  'Williamson County'
 )
 and exists (select *
             from catalog_sales cs2

@@ -11,10 +11,10 @@ select  i_item_id
      ,item 
      ,date_dim
  where cs_item_sk = i_item_sk 
-   and i_category in ('Jewelry', 'Sports', 'Books')
+   and i_category in ('Sports', 'Books', 'Home')
    and cs_sold_date_sk = d_date_sk
- and d_date between cast('2001-01-12' as date) 
- 				and (cast('2001-01-12' as date) + INTERVAL '30 days')
+ and d_date between cast('1999-02-22' as date) 
+ 				and (cast('1999-02-22' as date) + INTERVAL '30 days')
  group by i_item_id
          ,i_item_desc 
          ,i_category

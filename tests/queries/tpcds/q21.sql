@@ -3,10 +3,10 @@
 select  *
  from(select w_warehouse_name
             ,i_item_id
-            ,sum(case when (cast(d_date as date) < cast ('1998-04-08' as date))
+            ,sum(case when (cast(d_date as date) < cast ('2000-03-11' as date))
 	                then inv_quantity_on_hand 
                       else 0 end) as inv_before
-            ,sum(case when (cast(d_date as date) >= cast ('1998-04-08' as date))
+            ,sum(case when (cast(d_date as date) >= cast ('2000-03-11' as date))
                       then inv_quantity_on_hand 
                       else 0 end) as inv_after
    from inventory
@@ -17,8 +17,8 @@ select  *
      and i_item_sk          = inv_item_sk
      and inv_warehouse_sk   = w_warehouse_sk
      and inv_date_sk    = d_date_sk
-     and d_date between (cast ('1998-04-08' as date) - INTERVAL '30 days')
-                    and (cast ('1998-04-08' as date) + INTERVAL '30 days')
+     and d_date between (cast ('2000-03-11' as date) - INTERVAL '30 days')
+                    and (cast ('2000-03-11' as date) + INTERVAL '30 days')
    group by w_warehouse_name, i_item_id) x
  where (case when inv_before > 0 
              then inv_after / inv_before 

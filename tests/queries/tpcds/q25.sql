@@ -19,7 +19,7 @@ select
  ,item
  where
  d1.d_moy = 4
- and d1.d_year = 2000
+ and d1.d_year = 2001
  and d1.d_date_sk = ss_sold_date_sk
  and i_item_sk = ss_item_sk
  and s_store_sk = ss_store_sk
@@ -28,12 +28,12 @@ select
  and ss_ticket_number = sr_ticket_number
  and sr_returned_date_sk = d2.d_date_sk
  and d2.d_moy               between 4 and  10
- and d2.d_year              = 2000
+ and d2.d_year              = 2001
  and sr_customer_sk = cs_bill_customer_sk
  and sr_item_sk = cs_item_sk
  and cs_sold_date_sk = d3.d_date_sk
  and d3.d_moy               between 4 and  10 
- and d3.d_year              = 2000
+ and d3.d_year              = 2001
  group by
  i_item_id
  ,i_item_desc

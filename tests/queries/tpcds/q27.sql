@@ -12,10 +12,10 @@ select  i_item_id,
        ss_store_sk = s_store_sk and
        ss_cdemo_sk = cd_demo_sk and
        cd_gender = 'M' and
-       cd_marital_status = 'W' and
+       cd_marital_status = 'S' and
        cd_education_status = 'College' and
        d_year = 2002 and
-       s_state in ('MO','LA', 'GA', 'MI', 'SC', 'OH')
+       s_state in ('TN','TN', 'TN', 'TN', 'TN', 'TN')
  group by rollup (i_item_id, s_state)
  order by i_item_id
          ,s_state

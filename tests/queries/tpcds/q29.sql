@@ -17,7 +17,7 @@ select
    ,store
    ,item
  where
-     d1.d_moy               = 4 
+     d1.d_moy               = 9 
  and d1.d_year              = 1999
  and d1.d_date_sk           = ss_sold_date_sk
  and i_item_sk              = ss_item_sk
@@ -26,7 +26,7 @@ select
  and ss_item_sk             = sr_item_sk
  and ss_ticket_number       = sr_ticket_number
  and sr_returned_date_sk    = d2.d_date_sk
- and d2.d_moy               between 4 and  4 + 3 
+ and d2.d_moy               between 9 and  9 + 3 
  and d2.d_year              = 1999
  and sr_customer_sk         = cs_bill_customer_sk
  and sr_item_sk             = cs_item_sk

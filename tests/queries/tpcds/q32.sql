@@ -5,10 +5,10 @@ from
    ,item 
    ,date_dim
 where
-i_manufact_id = 269
+i_manufact_id = 977
 and i_item_sk = cs_item_sk 
-and d_date between '1998-03-18' and 
-        (cast('1998-03-18' as date) + INTERVAL '90 days')
+and d_date between '2000-01-27' and 
+        (cast('2000-01-27' as date) + INTERVAL '90 days')
 and d_date_sk = cs_sold_date_sk 
 and cs_ext_discount_amt  
      > ( 
@@ -19,8 +19,8 @@ and cs_ext_discount_amt
            ,date_dim
          where 
               cs_item_sk = i_item_sk 
-          and d_date between '1998-03-18' and
-                             (cast('1998-03-18' as date) + INTERVAL '90 days')
+          and d_date between '2000-01-27' and
+                             (cast('2000-01-27' as date) + INTERVAL '90 days')
           and d_date_sk = cs_sold_date_sk 
       ) 
 limit 100;

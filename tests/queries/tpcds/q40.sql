@@ -2,9 +2,9 @@
 select  
    w_state
   ,i_item_id
-  ,sum(case when (cast(d_date as date) < cast ('1998-04-08' as date)) 
+  ,sum(case when (cast(d_date as date) < cast ('2000-03-11' as date)) 
  		then cs_sales_price - coalesce(cr_refunded_cash,0) else 0 end) as sales_before
-  ,sum(case when (cast(d_date as date) >= cast ('1998-04-08' as date)) 
+  ,sum(case when (cast(d_date as date) >= cast ('2000-03-11' as date)) 
  		then cs_sales_price - coalesce(cr_refunded_cash,0) else 0 end) as sales_after
  from
    catalog_sales left outer join catalog_returns on
@@ -18,8 +18,8 @@ select
  and i_item_sk          = cs_item_sk
  and cs_warehouse_sk    = w_warehouse_sk 
  and cs_sold_date_sk    = d_date_sk
- and d_date between (cast ('1998-04-08' as date) - INTERVAL '30 days')
-                and (cast ('1998-04-08' as date) + INTERVAL '30 days')
+ and d_date between (cast ('2000-03-11' as date) - INTERVAL '30 days')
+                and (cast ('2000-03-11' as date) + INTERVAL '30 days')
  group by
     w_state,i_item_id
  order by w_state,i_item_id

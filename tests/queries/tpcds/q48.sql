@@ -3,7 +3,7 @@
 select sum (ss_quantity)
  from store_sales, store, customer_demographics, customer_address, date_dim
  where s_store_sk = ss_store_sk
- and  ss_sold_date_sk = d_date_sk and d_year = 1998
+ and  ss_sold_date_sk = d_date_sk and d_year = 2000
  and  
  (
   (
@@ -21,7 +21,7 @@ select sum (ss_quantity)
    and 
    cd_marital_status = 'D'
    and 
-   cd_education_status = 'Primary'
+   cd_education_status = '2 yr Degree'
    and 
    ss_sales_price between 50.00 and 100.00   
   )
@@ -29,9 +29,9 @@ select sum (ss_quantity)
  (
   cd_demo_sk = ss_cdemo_sk
   and 
-   cd_marital_status = 'U'
+   cd_marital_status = 'S'
    and 
-   cd_education_status = 'Advanced Degree'
+   cd_education_status = 'College'
    and 
    ss_sales_price between 150.00 and 200.00  
  )
@@ -43,7 +43,7 @@ select sum (ss_quantity)
   and
   ca_country = 'United States'
   and
-  ca_state in ('KY', 'GA', 'NM')
+  ca_state in ('CO', 'OH', 'TX')
   and ss_net_profit between 0 and 2000  
   )
  or
@@ -51,7 +51,7 @@ select sum (ss_quantity)
   and
   ca_country = 'United States'
   and
-  ca_state in ('MT', 'OR', 'IN')
+  ca_state in ('OR', 'MN', 'KY')
   and ss_net_profit between 150 and 3000 
   )
  or
@@ -59,7 +59,7 @@ select sum (ss_quantity)
   and
   ca_country = 'United States'
   and
-  ca_state in ('WI', 'MO', 'WV')
+  ca_state in ('VA', 'CA', 'MS')
   and ss_net_profit between 50 and 25000 
   )
  )

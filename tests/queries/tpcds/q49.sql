@@ -31,7 +31,7 @@ select  channel, item, return_ratio, return_rank, currency_rank from
                          and ws.ws_net_paid > 0
                          and ws.ws_quantity > 0
                          and ws_sold_date_sk = d_date_sk
-                         and d_year = 2000
+                         and d_year = 2001
                          and d_moy = 12
  		group by ws.ws_item_sk
  	) in_web
@@ -74,7 +74,7 @@ select  channel, item, return_ratio, return_rank, currency_rank from
                          and cs.cs_net_paid > 0
                          and cs.cs_quantity > 0
                          and cs_sold_date_sk = d_date_sk
-                         and d_year = 2000
+                         and d_year = 2001
                          and d_moy = 12
                  group by cs.cs_item_sk
  	) in_cat
@@ -113,7 +113,7 @@ select  channel, item, return_ratio, return_rank, currency_rank from
                          and sts.ss_net_paid > 0
                          and sts.ss_quantity > 0
                          and ss_sold_date_sk = d_date_sk
-                         and d_year = 2000
+                         and d_year = 2001
                          and d_moy = 12
  		group by sts.ss_item_sk
  	) in_store

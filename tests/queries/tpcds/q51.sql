@@ -7,7 +7,7 @@ select
 from web_sales
     ,date_dim
 where ws_sold_date_sk=d_date_sk
-  and d_month_seq between 1212 and 1212+11
+  and d_month_seq between 1200 and 1200+11
   and ws_item_sk is not NULL
 group by ws_item_sk, d_date),
 store_v1 as (
@@ -18,7 +18,7 @@ select
 from store_sales
     ,date_dim
 where ss_sold_date_sk=d_date_sk
-  and d_month_seq between 1212 and 1212+11
+  and d_month_seq between 1200 and 1200+11
   and ss_item_sk is not NULL
 group by ss_item_sk, d_date)
  select  *

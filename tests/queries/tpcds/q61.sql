@@ -16,11 +16,11 @@ from
    and   ss_customer_sk= c_customer_sk
    and   ca_address_sk = c_current_addr_sk
    and   ss_item_sk = i_item_sk 
-   and   ca_gmt_offset = -7
-   and   i_category = 'Books'
+   and   ca_gmt_offset = -5
+   and   i_category = 'Jewelry'
    and   (p_channel_dmail = 'Y' or p_channel_email = 'Y' or p_channel_tv = 'Y')
-   and   s_gmt_offset = -7
-   and   d_year = 1999
+   and   s_gmt_offset = -5
+   and   d_year = 1998
    and   d_moy  = 11) promotional_sales,
   (select sum(ss_ext_sales_price) total
    from  store_sales
@@ -34,10 +34,10 @@ from
    and   ss_customer_sk= c_customer_sk
    and   ca_address_sk = c_current_addr_sk
    and   ss_item_sk = i_item_sk
-   and   ca_gmt_offset = -7
-   and   i_category = 'Books'
-   and   s_gmt_offset = -7
-   and   d_year = 1999
+   and   ca_gmt_offset = -5
+   and   i_category = 'Jewelry'
+   and   s_gmt_offset = -5
+   and   d_year = 1998
    and   d_moy  = 11) all_sales
 order by promotions, total
 limit 100;

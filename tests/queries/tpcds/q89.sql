@@ -12,12 +12,12 @@ from item, store_sales, date_dim, store
 where ss_item_sk = i_item_sk and
       ss_sold_date_sk = d_date_sk and
       ss_store_sk = s_store_sk and
-      d_year in (2000) and
-        ((i_category in ('Home','Books','Electronics') and
-          i_class in ('wallpaper','parenting','musical')
+      d_year in (1999) and
+        ((i_category in ('Books','Electronics','Sports') and
+          i_class in ('computers','stereo','football')
          )
-      or (i_category in ('Shoes','Jewelry','Men') and
-          i_class in ('womens','birdal','pants') 
+      or (i_category in ('Men','Jewelry','Women') and
+          i_class in ('shirts','birdal','dresses') 
         ))
 group by i_category, i_class, i_brand,
          s_store_name, s_company_name, d_moy) tmp1

@@ -7,10 +7,10 @@ from
    ,item 
    ,date_dim
 where
-i_manufact_id = 269
+i_manufact_id = 350
 and i_item_sk = ws_item_sk 
-and d_date between '1998-03-18' and 
-        (cast('1998-03-18' as date) + INTERVAL '90 days')
+and d_date between '2000-01-27' and 
+        (cast('2000-01-27' as date) + INTERVAL '90 days')
 and d_date_sk = ws_sold_date_sk 
 and ws_ext_discount_amt  
      > ( 
@@ -21,8 +21,8 @@ and ws_ext_discount_amt
            ,date_dim
          WHERE 
               ws_item_sk = i_item_sk 
-          and d_date between '1998-03-18' and
-                             (cast('1998-03-18' as date) + INTERVAL '90 days')
+          and d_date between '2000-01-27' and
+                             (cast('2000-01-27' as date) + INTERVAL '90 days')
           and d_date_sk = ws_sold_date_sk 
       ) 
 order by sum(ws_ext_discount_amt)

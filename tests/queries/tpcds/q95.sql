@@ -14,11 +14,11 @@ from
   ,customer_address
   ,web_site
 where
-    d_date between '1999-5-01' and 
-           (cast('1999-5-01' as date) + INTERVAL '60 days')
+    d_date between '1999-2-01' and 
+           (cast('1999-2-01' as date) + INTERVAL '60 days')
 and ws1.ws_ship_date_sk = d_date_sk
 and ws1.ws_ship_addr_sk = ca_address_sk
-and ca_state = 'TX'
+and ca_state = 'IL'
 and ws1.ws_web_site_sk = web_site_sk
 and web_company_name = 'pri'
 and ws1.ws_order_number in (select ws_order_number

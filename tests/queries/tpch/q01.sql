@@ -14,7 +14,7 @@ select
 from
 	lineitem
 where
-	l_shipdate <= date '1998-12-01' - interval '68 days'
+	l_shipdate <= date '1998-12-01' - interval '90 days'
 group by
 	l_returnflag,
 	l_linestatus

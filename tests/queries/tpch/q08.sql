@@ -3,7 +3,7 @@
 select
 	o_year,
 	sum(case
-		when nation = 'IRAQ' then volume
+		when nation = 'BRAZIL' then volume
 		else 0
 	end) / sum(volume) as mkt_share
 from
@@ -28,10 +28,10 @@ from
 			and o_custkey = c_custkey
 			and c_nationkey = n1.n_nationkey
 			and n1.n_regionkey = r_regionkey
-			and r_name = 'MIDDLE EAST'
+			and r_name = 'AMERICA'
 			and s_nationkey = n2.n_nationkey
 			and o_orderdate between date '1995-01-01' and date '1996-12-31'
-			and p_type = 'LARGE PLATED STEEL'
+			and p_type = 'ECONOMY ANODIZED STEEL'
 	) as all_nations
 group by
 	o_year

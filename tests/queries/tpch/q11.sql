@@ -10,7 +10,7 @@ from
 where
 	ps_suppkey = s_suppkey
 	and s_nationkey = n_nationkey
-	and n_name = 'ALGERIA'
+	and n_name = 'GERMANY'
 group by
 	ps_partkey having
 		sum(ps_supplycost * ps_availqty) > (
@@ -23,7 +23,7 @@ group by
 			where
 				ps_suppkey = s_suppkey
 				and s_nationkey = n_nationkey
-				and n_name = 'ALGERIA'
+				and n_name = 'GERMANY'
 		)
 order by
 	value desc;

@@ -7,8 +7,8 @@ create view revenue0 (supplier_no, total_revenue) as
 	from
 		lineitem
 	where
-		l_shipdate >= date '1996-08-01'
-		and l_shipdate < date '1996-08-01' + interval '3' month
+		l_shipdate >= date '1996-01-01'
+		and l_shipdate < date '1996-01-01' + interval '3' month
 	group by
 		l_suppkey;
 select

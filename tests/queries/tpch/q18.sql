@@ -19,7 +19,7 @@ where
 			lineitem
 		group by
 			l_orderkey having
-				sum(l_quantity) > 313
+				sum(l_quantity) > 300
 	)
 	and c_custkey = o_custkey
 	and o_orderkey = l_orderkey

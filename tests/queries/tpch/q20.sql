@@ -19,7 +19,7 @@ where
 				from
 					part
 				where
-					p_name like 'blanched%'
+					p_name like 'forest%'
 			)
 			and ps_availqty > (
 				select
@@ -29,11 +29,11 @@ where
 				where
 					l_partkey = ps_partkey
 					and l_suppkey = ps_suppkey
-					and l_shipdate >= date '1993-01-01'
-					and l_shipdate < date '1993-01-01' + interval '1' year
+					and l_shipdate >= date '1994-01-01'
+					and l_shipdate < date '1994-01-01' + interval '1' year
 			)
 	)
 	and s_nationkey = n_nationkey
-	and n_name = 'KENYA'
+	and n_name = 'CANADA'
 order by
 	s_name;

@@ -13,7 +13,7 @@ from
 			customer
 		where
 			substring(c_phone from 1 for 2) in
-				('24', '34', '16', '30', '33', '14', '13')
+				('13', '31', '23', '29', '30', '18', '17')
 			and c_acctbal > (
 				select
 					avg(c_acctbal)
@@ -22,7 +22,7 @@ from
 				where
 					c_acctbal > 0.00
 					and substring(c_phone from 1 for 2) in
-						('24', '34', '16', '30', '33', '14', '13')
+						('13', '31', '23', '29', '30', '18', '17')
 			)
 			and not exists (
 				select
