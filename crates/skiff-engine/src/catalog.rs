@@ -91,7 +91,9 @@ pub fn discover(dir: &Path) -> Result<Vec<FoundTable>> {
 }
 
 fn file_format(path: &Path) -> Option<TableFormat> {
-    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+    // Exact lowercase only: DataFusion's listing matches the extension
+    // case-sensitively, so `b.PARQUET` would silently not be read.
+    match path.extension()?.to_str()? {
         "parquet" => Some(TableFormat::Parquet),
         "csv" => Some(TableFormat::Csv),
         _ => None,

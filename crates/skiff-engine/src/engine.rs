@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::common::Result;
+use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
 };
@@ -120,7 +121,17 @@ impl Engine {
     }
 
     async fn explain_pipelines(&self, query: &str, analyze: bool) -> Result<QueryOutput> {
-        let plan = self.physical_plan(query).await?;
+        // Planning runs DDL and DML at once; explaining must not.
+        let read_only = SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false);
+        let plan = self
+            .ctx
+            .sql_with_options(query, read_only)
+            .await?
+            .create_physical_plan()
+            .await?;
         let execution = self.start(plan)?;
         let batch = if analyze {
             // Run to completion; the rows themselves are not shown.

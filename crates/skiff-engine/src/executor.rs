@@ -21,10 +21,9 @@ use datafusion::common::utils::memory::get_record_batch_memory_size;
 use datafusion::common::{Result, ScalarValue, exec_err, internal_err};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{RecordBatchStream, TaskContext};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ExecutionPlan, ExecutionPlanProperties, SendableRecordBatchStream,
+    ExecutionPlan, ExecutionPlanProperties, SendableRecordBatchStream, execute_stream,
 };
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -77,7 +76,7 @@ impl QueryExecution {
             .get::<SkiffOptions>()
             .and_then(|o| o.store_memory_max);
         let store = Arc::new(IntermediateStore::new(
-            Arc::clone(&graph),
+            &graph,
             task_ctx.runtime_env(),
             memory_max,
         ));
@@ -115,12 +114,12 @@ impl QueryExecution {
     }
 
     pub fn progress(&self) -> Progress {
-        let state = self.store.state();
+        let status = self.store.status();
         let mut progress = Progress {
             pipelines_total: self.graph.len(),
             ..Progress::default()
         };
-        for (pipeline, status) in self.graph.pipelines().iter().zip(&state.status) {
+        for (pipeline, status) in self.graph.pipelines().iter().zip(&status) {
             match status {
                 PipelineStatus::Finished { .. } => progress.pipelines_finished += 1,
                 PipelineStatus::Running { .. } => {
@@ -221,13 +220,7 @@ impl QueryExecution {
     fn start_result(self: Arc<Self>) -> Result<SendableRecordBatchStream> {
         let pipeline = self.graph.result();
         self.store.start(pipeline.id)?;
-        let plan = Arc::clone(&pipeline.plan);
-        let input = if plan.output_partitioning().partition_count() == 1 {
-            plan.execute(0, Arc::clone(&self.task_ctx))?
-        } else {
-            let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
-            merged.execute(0, Arc::clone(&self.task_ctx))?
-        };
+        let input = execute_stream(Arc::clone(&pipeline.plan), Arc::clone(&self.task_ctx))?;
         Ok(Box::pin(ResultStream {
             input,
             store: Arc::clone(&self.store),
@@ -297,13 +290,16 @@ impl Stream for ResultStream {
     type Item = Result<RecordBatch>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
         let polled = self.input.poll_next_unpin(cx);
         match &polled {
             Poll::Ready(Some(Ok(batch))) => {
                 self.streamed.rows += batch.num_rows() as u64;
                 self.streamed.memory_bytes += get_record_batch_memory_size(batch) as u64;
             }
-            Poll::Ready(None) if !self.done => {
+            Poll::Ready(None) => {
                 self.done = true;
                 if let Err(e) = self.store.finish(self.pipeline, self.streamed) {
                     return Poll::Ready(Some(Err(e)));

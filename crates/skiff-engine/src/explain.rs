@@ -54,16 +54,17 @@ pub fn render(graph: &PipelineGraph, state: Option<&QueryState>) -> Result<Recor
             }
             _ => None,
         });
-        for (line, operator) in operator_lines(&pipeline.plan).into_iter().enumerate() {
-            let first = line == 0;
-            let head = [
-                pipeline.id.to_string(),
-                pipeline.breaker.to_string(),
-                reads(&pipeline.inputs),
-                estimated_rows(&pipeline.plan),
-            ];
-            for (column, value) in text.iter_mut().zip(head) {
-                column.push(if first { value } else { String::new() });
+        let mut head = Some([
+            pipeline.id.to_string(),
+            pipeline.breaker.to_string(),
+            reads(&pipeline.inputs),
+            estimated_rows(&pipeline.plan),
+        ]);
+        for operator in operator_lines(&pipeline.plan) {
+            let first = head.is_some();
+            let values = head.take().unwrap_or_default();
+            for (column, value) in text.iter_mut().zip(values) {
+                column.push(value);
             }
             text[4].push(operator);
             measured.push(if first { finished } else { None });

@@ -38,22 +38,21 @@ pub struct IntermediateScanExec {
 impl IntermediateScanExec {
     /// A leaf with the properties of `replaced`, the subtree whose output
     /// pipeline `pipeline` materializes.
-    pub fn try_new(pipeline: PipelineId, replaced: &Arc<dyn ExecutionPlan>) -> Result<Self> {
-        let mut properties = PlanProperties::clone(replaced.properties())
+    pub fn new(pipeline: PipelineId, replaced: &Arc<dyn ExecutionPlan>) -> Self {
+        // The leaf keeps the ordering, partitioning and constraints of what
+        // it replaced; only how it emits changes.
+        let properties = PlanProperties::clone(replaced.properties())
             .with_emission_type(EmissionType::Incremental)
             .with_boundedness(Boundedness::Bounded)
             .with_scheduling_type(SchedulingType::Cooperative);
-        // The leaf keeps the ordering and partitioning of what it replaced;
-        // constraints stay as they were too.
-        properties.evaluation_type = replaced.properties().evaluation_type;
         let statistics = estimate(replaced)
             .unwrap_or_else(|_| Arc::new(Statistics::new_unknown(&replaced.schema())));
-        Ok(Self {
+        Self {
             pipeline,
             properties: Arc::new(properties),
             statistics,
             metrics: ExecutionPlanMetricsSet::new(),
-        })
+        }
     }
 
     pub fn pipeline(&self) -> PipelineId {

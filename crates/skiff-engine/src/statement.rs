@@ -13,7 +13,7 @@ pub enum StatementKind<'a> {
 
 /// Classify one statement (no trailing semicolon needed).
 pub fn classify(statement: &str) -> StatementKind<'_> {
-    let mut rest = statement.trim_start();
+    let mut rest = skip_blanks(statement);
     let Some(after) = strip_keyword(rest, "EXPLAIN") else {
         return StatementKind::Sql(statement);
     };
@@ -28,6 +28,26 @@ pub fn classify(statement: &str) -> StatementKind<'_> {
     match strip_keyword(rest, "PIPELINES") {
         Some(query) => StatementKind::ExplainPipelines { analyze, query },
         None => StatementKind::Sql(statement),
+    }
+}
+
+/// `text` without leading whitespace and comments.
+fn skip_blanks(text: &str) -> &str {
+    let mut rest = text.trim_start();
+    loop {
+        if let Some(comment) = rest.strip_prefix("--") {
+            rest = comment
+                .find('\n')
+                .map_or("", |n| &comment[n + 1..])
+                .trim_start();
+        } else if let Some(comment) = rest.strip_prefix("/*") {
+            rest = comment
+                .find("*/")
+                .map_or("", |n| &comment[n + 2..])
+                .trim_start();
+        } else {
+            return rest;
+        }
     }
 }
 
@@ -179,6 +199,13 @@ mod tests {
             StatementKind::Sql("explain pipelinesx")
         );
         assert_eq!(classify("select 1"), StatementKind::Sql("select 1"));
+        assert_eq!(
+            classify("-- why\n/* how */ EXPLAIN PIPELINES select 1"),
+            StatementKind::ExplainPipelines {
+                analyze: false,
+                query: "select 1"
+            }
+        );
     }
 
     #[test]

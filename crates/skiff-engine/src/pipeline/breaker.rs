@@ -18,11 +18,11 @@ use std::sync::Arc;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::InputOrderMode;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::analyze::AnalyzeExec;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
 };
 use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
-use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::windows::WindowAggExec;
 
@@ -45,7 +45,8 @@ pub enum Breaker {
     TopK { fetch: usize },
     /// A window aggregation that buffers its whole input partition.
     Window,
-    /// A scalar subquery, evaluated before the plan that uses its value.
+    /// A scalar subquery, evaluated before the plans that use its value
+    /// (see the cutter: `ScalarSubqueryExec` nodes are dissolved).
     ScalarSubquery,
     /// The query result, streamed to the client.
     Result,
@@ -115,14 +116,13 @@ pub fn input_breaker(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Brea
     if plan.is::<CrossJoinExec>() {
         return (index == 0).then_some(Breaker::CrossJoinBuild);
     }
-    if plan.is::<ScalarSubqueryExec>() {
-        return (index > 0).then_some(Breaker::ScalarSubquery);
-    }
     None
 }
 
 /// Subtrees that must never be cut: a recursive query re-executes its
-/// recursive term once per iteration, so a materialized copy would be stale.
+/// recursive term once per iteration, so a materialized copy would be stale;
+/// DataFusion's own EXPLAIN ANALYZE reports the metrics of the plan below it,
+/// which must stay one plan to be reported whole.
 pub fn is_opaque(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    plan.is::<RecursiveQueryExec>()
+    plan.is::<RecursiveQueryExec>() || plan.is::<AnalyzeExec>()
 }

@@ -73,7 +73,7 @@ impl Cutter {
         breaker: Breaker,
     ) -> Result<(PipelineId, Arc<dyn ExecutionPlan>)> {
         let id = self.pipeline(Arc::clone(child), breaker)?;
-        Ok((id, Arc::new(IntermediateScanExec::try_new(id, child)?)))
+        Ok((id, Arc::new(IntermediateScanExec::new(id, child))))
     }
 
     /// The part of the pipeline rooted at `node`: non-blocking edges are
@@ -134,7 +134,16 @@ impl Cutter {
             });
         }
         let first_below = self.pipelines.len();
-        let input = self.body(Arc::clone(node.input()), inputs)?;
+        // The node goes away, so its input is now a child of the node's
+        // parent: cut it if it is itself a sink.
+        let input = match output_breaker(node.input()) {
+            Some(breaker) => {
+                let (id, leaf) = self.cut_edge(node.input(), breaker)?;
+                inputs.push(id);
+                leaf
+            }
+            None => self.body(Arc::clone(node.input()), inputs)?,
+        };
         for pipeline in &mut self.pipelines[first_below..] {
             pipeline.inputs.extend_from_slice(&feeds);
         }

@@ -77,9 +77,22 @@ struct Inner {
     outputs: BTreeMap<PipelineId, Arc<PipelineOutput>>,
 }
 
+/// What the store needs to know of each pipeline. The store keeps no plan:
+/// running plans hold the task context, which holds the store, so a plan
+/// here would make a reference cycle that keeps every operator's state (and
+/// its memory reservations) alive after the query.
+struct PipelineShape {
+    schema: SchemaRef,
+    partitions: usize,
+    read_whole: bool,
+    inputs: Vec<PipelineId>,
+    readers: Vec<PipelineId>,
+}
+
 /// The per-query intermediate store.
 pub struct IntermediateStore {
-    graph: Arc<PipelineGraph>,
+    pipelines: Vec<PipelineShape>,
+    result: PipelineId,
     runtime: Arc<RuntimeEnv>,
     budget: Option<Arc<StoreBudget>>,
     inner: Mutex<Inner>,
@@ -94,14 +107,22 @@ impl std::fmt::Debug for IntermediateStore {
 impl IntermediateStore {
     /// A store for `graph`'s outputs; with `memory_max`, outputs beyond that
     /// many bytes in memory go to spill files.
-    pub fn new(
-        graph: Arc<PipelineGraph>,
-        runtime: Arc<RuntimeEnv>,
-        memory_max: Option<usize>,
-    ) -> Self {
+    pub fn new(graph: &PipelineGraph, runtime: Arc<RuntimeEnv>, memory_max: Option<usize>) -> Self {
         let status = vec![PipelineStatus::Waiting; graph.len()];
+        let pipelines = graph
+            .pipelines()
+            .iter()
+            .map(|p| PipelineShape {
+                schema: p.plan.schema(),
+                partitions: p.plan.output_partitioning().partition_count(),
+                read_whole: p.read_whole,
+                inputs: p.inputs.clone(),
+                readers: graph.readers(p.id).collect(),
+            })
+            .collect();
         Self {
-            graph,
+            pipelines,
+            result: graph.result().id,
             runtime,
             budget: memory_max.map(|max| Arc::new(StoreBudget::new(max))),
             inner: Mutex::new(Inner {
@@ -117,10 +138,6 @@ impl IntermediateStore {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn graph(&self) -> &Arc<PipelineGraph> {
-        &self.graph
-    }
-
     /// Mark `pipeline` running and, unless it is the result pipeline (whose
     /// tuples stream to the client), create its output.
     pub fn start(&self, pipeline: PipelineId) -> Result<Option<Arc<PipelineOutput>>> {
@@ -131,19 +148,19 @@ impl IntermediateStore {
         inner.status[pipeline.0] = PipelineStatus::Running {
             started: Instant::now(),
         };
-        if pipeline == self.graph.result().id {
+        if pipeline == self.result {
             return Ok(None);
         }
-        let pipeline = self.graph.get(pipeline);
+        let shape = &self.pipelines[pipeline.0];
         let output = Arc::new(PipelineOutput::new(
-            pipeline.id,
-            pipeline.plan.schema(),
-            pipeline.plan.output_partitioning().partition_count(),
-            pipeline.read_whole,
+            pipeline,
+            Arc::clone(&shape.schema),
+            shape.partitions,
+            shape.read_whole,
             self.budget.clone(),
             &self.runtime,
         ));
-        inner.outputs.insert(pipeline.id, Arc::clone(&output));
+        inner.outputs.insert(pipeline, Arc::clone(&output));
         Ok(Some(output))
     }
 
@@ -164,10 +181,10 @@ impl IntermediateStore {
             elapsed: started.elapsed(),
             output,
         };
-        for &input in &self.graph.get(pipeline).inputs {
-            let all_read = self
-                .graph
-                .readers(input)
+        for &input in &self.pipelines[pipeline.0].inputs {
+            let all_read = self.pipelines[input.0]
+                .readers
+                .iter()
                 .all(|r| matches!(inner.status[r.0], PipelineStatus::Finished { .. }));
             if all_read {
                 inner.outputs.remove(&input);
@@ -197,6 +214,11 @@ impl IntermediateStore {
     }
 
     /// The query state at this instant.
+    /// The status of every pipeline, indexed by pipeline id.
+    pub fn status(&self) -> Vec<PipelineStatus> {
+        self.inner().status.clone()
+    }
+
     pub fn state(&self) -> QueryState {
         let inner = self.inner();
         let unfinished =
@@ -215,9 +237,10 @@ impl IntermediateStore {
                 schema: Arc::clone(o.schema()),
                 partitions: o.partition_count(),
                 size: o.size(),
-                readers: self
-                    .graph
-                    .readers(o.pipeline())
+                readers: self.pipelines[o.pipeline().0]
+                    .readers
+                    .iter()
+                    .copied()
                     .filter(unfinished)
                     .collect(),
             })
@@ -230,28 +253,38 @@ impl IntermediateStore {
 }
 
 impl Relieve for IntermediateStore {
-    /// Spill outputs whose readers have not started first (they hold memory
-    /// for longest), largest first; then outputs being read.
+    /// Spill first the outputs whose readers have not started (they hold
+    /// memory longest), then outputs still being written, then outputs whose
+    /// readers started (only partitions no stream is reading free anything);
+    /// largest first within each tier.
     fn relieve(&self, wanted: usize) -> usize {
-        let mut candidates: Vec<(bool, u64, Arc<PipelineOutput>)> = {
+        let mut candidates: Vec<(u8, u64, Arc<PipelineOutput>)> = {
             let inner = self.inner();
             let started = |p: PipelineId| !matches!(inner.status[p.0], PipelineStatus::Waiting);
             inner
                 .outputs
                 .values()
-                .filter(|o| {
-                    matches!(
-                        inner.status[o.pipeline().0],
-                        PipelineStatus::Finished { .. }
-                    )
-                })
                 .map(|o| {
-                    let read = self.graph.readers(o.pipeline()).any(started);
-                    (read, o.size().memory_bytes, Arc::clone(o))
+                    let tier = match inner.status[o.pipeline().0] {
+                        PipelineStatus::Finished { .. } => {
+                            if self.pipelines[o.pipeline().0]
+                                .readers
+                                .iter()
+                                .copied()
+                                .any(started)
+                            {
+                                2
+                            } else {
+                                0
+                            }
+                        }
+                        _ => 1,
+                    };
+                    (tier, o.size().memory_bytes, Arc::clone(o))
                 })
                 .collect()
         };
-        candidates.sort_by_key(|(read, bytes, _)| (*read, std::cmp::Reverse(*bytes)));
+        candidates.sort_by_key(|(tier, bytes, _)| (*tier, std::cmp::Reverse(*bytes)));
         let mut released = 0;
         for (_, _, output) in candidates {
             if released >= wanted {

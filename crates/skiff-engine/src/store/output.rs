@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use datafusion::common::utils::memory::get_record_batch_memory_size;
+use datafusion::common::utils::memory::RecordBatchMemoryCounter;
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::SpillFile;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -94,14 +94,24 @@ impl StoreBudget {
         use std::sync::atomic::Ordering::Relaxed;
         self.used
             .fetch_update(Relaxed, Relaxed, |used| {
-                (used + bytes <= self.max).then_some(used + bytes)
+                used.checked_add(bytes).filter(|total| *total <= self.max)
             })
             .is_ok()
     }
 
-    fn give_back(&self, bytes: usize) {
+    /// Account bytes already in use, over the cap if need be.
+    fn force_take(&self, bytes: usize) {
         self.used
-            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn give_back(&self, bytes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let returned = self.used.fetch_update(Relaxed, Relaxed, |used| {
+            debug_assert!(used >= bytes, "store budget returned more than taken");
+            Some(used.saturating_sub(bytes))
+        });
+        debug_assert!(returned.is_ok());
     }
 }
 
@@ -119,7 +129,13 @@ struct PartitionBuffer {
     files: Vec<Arc<dyn SpillFile>>,
     spilling: Option<SpillFileWriter>,
     size: OutputSize,
+    /// Counts the memory of the in-memory batches, each shared buffer once
+    /// (an aggregate emits one batch as many zero-copy slices).
+    counter: RecordBatchMemoryCounter,
     finished: bool,
+    /// Streams reading the partition now; they hold its batches, so moving
+    /// the partition to disk would free nothing.
+    readers: usize,
     /// A reader that keeps what it read (a join build) has read the whole
     /// partition, and its own reservation now accounts for the memory.
     held_by_reader: bool,
@@ -133,7 +149,7 @@ pub struct PipelineOutput {
     /// Read whole by a join build (see `Pipeline::read_whole`): sealed as one
     /// batch per partition, and accounted by the reader once read.
     read_whole: bool,
-    reservation: Mutex<MemoryReservation>,
+    reservation: MemoryReservation,
     budget: Option<Arc<StoreBudget>>,
     runtime: Arc<RuntimeEnv>,
     /// Reads spill files back.
@@ -177,7 +193,7 @@ impl PipelineOutput {
             schema,
             partitions: (0..partition_count).map(|_| Mutex::default()).collect(),
             read_whole,
-            reservation: Mutex::new(reservation),
+            reservation,
             budget,
             runtime: Arc::clone(runtime),
             spill,
@@ -209,10 +225,6 @@ impl PipelineOutput {
         Ok(buffer.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn reservation(&self) -> MutexGuard<'_, MemoryReservation> {
-        self.reservation.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Account `bytes` more in memory: within the store's budget and the
     /// memory pool, or not at all.
     fn take_memory(&self, bytes: usize) -> bool {
@@ -221,7 +233,7 @@ impl PipelineOutput {
         {
             return false;
         }
-        if self.reservation().try_grow(bytes).is_ok() {
+        if self.reservation.try_grow(bytes).is_ok() {
             return true;
         }
         if let Some(budget) = &self.budget {
@@ -234,7 +246,7 @@ impl PipelineOutput {
         if let Some(budget) = &self.budget {
             budget.give_back(bytes);
         }
-        self.reservation().shrink(bytes);
+        self.reservation.shrink(bytes);
     }
 
     /// Append `batch` to `partition`: in memory while the pool allows it,
@@ -252,7 +264,7 @@ impl PipelineOutput {
         }
         buffer.size.rows += batch.num_rows() as u64;
         if buffer.spilling.is_none() {
-            let bytes = get_record_batch_memory_size(&batch);
+            let bytes = buffer.counter.count_batch(&batch);
             if self.take_memory(bytes) {
                 buffer.size.memory_bytes += bytes as u64;
                 buffer.batches.push(batch);
@@ -285,17 +297,36 @@ impl PipelineOutput {
 
     /// Replace the partition's batches by their concatenation, which makes
     /// the join's own concatenation a zero-copy slice. The memory for the
-    /// copy is reserved before the pieces are released.
+    /// copy (at most the pieces' size) is reserved before it is made.
     fn concat(&self, buffer: &mut PartitionBuffer) -> Result<()> {
-        let batch = concat_batches(&self.schema, &buffer.batches)?;
-        let bytes = get_record_batch_memory_size(&batch);
-        if !self.take_memory(bytes) {
+        let pieces = buffer.size.memory_bytes as usize;
+        if !self.take_memory(pieces) {
             // No room for the copy: the reader will concatenate instead.
             return Ok(());
         }
-        self.release_memory(buffer.size.memory_bytes as usize);
-        buffer.size.memory_bytes = bytes as u64;
+        let batch = match concat_batches(&self.schema, &buffer.batches) {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.release_memory(pieces);
+                return Err(e.into());
+            }
+        };
+        buffer.counter = RecordBatchMemoryCounter::new();
+        let bytes = buffer.counter.count_batch(&batch);
         buffer.batches = vec![batch];
+        // Twice the pieces are reserved now; keep what the copy uses.
+        let reserved = 2 * pieces;
+        if bytes <= reserved {
+            self.release_memory(reserved - bytes);
+        } else {
+            // The copy outgrew the estimate: account for it regardless, as
+            // the memory is already in use.
+            if let Some(budget) = &self.budget {
+                budget.force_take(bytes - reserved);
+            }
+            self.reservation.grow(bytes - reserved);
+        }
+        buffer.size.memory_bytes = bytes as u64;
         Ok(())
     }
 
@@ -313,10 +344,15 @@ impl PipelineOutput {
     /// A stream over a sealed partition: in-memory batches, then the spill
     /// files. Reading does not consume: the output can be read again.
     pub fn read(self: &Arc<Self>, partition: usize) -> Result<SendableRecordBatchStream> {
-        let buffer = self.partition(partition)?;
+        let mut buffer = self.partition(partition)?;
         if !buffer.finished {
             return internal_err!("{} partition {partition} read before finish", self.pipeline);
         }
+        buffer.readers += 1;
+        let guard = ReadGuard {
+            output: Arc::clone(self),
+            partition,
+        };
         let memory = futures::stream::iter(buffer.batches.clone().into_iter().map(Ok));
         let mut stream: BoxStream<'static, Result<RecordBatch>> = Box::pin(memory);
         for file in &buffer.files {
@@ -335,25 +371,36 @@ impl PipelineOutput {
             .filter_map(|done: Option<Result<RecordBatch>>| async move { done });
             stream = Box::pin(stream.chain(handover));
         }
+        let stream = stream.map(move |batch| {
+            let _reading = &guard;
+            batch
+        });
         let stream = RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream);
         Ok(make_cooperative(Box::pin(stream)))
     }
 
+    /// The join has read the whole partition. When that partition is a
+    /// single in-memory batch, the join's concatenation was a zero-copy
+    /// slice of it, so the join's reservation now covers its memory; in
+    /// every other case the join made its own copy and the store keeps
+    /// counting its own.
     fn hand_over(&self, partition: usize) {
         let Ok(mut buffer) = self.partition(partition) else {
             return;
         };
-        if !buffer.held_by_reader {
+        let shared = buffer.batches.len() == 1 && buffer.files.is_empty();
+        if shared && !buffer.held_by_reader {
             buffer.held_by_reader = true;
-            self.reservation().shrink(buffer.size.memory_bytes as usize);
+            self.reservation.shrink(buffer.size.memory_bytes as usize);
         }
     }
 
     /// Move the in-memory part of partitions to disk until about `wanted`
     /// bytes of reservation are released; returns the bytes released.
-    /// Partitions locked by a writer right now and partitions whose memory a
-    /// reader holds are left alone; a partition still being written goes on
-    /// on disk. Called when another consumer of the memory pool cannot grow.
+    /// Partitions locked by a writer right now, partitions being read and
+    /// partitions whose memory a reader holds are left alone (moving them
+    /// would free nothing); a partition still being written goes on on
+    /// disk. Called when another consumer of the memory pool cannot grow.
     pub fn spill_idle(&self, wanted: usize) -> usize {
         let mut released = 0;
         for partition in &self.partitions {
@@ -361,10 +408,12 @@ impl PipelineOutput {
                 break;
             }
             // Never wait: the caller may be a writer of this very output.
-            let Ok(mut buffer) = partition.try_lock() else {
-                continue;
+            let mut buffer = match partition.try_lock() {
+                Ok(buffer) => buffer,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
             };
-            if buffer.held_by_reader || buffer.batches.is_empty() {
+            if buffer.held_by_reader || buffer.readers > 0 || buffer.batches.is_empty() {
                 continue;
             }
             match self.spill_prefix(&mut buffer) {
@@ -397,15 +446,23 @@ impl PipelineOutput {
         buffer.size.memory_bytes = 0;
         buffer.files.insert(0, file);
         buffer.batches.clear();
-        if buffer.held_by_reader {
-            // The reader's reservation covers these bytes, not ours.
-            if let Some(budget) = &self.budget {
-                budget.give_back(bytes);
-            }
-        } else {
-            self.release_memory(bytes);
-        }
+        buffer.counter = RecordBatchMemoryCounter::new();
+        self.release_memory(bytes);
         Ok(bytes)
+    }
+}
+
+/// Keeps a partition's reader count up while a read stream lives.
+struct ReadGuard {
+    output: Arc<PipelineOutput>,
+    partition: usize,
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        if let Ok(mut buffer) = self.output.partition(self.partition) {
+            buffer.readers -= 1;
+        }
     }
 }
 
@@ -455,7 +512,9 @@ mod tests {
     #[tokio::test]
     async fn partition_over_the_pool_spills_its_tail_and_keeps_order() {
         let schema = schema();
-        let one = get_record_batch_memory_size(&batch(&schema, 0, 1000));
+        let one = datafusion::common::utils::memory::get_record_batch_memory_size(&batch(
+            &schema, 0, 1000,
+        ));
         // Room for two batches of the first partition, not three.
         let runtime = runtime(one * 2 + one / 2);
         let output = Arc::new(PipelineOutput::new(
