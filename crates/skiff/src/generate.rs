@@ -2,10 +2,11 @@
 
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use skiff_gen::{Benchmark, GenOptions, GenProgress, GenSummary};
 
 use crate::cli::{BenchmarkName, GenArgs};
+use crate::run::stderr_bar;
 
 impl From<BenchmarkName> for Benchmark {
     fn from(name: BenchmarkName) -> Self {
@@ -31,13 +32,8 @@ impl GenProgress for Bar {
 
 /// Generate the data; prints a per-table summary.
 pub fn run(args: &GenArgs) -> Result<GenSummary, skiff_gen::GenError> {
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% rows, eta {eta}  {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ");
-    bar.set_style(style);
+    let bar =
+        stderr_bar("{spinner} [{elapsed_precise}] [{bar:30}] {percent:>3}% rows, eta {eta}  {msg}");
     let started = Instant::now();
     let options = GenOptions {
         sf: args.sf,

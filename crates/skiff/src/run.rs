@@ -72,12 +72,16 @@ pub async fn run_statement(
 }
 
 fn progress_bar() -> ProgressBar {
+    stderr_bar("{spinner} [{elapsed_precise}] [{bar:30}] pipelines {pos}/{len}  {msg}")
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal) drawn
+/// with the indicatif `template`.
+pub fn stderr_bar(template: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] [{bar:30}] pipelines {pos}/{len}  {msg}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar())
-    .progress_chars("=> ");
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
     bar.set_style(style);
     bar
 }

@@ -490,6 +490,18 @@ mod tests {
             .unwrap()
     }
 
+    fn output(
+        pipeline: PipelineId,
+        partitions: usize,
+        read_whole: bool,
+        budget: Option<Arc<StoreBudget>>,
+        runtime: &Arc<RuntimeEnv>,
+    ) -> Arc<PipelineOutput> {
+        let output =
+            PipelineOutput::new(pipeline, schema(), partitions, read_whole, budget, runtime);
+        Arc::new(output)
+    }
+
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
@@ -517,14 +529,7 @@ mod tests {
         ));
         // Room for two batches of the first partition, not three.
         let runtime = runtime(one * 2 + one / 2);
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(0),
-            Arc::clone(&schema),
-            2,
-            false,
-            None,
-            &runtime,
-        ));
+        let output = output(PipelineId(0), 2, false, None, &runtime);
         for i in 0..5 {
             output.push(0, batch(&schema, i * 1000, 1000)).unwrap();
         }
@@ -553,14 +558,7 @@ mod tests {
     async fn dropping_an_output_returns_its_memory() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(0),
-            Arc::clone(&schema),
-            1,
-            false,
-            None,
-            &runtime,
-        ));
+        let output = output(PipelineId(0), 1, false, None, &runtime);
         output.push(0, batch(&schema, 0, 1000)).unwrap();
         output.finish_partition(0).unwrap();
         assert!(runtime.memory_pool.reserved() > 0);
@@ -572,14 +570,7 @@ mod tests {
     async fn build_outputs_are_sealed_as_one_batch_and_handed_to_the_reader() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(0),
-            Arc::clone(&schema),
-            1,
-            true,
-            None,
-            &runtime,
-        ));
+        let output = output(PipelineId(0), 1, true, None, &runtime);
         for i in 0..4 {
             output.push(0, batch(&schema, i * 100, 100)).unwrap();
         }
@@ -600,14 +591,7 @@ mod tests {
     async fn idle_partitions_move_to_disk_on_request_and_read_back_in_order() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(0),
-            Arc::clone(&schema),
-            1,
-            false,
-            None,
-            &runtime,
-        ));
+        let output = output(PipelineId(0), 1, false, None, &runtime);
         output.push(0, batch(&schema, 0, 100)).unwrap();
         // Spilled while still being written: later batches follow on disk.
         assert!(output.spill_idle(1) > 0);
@@ -623,14 +607,7 @@ mod tests {
         let schema = schema();
         let runtime = runtime(1 << 30);
         let budget = Arc::new(StoreBudget::new(0));
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(0),
-            Arc::clone(&schema),
-            1,
-            false,
-            Some(budget),
-            &runtime,
-        ));
+        let output = output(PipelineId(0), 1, false, Some(budget), &runtime);
         output.push(0, batch(&schema, 0, 100)).unwrap();
         output.finish_partition(0).unwrap();
         assert_eq!(output.size().memory_bytes, 0);
@@ -641,14 +618,7 @@ mod tests {
     async fn misuse_is_an_internal_error_not_a_panic() {
         let schema = schema();
         let runtime = runtime(1 << 30);
-        let output = Arc::new(PipelineOutput::new(
-            PipelineId(3),
-            Arc::clone(&schema),
-            1,
-            false,
-            None,
-            &runtime,
-        ));
+        let output = output(PipelineId(3), 1, false, None, &runtime);
         assert!(output.read(0).is_err(), "read before seal");
         assert!(
             output.push(5, batch(&schema, 0, 1)).is_err(),

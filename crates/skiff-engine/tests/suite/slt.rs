@@ -4,8 +4,6 @@
 //! `SKIFF_SLT_COMPLETE=1 cargo test -p skiff-engine --test suite slt` rewrites
 //! the expected output in place; review the diff before committing it.
 
-use std::path::PathBuf;
-
 use arrow::array::Array;
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
@@ -17,7 +15,7 @@ use skiff_engine::Engine;
 use skiff_engine::statement::{StatementKind, classify};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Normalizer, Runner};
 
-use crate::support::{engine, repo_root};
+use crate::support::{engine, files_with_extension};
 
 /// Partitions per pipeline in slt sessions: fixed so plans are stable.
 const SLT_PARTITIONS: usize = 2;
@@ -126,22 +124,11 @@ fn validator(normalizer: Normalizer, actual: &[Vec<String>], expected: &[String]
     sqllogictest::default_validator(normalizer, &joined, &expected)
 }
 
-fn slt_files() -> Vec<PathBuf> {
-    let dir = repo_root().join("tests/slt");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "slt"))
-        .collect();
-    files.sort();
-    files
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqllogictests() {
     let complete = std::env::var_os("SKIFF_SLT_COMPLETE").is_some();
     let mut failures = Vec::new();
-    let files = slt_files();
+    let files = files_with_extension("tests/slt", "slt");
     assert!(!files.is_empty(), "no .slt files");
     for file in &files {
         let engine = engine(None, SLT_PARTITIONS).await;

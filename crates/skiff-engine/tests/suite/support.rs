@@ -79,16 +79,21 @@ pub fn render_rows(batches: &[RecordBatch]) -> Vec<Vec<Option<String>>> {
     rows
 }
 
-/// Query files of `bench`, sorted: (name such as "q01", SQL text).
-pub fn queries(bench: &str) -> Vec<(String, String)> {
-    let dir = repo_root().join("tests/queries").join(bench);
+/// Files of `dir` (below the repository root) ending in `.extension`, sorted.
+pub fn files_with_extension(dir: &str, extension: &str) -> Vec<PathBuf> {
+    let dir = repo_root().join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .filter(|p| p.extension().is_some_and(|x| x == extension))
         .collect();
     files.sort();
     files
+}
+
+/// Query files of `bench`, sorted: (name such as "q01", SQL text).
+pub fn queries(bench: &str) -> Vec<(String, String)> {
+    files_with_extension(&format!("tests/queries/{bench}"), "sql")
         .into_iter()
         .map(|p| {
             let name = p
