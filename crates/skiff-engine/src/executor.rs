@@ -21,6 +21,10 @@ use datafusion::common::utils::memory::get_record_batch_memory_size;
 use datafusion::common::{Result, ScalarValue, exec_err, internal_err};
 use datafusion::error::DataFusionError;
 use datafusion::execution::{RecordBatchStream, TaskContext};
+use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+use datafusion::logical_expr::{Accumulator, Operator};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, DynamicFilterPhysicalExpr, lit};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, SendableRecordBatchStream, execute_stream,
@@ -29,7 +33,7 @@ use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::options::SkiffOptions;
-use crate::pipeline::{PipelineGraph, PipelineId};
+use crate::pipeline::{FilterFeed, PipelineGraph, PipelineId};
 use crate::store::{IntermediateStore, OutputSize, PipelineOutput, PipelineStatus, QueryState};
 
 /// Pipelines finished / total, plus the rows read so far by the running ones.
@@ -163,6 +167,7 @@ impl QueryExecution {
             let id = finished.map_err(join_error)??;
             self.store.finish(id, OutputSize::default())?;
             self.bind_subqueries(id).await?;
+            self.feed_filters(id).await?;
             for reader in self.graph.readers(id) {
                 waiting[reader.0] -= 1;
                 if waiting[reader.0] == 0 && reader != result {
@@ -180,6 +185,21 @@ impl QueryExecution {
             let output = self.store.output(id)?;
             let value = scalar_value(&output).await?;
             binding.results.set(binding.index, value)?;
+        }
+        Ok(())
+    }
+
+    /// Set the dynamic filters pipeline `id` feeds to its key bounds (see
+    /// `FilterFeed`), before the pipelines whose scans read them start.
+    async fn feed_filters(&self, id: PipelineId) -> Result<()> {
+        for feed in self.graph.feeds().iter().filter(|f| f.source == id) {
+            let Some(filter) = feed.filter.downcast_ref::<DynamicFilterPhysicalExpr>() else {
+                return internal_err!("{id} feeds a filter that is not dynamic");
+            };
+            let output = self.store.output(id)?;
+            if let Some(bounds) = key_bounds(&output, feed).await? {
+                filter.update(bounds)?;
+            }
         }
         Ok(())
     }
@@ -233,6 +253,59 @@ impl QueryExecution {
 
 fn join_error(e: tokio::task::JoinError) -> DataFusionError {
     DataFusionError::ExecutionJoin(Box::new(e))
+}
+
+/// `min <= key <= max` over the probe keys for the build keys' bounds in
+/// `output`; `None` when a key has no non-null value (nothing to bound).
+async fn key_bounds(
+    output: &Arc<PipelineOutput>,
+    feed: &FilterFeed,
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let schema = output.schema();
+    let mut bounds = feed
+        .build_keys
+        .iter()
+        .map(|key| {
+            let data_type = key.data_type(schema)?;
+            Ok((
+                MinAccumulator::try_new(&data_type)?,
+                MaxAccumulator::try_new(&data_type)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for partition in 0..output.partition_count() {
+        let mut stream = output.read(partition)?;
+        while let Some(batch) = stream.try_next().await? {
+            for (key, (min, max)) in feed.build_keys.iter().zip(&mut bounds) {
+                let values = key.evaluate(&batch)?.into_array(batch.num_rows())?;
+                min.update_batch(std::slice::from_ref(&values))?;
+                max.update_batch(&[values])?;
+            }
+        }
+    }
+    let mut predicate: Option<Arc<dyn PhysicalExpr>> = None;
+    for (probe, (mut min, mut max)) in feed.probe_keys.iter().zip(bounds) {
+        let (min, max) = (min.evaluate()?, max.evaluate()?);
+        if min.is_null() || max.is_null() {
+            return Ok(None);
+        }
+        let at_least = binary(Arc::clone(probe), Operator::GtEq, lit(min));
+        let at_most = binary(Arc::clone(probe), Operator::LtEq, lit(max));
+        let range = binary(at_least, Operator::And, at_most);
+        predicate = Some(match predicate {
+            None => range,
+            Some(previous) => binary(previous, Operator::And, range),
+        });
+    }
+    Ok(predicate)
+}
+
+fn binary(
+    left: Arc<dyn PhysicalExpr>,
+    op: Operator,
+    right: Arc<dyn PhysicalExpr>,
+) -> Arc<dyn PhysicalExpr> {
+    Arc::new(BinaryExpr::new(left, op, right))
 }
 
 /// The value of a scalar subquery: NULL for no row, an error for several.

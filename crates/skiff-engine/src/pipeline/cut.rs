@@ -7,15 +7,18 @@
 //! statistics), so the operators above see the same input they were planned
 //! for and nothing is re-optimized.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use datafusion::common::Result;
+use datafusion::common::{NullEquality, Result};
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::{ExecutionPlan, replace_children_if_necessary};
 
 use super::{
-    Breaker, Pipeline, PipelineGraph, PipelineId, SubqueryBinding, input_breaker, is_opaque,
-    output_breaker,
+    Breaker, FilterFeed, Pipeline, PipelineGraph, PipelineId, SubqueryBinding, input_breaker,
+    is_opaque, output_breaker,
 };
 use crate::scan::IntermediateScanExec;
 
@@ -33,13 +36,18 @@ pub fn cut(plan: Arc<dyn ExecutionPlan>) -> Result<PipelineGraph> {
             cutter.pipeline(plan, Breaker::Result)?;
         }
     }
-    Ok(PipelineGraph::new(cutter.pipelines, cutter.bindings))
+    Ok(PipelineGraph::new(
+        cutter.pipelines,
+        cutter.bindings,
+        cutter.feeds,
+    ))
 }
 
 #[derive(Default)]
 struct Cutter {
     pipelines: Vec<Pipeline>,
     bindings: Vec<SubqueryBinding>,
+    feeds: Vec<FilterFeed>,
 }
 
 impl Cutter {
@@ -91,7 +99,10 @@ impl Cutter {
         }
         let children: Vec<_> = node.children().into_iter().cloned().collect();
         let mut new_children = Vec::with_capacity(children.len());
+        // Pipelines cut from each child, by range of ids.
+        let mut cut_from = Vec::with_capacity(children.len());
         for (index, child) in children.into_iter().enumerate() {
+            let first = self.pipelines.len();
             // A child that is itself a sink (e.g. an aggregate feeding a join
             // build) is named by its own breaker: that is where its tuples stop.
             let build = input_breaker(&node, index);
@@ -107,8 +118,43 @@ impl Cutter {
                 None => self.body(child, inputs)?,
             };
             new_children.push(new_child);
+            cut_from.push(first..self.pipelines.len());
         }
+        self.feed_filter(&node, &cut_from);
         replace_children_if_necessary(node, new_children)
+    }
+
+    /// Record a hash join's dynamic filter as fed by its build pipeline, and
+    /// make the pipelines below its probe side wait for that pipeline.
+    fn feed_filter(&mut self, node: &Arc<dyn ExecutionPlan>, cut_from: &[Range<usize>]) {
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+            return;
+        };
+        let produced = node.dynamic_expressions_produced();
+        let filter = produced
+            .into_iter()
+            .find(|e| e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some());
+        let (Some(filter), [build, probe]) = (filter, cut_from) else {
+            return;
+        };
+        // Keys that are NULL never match under NullEqualsNothing, which a
+        // bounds filter encodes; anything else keeps the join's own filter.
+        if join.null_equality() != NullEquality::NullEqualsNothing || probe.is_empty() {
+            return;
+        }
+        // The build side is the last pipeline cut from child 0.
+        let Some(source) = build.clone().last().map(PipelineId) else {
+            return;
+        };
+        for pipeline in &mut self.pipelines[probe.clone()] {
+            pipeline.inputs.push(source);
+        }
+        self.feeds.push(FilterFeed {
+            source,
+            filter,
+            build_keys: join.on().iter().map(|(b, _)| Arc::clone(b)).collect(),
+            probe_keys: join.on().iter().map(|(_, p)| Arc::clone(p)).collect(),
+        });
     }
 
     /// A `ScalarSubqueryExec` runs its subqueries before executing its input,

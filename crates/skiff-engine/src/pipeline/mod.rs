@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::logical_expr::physical_planning_context::{ScalarSubqueryResults, SubqueryIndex};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use breaker::{Breaker, input_breaker, is_opaque, output_breaker};
@@ -54,15 +55,40 @@ pub struct SubqueryBinding {
     pub index: SubqueryIndex,
 }
 
+/// A hash join's dynamic filter, fed early from its materialized build side.
+///
+/// DataFusion pushes a join's dynamic filter into scans anywhere below the
+/// join's probe side, including scans Skiff runs in earlier pipelines than
+/// the join. DataFusion's pull order builds the join first, so those scans
+/// see the filter; Skiff has the build side's tuples as soon as pipeline
+/// `source` finishes, sets the filter to their key bounds then, and makes
+/// every pipeline below the probe side wait for `source`. The join later
+/// tightens the filter itself, as in DataFusion.
+#[derive(Debug, Clone)]
+pub struct FilterFeed {
+    pub source: PipelineId,
+    /// The join's `DynamicFilterPhysicalExpr`.
+    pub filter: Arc<dyn PhysicalExpr>,
+    /// Join keys over the build side (evaluated on `source`'s output).
+    pub build_keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The same keys over the probe side (what the filter is written in).
+    pub probe_keys: Vec<Arc<dyn PhysicalExpr>>,
+}
+
 /// All pipelines of one query, dependencies before readers.
 #[derive(Debug, Clone)]
 pub struct PipelineGraph {
     pipelines: Vec<Pipeline>,
     bindings: Vec<SubqueryBinding>,
+    feeds: Vec<FilterFeed>,
 }
 
 impl PipelineGraph {
-    pub(crate) fn new(pipelines: Vec<Pipeline>, bindings: Vec<SubqueryBinding>) -> Self {
+    pub(crate) fn new(
+        pipelines: Vec<Pipeline>,
+        bindings: Vec<SubqueryBinding>,
+        feeds: Vec<FilterFeed>,
+    ) -> Self {
         debug_assert!(pipelines.iter().enumerate().all(|(i, p)| p.id.0 == i));
         debug_assert!(
             pipelines
@@ -72,7 +98,13 @@ impl PipelineGraph {
         Self {
             pipelines,
             bindings,
+            feeds,
         }
+    }
+
+    /// Dynamic filters to set when their build pipelines finish.
+    pub fn feeds(&self) -> &[FilterFeed] {
+        &self.feeds
     }
 
     /// Scalar subquery values to bind when their pipelines finish.

@@ -43,8 +43,9 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
         }
         for input in &pipeline.inputs {
             let is_subquery = graph.bindings().iter().any(|b| b.source == *input);
+            let feeds_filter = graph.feeds().iter().any(|f| f.source == *input);
             assert!(
-                leaves.contains(input) || is_subquery,
+                leaves.contains(input) || is_subquery || feeds_filter,
                 "{} declares {input} but never reads it",
                 pipeline.id
             );
