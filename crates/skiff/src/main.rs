@@ -1,5 +1,6 @@
 //! The `skiff` binary: the SQL shell, one-shot statements, data generation
-//! and benchmarks, all on the embedded engine.
+//! and benchmarks on the embedded engine, and `skiff pod` for the
+//! transaction engine of the emulated CXL pod.
 
 mod bench;
 mod cli;
