@@ -147,7 +147,10 @@ impl Cutter {
             return;
         };
         for pipeline in &mut self.pipelines[probe.clone()] {
-            pipeline.inputs.push(source);
+            // The executor counts inputs to know when a pipeline is ready.
+            if !pipeline.inputs.contains(&source) {
+                pipeline.inputs.push(source);
+            }
         }
         self.feeds.push(FilterFeed {
             source,

@@ -349,6 +349,13 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_default()
 }
 
+/// Both engines failed for the same reason. The only expected failures are
+/// divisions by zero, which each engine words its own way.
+fn same_failure(duckdb: &str, skiff: &str) -> bool {
+    let by_zero = |e: &str| e.to_ascii_lowercase().contains("by zero");
+    by_zero(duckdb) && by_zero(skiff)
+}
+
 fn compare_all(answers: &[Golden], run: &QueryRun) -> Result<(), String> {
     for golden in answers {
         let Some((batches, columns)) = run.results.get(golden.statement - 1) else {
@@ -380,7 +387,10 @@ async fn check_benchmark(bench: Benchmark, name: &str, sf: &str, setup: &[&str])
             Err(e) => Err(e),
             Ok(Expected::Error(duckdb)) => match run_query(&engine, sql).await {
                 Ok(_) => Err(format!("DuckDB failed ({duckdb}) but skiff answered")),
-                Err(_) => Ok(()),
+                Err(skiff) if same_failure(&duckdb, &skiff) => Ok(()),
+                Err(skiff) => Err(format!(
+                    "DuckDB failed ({duckdb}), skiff differently: {skiff}"
+                )),
             },
             Ok(Expected::Answers(answers)) => match run_query(&engine, sql).await {
                 Ok(run) => {

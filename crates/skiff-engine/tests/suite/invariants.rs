@@ -20,6 +20,16 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
     );
     for (index, pipeline) in pipelines.iter().enumerate() {
         assert_eq!(pipeline.id.0, index, "ids are positions");
+        // The executor counts inputs to know when a pipeline is ready.
+        let mut unique = pipeline.inputs.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            pipeline.inputs.len(),
+            "{} reads an input twice",
+            pipeline.id
+        );
         // Acyclic: every input is numbered before its reader.
         for input in &pipeline.inputs {
             assert!(input.0 < index, "{} reads later {input}", pipeline.id);
