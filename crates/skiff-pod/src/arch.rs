@@ -1,7 +1,8 @@
 //! The five pod architectures of issue 5 and where each puts every table.
-//! One flag, the same transaction code: an architecture is only a placement
-//! (pod memory or a host's private partition) per table, plus, for (a), (b)
-//! and (e), mechanisms this increment does not have yet.
+//! One flag, the same transaction code: an architecture is a placement (pod
+//! memory or a host's private partition) per table, plus, for (e), tuples
+//! that move between a partition and the shared region (`dynamic`), and for
+//! (a) and (b), mechanisms this build does not have yet.
 
 use std::fmt;
 use std::str::FromStr;
@@ -59,7 +60,10 @@ impl Arch {
 
     /// Whether this build can run it.
     pub fn is_implemented(self) -> bool {
-        matches!(self, Arch::SharedEverything | Arch::PashaStatic)
+        matches!(
+            self,
+            Arch::SharedEverything | Arch::PashaStatic | Arch::PashaDynamic
+        )
     }
 
     pub(crate) fn require_implemented(self) -> Result<()> {
@@ -67,7 +71,8 @@ impl Arch {
             Ok(())
         } else {
             Err(PodError::NotImplemented(format!(
-                "architecture ({}) {}; this build runs (c) shared-everything and (d) pasha-static",
+                "architecture ({}) {}; this build runs (c) shared-everything, (d) pasha-static \
+                 and (e) pasha-dynamic",
                 self.letter(),
                 self.name()
             )))
@@ -117,13 +122,38 @@ pub enum CcProtocol {
 }
 
 impl CcProtocol {
-    pub(crate) fn require_implemented(self) -> Result<()> {
+    pub const ALL: [CcProtocol; 2] = [CcProtocol::NoWait, CcProtocol::WaitDie];
+
+    pub fn name(self) -> &'static str {
         match self {
-            CcProtocol::NoWait => Ok(()),
-            CcProtocol::WaitDie => Err(PodError::NotImplemented(
-                "concurrency control WAIT_DIE; this build has NO_WAIT".into(),
-            )),
+            CcProtocol::NoWait => "no-wait",
+            CcProtocol::WaitDie => "wait-die",
         }
+    }
+
+    /// Both are built; kept so a pod file naming an unknown protocol is
+    /// refused through the same path as an unbuilt architecture.
+    pub(crate) fn require_implemented(self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl fmt::Display for CcProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CcProtocol {
+    type Err = PodError;
+
+    /// `no-wait` or `wait-die` (underscores and case ignored).
+    fn from_str(s: &str) -> Result<CcProtocol> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        CcProtocol::ALL
+            .into_iter()
+            .find(|c| s == c.name())
+            .ok_or_else(|| PodError::Config(format!("unknown protocol {s:?}; no-wait or wait-die")))
     }
 }
 
@@ -146,6 +176,8 @@ pub(crate) enum TableGroup {
     Warehouse,
     District,
     Customer,
+    /// The customer last-name index: read-only after load.
+    NameIndex,
     Order,
     Item,
     Stock,
@@ -165,17 +197,26 @@ pub(crate) fn place(
         Arch::SharedEverything => Place::Pod,
         Arch::PashaStatic => match group {
             TableGroup::Item => Place::Replicated,
-            TableGroup::Customer if remote_customers => Place::Pod,
+            TableGroup::Customer | TableGroup::NameIndex if remote_customers => Place::Pod,
             TableGroup::Stock if remote_stock => Place::Pod,
             _ => Place::Partition,
         },
-        // Not runnable (require_implemented refuses them first); a
-        // partitioned placement is what they would start from.
+        // (e) starts partitioned and moves tuples on demand. The read-only
+        // last-name index is replicated so a host can resolve a remote
+        // customer's name without asking; so is it in (a) and (b), where a
+        // shared-nothing system keeps a replicated secondary index.
         Arch::SharedNothingTcp | Arch::SharedNothingCxl | Arch::PashaDynamic => match group {
-            TableGroup::Item => Place::Replicated,
+            TableGroup::Item | TableGroup::NameIndex => Place::Replicated,
             _ => Place::Partition,
         },
     }
+}
+
+/// Whether tuples of `group` move to the shared region on demand under
+/// `arch`: in Pasha dynamic, the tables other hosts reach (CUSTOMER for
+/// Payment, STOCK for NewOrder).
+pub(crate) fn movable(arch: Arch, group: TableGroup) -> bool {
+    arch == Arch::PashaDynamic && matches!(group, TableGroup::Customer | TableGroup::Stock)
 }
 
 #[cfg(test)]
@@ -195,16 +236,16 @@ mod tests {
 
     #[test]
     fn unbuilt_architectures_say_so() {
-        for a in [
-            Arch::SharedNothingTcp,
-            Arch::SharedNothingCxl,
-            Arch::PashaDynamic,
-        ] {
+        for a in [Arch::SharedNothingTcp, Arch::SharedNothingCxl] {
             let e = a.require_implemented().unwrap_err();
             assert!(matches!(e, PodError::NotImplemented(_)), "{e}");
             assert!(e.to_string().contains(a.name()));
         }
-        assert!(CcProtocol::WaitDie.require_implemented().is_err());
+        assert_eq!(
+            "WAIT_DIE".parse::<CcProtocol>().unwrap(),
+            CcProtocol::WaitDie
+        );
+        assert!("2pl".parse::<CcProtocol>().is_err());
     }
 
     #[test]

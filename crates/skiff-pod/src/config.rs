@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::arch::{Arch, CcProtocol};
 use crate::constants::{
-    DURATION_MS_MAX, HOSTS_MAX, ORDERS_PER_DISTRICT_DEFAULT_MAX, ORDERS_PER_DISTRICT_MIN,
-    REGION_BYTES_MAX, WAREHOUSES_MAX, WORKERS_PER_HOST_MAX,
+    DURATION_MS_MAX, DYNAMIC_SLOTS_DEFAULT, DYNAMIC_SLOTS_MAX, DYNAMIC_SLOTS_MIN, HOSTS_MAX,
+    ORDERS_PER_DISTRICT_DEFAULT_MAX, ORDERS_PER_DISTRICT_MIN, REGION_BYTES_MAX, WAREHOUSES_MAX,
+    WORKERS_PER_HOST_MAX,
 };
 use crate::cxl::CxlModel;
 use crate::error::{PodError, Result};
@@ -76,6 +77,10 @@ pub struct PodConfig {
     /// `duration` that also fits the coherent region.
     pub orders_per_district_max: Option<u32>,
     pub cxl: CxlModel,
+    /// Pasha dynamic: slots in the shared region per host and movable table
+    /// (CUSTOMER, STOCK); `None` = `DYNAMIC_SLOTS_DEFAULT`. When a host's
+    /// slots are all taken, the clock moves unreferenced tuples back.
+    pub dynamic_slots_per_host: Option<u32>,
     /// Run a read-only auditor thread per host (W_YTD = sum of D_YTD).
     pub auditor: bool,
     pub seed: u64,
@@ -99,6 +104,7 @@ impl PodConfig {
             coherent_bytes: 256 << 20,
             shared_bytes: None,
             orders_per_district_max: None,
+            dynamic_slots_per_host: None,
             cxl: CxlModel::default(),
             auditor: false,
             seed: 0x5eed,
@@ -166,6 +172,13 @@ impl PodConfig {
                 self.coherent_bytes, self.shared_bytes
             ));
         }
+        if let Some(n) = self.dynamic_slots_per_host
+            && !(DYNAMIC_SLOTS_MIN..=DYNAMIC_SLOTS_MAX).contains(&n)
+        {
+            return bad(format!(
+                "dynamic slots per host must be {DYNAMIC_SLOTS_MIN}..={DYNAMIC_SLOTS_MAX}, not {n}"
+            ));
+        }
         Ok(())
     }
 }
@@ -200,6 +213,8 @@ pub(crate) struct Params {
     pub coherent_bytes: u64,
     /// 0 = size the shared region to fit.
     pub shared_bytes: u64,
+    /// Slots per host and movable table in (e); 0 in other architectures.
+    pub dynamic_slots: u32,
 }
 
 impl Params {
@@ -223,6 +238,11 @@ impl Params {
             nurand: NurandConstants::generate(&mut rng),
             coherent_bytes: cfg.coherent_bytes,
             shared_bytes: cfg.shared_bytes.unwrap_or(0),
+            dynamic_slots: if cfg.arch == Arch::PashaDynamic {
+                cfg.dynamic_slots_per_host.unwrap_or(DYNAMIC_SLOTS_DEFAULT)
+            } else {
+                0
+            },
         }
     }
 
@@ -267,8 +287,12 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("warehouses"));
         c.warehouses = 3;
         c.validate().unwrap();
-        c.arch = Arch::PashaDynamic;
+        c.arch = Arch::SharedNothingTcp;
         assert!(matches!(c.validate(), Err(PodError::NotImplemented(_))));
+        c.arch = Arch::PashaDynamic;
+        c.dynamic_slots_per_host = Some(1);
+        assert!(c.validate().unwrap_err().to_string().contains("slots"));
+        c.dynamic_slots_per_host = None;
         c.arch = Arch::PashaStatic;
         c.workers_per_host = 0;
         assert!(c.validate().unwrap_err().to_string().contains("workers"));

@@ -63,6 +63,29 @@ pub const ORDERS_PER_DISTRICT_MIN: u32 = 3_000 + 1_000;
 /// prove no stray order exists beyond it.
 pub const CHECK_GAP_SCAN_MAX: u32 = 1_000;
 
+/// Pasha dynamic: shared-region slots per host and movable table when not
+/// configured. 16,384 STOCK slots (5 MiB) and as many CUSTOMER slots
+/// (11 MiB) per host: far fewer than the tables' rows, so the clock runs.
+pub const DYNAMIC_SLOTS_DEFAULT: u32 = 16_384;
+
+/// Fewest slots: a NewOrder may need 15 remote stock rows at once.
+pub const DYNAMIC_SLOTS_MIN: u32 = 16;
+
+/// Most slots: a forward keeps the slot in 32 bits; this keeps the shared
+/// region under 16 GiB per host.
+pub const DYNAMIC_SLOTS_MAX: u32 = 1 << 24;
+
+/// Tuples the owner's mover visits per idle wake-up to move back what cooled.
+pub const DYNAMIC_COOL_SWEEP_MAX: u32 = 512;
+
+/// Times a transaction asks an owner for one tuple before it treats the
+/// tuple as busy (a conflict): between the reply and the retry, the clock
+/// may have moved it back.
+pub const DYNAMIC_ASKS_MAX: u32 = 3;
+
+/// A NewOrder holds at most this many stock rows at once.
+const ORDER_LINES_PER_ORDER_MAX_FOR_SLOTS: u64 = 15;
+
 const _: () = {
     assert!(HOSTS_MAX <= 16);
     assert!(TXN_LINES_MAX.is_power_of_two());
@@ -71,4 +94,8 @@ const _: () = {
     assert!(TXN_LOCKS_MAX >= 20);
     assert!(HOST_ERROR_BYTES_MAX.is_multiple_of(8));
     assert!(STOP_REASON_BYTES_MAX.is_multiple_of(8));
+    assert!(DYNAMIC_SLOTS_MIN as u64 > ORDER_LINES_PER_ORDER_MAX_FOR_SLOTS);
+    assert!(
+        DYNAMIC_SLOTS_MIN <= DYNAMIC_SLOTS_DEFAULT && DYNAMIC_SLOTS_DEFAULT <= DYNAMIC_SLOTS_MAX
+    );
 };

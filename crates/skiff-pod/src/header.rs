@@ -18,8 +18,8 @@ use bytemuck::{Pod, Zeroable};
 use crate::arch::{Arch, CcProtocol};
 use crate::config::Params;
 use crate::constants::{
-    DURATION_MS_MAX, HEADER_BYTES, HOSTS_MAX, REGION_BYTES_MAX, STOP_REASON_BYTES_MAX,
-    WAREHOUSES_MAX,
+    DURATION_MS_MAX, DYNAMIC_SLOTS_MAX, DYNAMIC_SLOTS_MIN, HEADER_BYTES, HOSTS_MAX,
+    REGION_BYTES_MAX, STOP_REASON_BYTES_MAX, WAREHOUSES_MAX,
 };
 use crate::cxl::CxlModel;
 use crate::error::{PodError, Result};
@@ -31,7 +31,7 @@ use crate::tpcc::random::NurandConstants;
 pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
 pub(crate) const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
 /// Bump on any change of header, layout or row format.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 /// Run states in `run_state`.
 pub(crate) mod state {
@@ -61,7 +61,15 @@ const HOSTS_DONE_OFF: u64 = 1152;
 const STOP_REASON_LEN_OFF: u64 = 1216;
 const STOP_REASON_OFF: u64 = 1224;
 
+/// WAIT_DIE release epochs: futex words a waiting transaction sleeps on and
+/// a releaser bumps, one per cache line, chosen by a hash of the lock word's
+/// offset (a collision only wakes a waiter early).
+const RELEASE_EPOCHS_OFF: u64 = 2048;
+pub(crate) const RELEASE_EPOCHS: u64 = 16;
+
 const _: () = {
+    assert!(STOP_REASON_OFF + (STOP_REASON_BYTES_MAX as u64) <= RELEASE_EPOCHS_OFF);
+    assert!(RELEASE_EPOCHS_OFF + RELEASE_EPOCHS * 64 <= HEADER_BYTES);
     assert!(size_of::<PodHeaderFixed>() as u64 <= RUN_STATE_OFF);
     assert!(STOP_REASON_OFF + STOP_REASON_BYTES_MAX as u64 <= HEADER_BYTES);
 };
@@ -93,6 +101,7 @@ struct PodHeaderFixed {
     ol_i_id: u64,
     coherent_bytes: u64,
     shared_bytes: u64,
+    dynamic_slots: u64,
 }
 
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -136,6 +145,7 @@ pub(crate) fn write_pod_header(pod: &Mapping, layout: &Layout) {
         ol_i_id: p.nurand.ol_i_id as u64,
         coherent_bytes: p.coherent_bytes,
         shared_bytes: layout.shared.end - layout.shared.start,
+        dynamic_slots: p.dynamic_slots as u64,
     };
     pod.write(0, &fixed);
     let c = Control::of(pod);
@@ -252,6 +262,15 @@ fn params_from(h: &PodHeaderFixed) -> std::result::Result<Params, String> {
         nurand,
         coherent_bytes: in_range("coherent_bytes", h.coherent_bytes, 1, REGION_BYTES_MAX)?,
         shared_bytes: in_range("shared_bytes", h.shared_bytes, 0, REGION_BYTES_MAX)?,
+        dynamic_slots: match arch {
+            Arch::PashaDynamic => in_range(
+                "dynamic_slots",
+                h.dynamic_slots,
+                DYNAMIC_SLOTS_MIN as u64,
+                DYNAMIC_SLOTS_MAX as u64,
+            )? as u32,
+            _ => in_range("dynamic_slots", h.dynamic_slots, 0, 0)? as u32,
+        },
     })
 }
 
@@ -355,6 +374,13 @@ impl<'m> Control<'m> {
         let mut buf = vec![0u8; n];
         self.pod.read_bytes(STOP_REASON_OFF, &mut buf);
         Some(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The release epoch that waiters on the lock word at `word_off` use.
+    pub(crate) fn release_epoch(&self, word_off: u64) -> &'m AtomicU32 {
+        let i = (word_off / 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
+        debug_assert!(i < RELEASE_EPOCHS);
+        self.pod.atomic_u32(RELEASE_EPOCHS_OFF + i * 64)
     }
 
     /// Increments a counter word and wakes its sleepers.

@@ -10,18 +10,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::arch::Place;
 use crate::constants::TXN_ATTEMPTS_MAX;
+use crate::dynamic::Mover;
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header::{Control, state};
 use crate::layout::Array;
 use crate::memory::{Parts, PodMemory};
+use crate::stats::ProtocolCounters;
 use crate::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
 use crate::tpcc::audit::audit_warehouse;
 use crate::tpcc::input::InputGen;
 use crate::tpcc::neworder::new_order;
 use crate::tpcc::payment::payment;
 use crate::tpcc::random::Rng;
-use crate::txn::{Txn, TxnError, TxnResult};
+use crate::txn::{Txn, TxnError, TxnResult, age_now};
 
 /// How long a host waits for the start signal before giving up.
 const HOST_START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -120,10 +122,20 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
             .params()
             .auditor
             .then(|| s.spawn(move || auditor(mem, host, hard_stop)));
+        let mover = (mem.layout.dynamic_slots() > 0).then(|| {
+            std::thread::Builder::new()
+                .name(format!("pod-mover-{host}"))
+                .spawn_scoped(s, move || mover(mem, host, hard_stop))
+        });
         let mut out: Vec<Result<WorkerStats>> =
             handles.into_iter().map(|h| join(host, h)).collect();
         if let Some(a) = auditor {
             out.push(join(host, a));
+        }
+        match mover {
+            Some(Ok(m)) => out.push(join(host, m)),
+            Some(Err(e)) => out.push(Err(PodError::io("mover thread", e))),
+            None => {}
         }
         out
     });
@@ -167,8 +179,10 @@ fn execute(
     counters: &mut TxnCounters,
     mut body: impl FnMut(&mut Txn<'_>) -> TxnResult<()>,
 ) -> std::result::Result<Outcome, TxnError> {
+    // WAIT_DIE: retries keep the first attempt's age, so they grow old.
+    let age = age_now();
     for _ in 0..TXN_ATTEMPTS_MAX {
-        txn.begin();
+        txn.begin(age);
         match body(txn) {
             Ok(()) => {
                 txn.commit();
@@ -208,7 +222,7 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
     let mut rng = Rng::derive(params.seed, 0x574F_524B ^ host as u64, id as u64);
     let home = home_warehouses(mem.layout.warehouses_of(host), params.workers_per_host, id);
     let control = mem.control();
-    let mut txn = Txn::new(mem, host);
+    let mut txn = Txn::for_worker(mem, host, id);
     let mut stats = WorkerStats::default();
     let cpu_start = thread_cpu_ns();
     let mut done = 0u64;
@@ -264,7 +278,36 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
     }
     stats.cxl = txn.cxl_counters();
     stats.cpu_ns = thread_cpu_ns() - cpu_start;
+    stats.protocol = protocol_counters(&txn);
     Ok(stats)
+}
+
+fn protocol_counters(txn: &Txn<'_>) -> ProtocolCounters {
+    let side = txn.side_counters();
+    ProtocolCounters {
+        waits: side.waits,
+        messages: side.messages,
+        asks: side.asks,
+        ..ProtocolCounters::default()
+    }
+}
+
+/// Pasha dynamic: the host's mover, which serves other hosts' requests and
+/// moves tuples back. Its CPU time and CXL traffic are the host's.
+fn mover(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
+    let m = Mover::new(mem, host).run(hard_stop);
+    Ok(WorkerStats {
+        cxl: m.cxl,
+        cpu_ns: m.cpu_ns,
+        protocol: ProtocolCounters {
+            served: m.requests,
+            moved_in: m.moved_in,
+            moved_back: m.moved_back,
+            busy: m.busy,
+            ..ProtocolCounters::default()
+        },
+        ..WorkerStats::default()
+    })
 }
 
 /// The home warehouses of worker `id` among its host's `range`. Like the
@@ -296,7 +339,8 @@ fn auditor(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats
         layout.warehouses_of(host).collect()
     };
     let control = mem.control();
-    let mut txn = Txn::new(mem, host);
+    // The auditor's mailbox (in (e)) follows the workers'.
+    let mut txn = Txn::for_worker(mem, host, mem.params().workers_per_host);
     let mut stats = WorkerStats::default();
     let mut next = host as usize;
     while control.state() == state::RUNNING && Instant::now() < hard_stop {
@@ -319,6 +363,7 @@ fn auditor(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats
         }
         futex::wait(control.run_state, state::RUNNING, AUDIT_PAUSE);
     }
+    stats.protocol.waits = txn.side_counters().waits;
     Ok(stats)
 }
 

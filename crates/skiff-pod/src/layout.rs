@@ -15,7 +15,7 @@
 //! rows per warehouse, in warehouse order; in a partition only the host's
 //! own warehouses, so every partition has the same layout.
 
-use crate::arch::{Place, TableGroup, place};
+use crate::arch::{Place, TableGroup, movable, place};
 use crate::config::Params;
 use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
 use crate::error::{PodError, Result};
@@ -81,7 +81,8 @@ impl Array {
             // HISTORY is appended under its district's lock, so it lives
             // where the district does.
             Array::District | Array::History => TableGroup::District,
-            Array::Customer | Array::CustomerData | Array::CustomerName => TableGroup::Customer,
+            Array::Customer | Array::CustomerData => TableGroup::Customer,
+            Array::CustomerName => TableGroup::NameIndex,
             Array::Order | Array::NewOrder | Array::OrderLine => TableGroup::Order,
             Array::Item => TableGroup::Item,
             Array::Stock | Array::StockDist => TableGroup::Stock,
@@ -149,6 +150,23 @@ impl LockTable {
     }
 }
 
+/// Pasha dynamic's pod memory (`dynamic`): offsets of the directory words
+/// (one per movable tuple, coherent), the slot lock words and slot rows (per
+/// host and movable table), the request mailboxes and the doorbells.
+#[derive(Clone, Copy, Debug, Default)]
+struct DynamicExtents {
+    slots: u64,
+    directory: [u64; LOCK_TABLES.len()],
+    slot_locks: [u64; LOCK_TABLES.len()],
+    slot_rows: [u64; ARRAYS.len()],
+    mailboxes: u64,
+    mailboxes_per_host: u64,
+    doorbells: u64,
+}
+
+/// One request mailbox: a cache line of the coherent region.
+pub(crate) const MAILBOX_BYTES: u64 = 64;
+
 /// Where one row or lock word is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
@@ -178,6 +196,7 @@ pub(crate) struct Layout {
     /// 0 when every table is in pod memory (no partition files).
     pub part_bytes: u64,
     pub host_stats_off: u64,
+    dynamic: DynamicExtents,
     pub hash: u64,
 }
 
@@ -219,6 +238,10 @@ impl Layout {
         let mut part = Bump(HEADER_BYTES);
         let counts = (cap, w, w_per_host);
         let locks = place_locks(&placement, counts, &mut coherent, &mut part);
+        let mut dynamic = DynamicExtents::default();
+        if params.dynamic_slots > 0 {
+            dynamic = place_dynamic_coherent(&params, cap, &mut coherent);
+        }
         let coherent_used = coherent.0 - coherent_start;
         if coherent_used > params.coherent_bytes {
             return Err(PodError::Config(format!(
@@ -230,6 +253,14 @@ impl Layout {
         let shared_start = (coherent_start + params.coherent_bytes).next_multiple_of(4096);
         let mut shared = Bump(shared_start);
         let arrays = place_arrays(&placement, counts, &mut shared, &mut part);
+        if params.dynamic_slots > 0 {
+            for a in ARRAYS {
+                if movable(params.arch, a.group()) {
+                    let per_host = dynamic.slots * a.row_bytes();
+                    dynamic.slot_rows[a as usize] = shared.take(per_host * params.hosts as u64);
+                }
+            }
+        }
         let shared_used = shared.0.next_multiple_of(4096) - shared_start;
         let shared_bytes = match params.shared_bytes {
             0 => shared_used,
@@ -257,6 +288,7 @@ impl Layout {
             pod_bytes: shared_start + shared_bytes,
             part_bytes,
             host_stats_off,
+            dynamic,
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -316,6 +348,13 @@ impl Layout {
         }
         for a in ARRAYS {
             h.add(a.row_bytes());
+        }
+        let d = &self.dynamic;
+        for x in [d.slots, d.mailboxes, d.mailboxes_per_host, d.doorbells] {
+            h.add(x);
+        }
+        for x in d.directory.iter().chain(&d.slot_locks).chain(&d.slot_rows) {
+            h.add(*x);
         }
         h.0
     }
@@ -386,12 +425,83 @@ impl Layout {
         }
         let host = self.host_of(w);
         let w_index = match place {
-            Place::Pod => (w - 1) as u64,
-            Place::Partition | Place::Replicated => {
-                (w - self.first_warehouse[host as usize]) as u64
-            }
+            // Replicated per-warehouse arrays hold every warehouse.
+            Place::Pod | Place::Replicated => (w - 1) as u64,
+            Place::Partition => (w - self.first_warehouse[host as usize]) as u64,
         };
         (host, w_index * rows + idx)
+    }
+
+    /// Whether tuples of `table` move on demand (Pasha dynamic).
+    pub(crate) fn movable(&self, table: LockTable) -> bool {
+        self.dynamic.slots > 0 && movable(self.params.arch, table.group())
+    }
+
+    /// Slots per host and movable table (0 unless Pasha dynamic).
+    pub(crate) fn dynamic_slots(&self) -> u32 {
+        self.dynamic.slots as u32
+    }
+
+    /// The directory word of movable tuple `idx` of `table`, warehouse `w`:
+    /// 0, or the forward to the slot holding it. In the coherent region.
+    pub(crate) fn directory(&self, table: LockTable, w: u32, idx: u64) -> u64 {
+        assert!(self.movable(table), "{table:?} does not move");
+        let rows = table.array().rows(0);
+        assert!(idx < rows && w >= 1 && w <= self.params.warehouses);
+        self.dynamic.directory[table as usize] + ((w - 1) as u64 * rows + idx) * 8
+    }
+
+    /// The lock word of slot `slot` of host `owner`'s pool for `table`.
+    pub(crate) fn slot_lock(&self, table: LockTable, owner: u16, slot: u32) -> u64 {
+        assert!(self.movable(table), "{table:?} does not move");
+        assert!((slot as u64) < self.dynamic.slots && owner < self.params.hosts);
+        self.dynamic.slot_locks[table as usize]
+            + (owner as u64 * self.dynamic.slots + slot as u64) * 8
+    }
+
+    /// Row of `array` in slot `slot` of host `owner`'s pool (shared region).
+    pub(crate) fn slot_row(&self, array: Array, owner: u16, slot: u32) -> Loc {
+        assert!(
+            self.dynamic.slots > 0 && movable(self.params.arch, array.group()),
+            "{array:?} does not move"
+        );
+        assert!((slot as u64) < self.dynamic.slots && owner < self.params.hosts);
+        let i = owner as u64 * self.dynamic.slots + slot as u64;
+        Loc {
+            place: Place::Pod,
+            host: owner,
+            off: self.dynamic.slot_rows[array as usize] + i * array.row_bytes(),
+        }
+    }
+
+    /// The request mailbox of worker `worker` (workers, then the auditor) of
+    /// `host`.
+    pub(crate) fn mailbox(&self, host: u16, worker: u16) -> u64 {
+        let per = self.dynamic.mailboxes_per_host;
+        assert!(per > 0 && host < self.params.hosts && (worker as u64) < per);
+        self.dynamic.mailboxes + (host as u64 * per + worker as u64) * MAILBOX_BYTES
+    }
+
+    pub(crate) fn mailboxes_per_host(&self) -> u16 {
+        self.dynamic.mailboxes_per_host as u16
+    }
+
+    /// The futex word a host's mover sleeps on, bumped with each request.
+    pub(crate) fn doorbell(&self, host: u16) -> u64 {
+        assert!(self.dynamic.slots > 0 && host < self.params.hosts);
+        self.dynamic.doorbells + host as u64 * CACHE_LINE_BYTES
+    }
+
+    /// The lock table whose tuples own the rows of `array`, for movable arrays.
+    pub(crate) fn movable_lock_table(&self, array: Array) -> Option<LockTable> {
+        if self.dynamic.slots == 0 || !movable(self.params.arch, array.group()) {
+            return None;
+        }
+        match array {
+            Array::Customer | Array::CustomerData => Some(LockTable::Customer),
+            Array::Stock | Array::StockDist => Some(LockTable::Stock),
+            _ => None,
+        }
     }
 
     /// The lock word that protects row `idx` of `array`, and its index; `None`
@@ -439,6 +549,28 @@ fn place_locks(
     })
 }
 
+/// Pasha dynamic's coherent-region structures (see [`DynamicExtents`]).
+fn place_dynamic_coherent(params: &Params, cap: u64, coherent: &mut Bump) -> DynamicExtents {
+    let w = params.warehouses as u64;
+    let hosts = params.hosts as u64;
+    let slots = params.dynamic_slots as u64;
+    let mut d = DynamicExtents {
+        slots,
+        // Every worker and the auditor may ask.
+        mailboxes_per_host: params.workers_per_host as u64 + 1,
+        ..DynamicExtents::default()
+    };
+    for t in LOCK_TABLES {
+        if movable(params.arch, t.group()) {
+            d.directory[t as usize] = coherent.take(t.array().rows(cap) * w * 8);
+            d.slot_locks[t as usize] = coherent.take(slots * hosts * 8);
+        }
+    }
+    d.mailboxes = coherent.take(hosts * d.mailboxes_per_host * MAILBOX_BYTES);
+    d.doorbells = coherent.take(hosts * CACHE_LINE_BYTES);
+    d
+}
+
 /// Row arrays: pod tables' in the shared region for all warehouses, private
 /// ones in the partition for the host's block, replicated ones whole.
 fn place_arrays(
@@ -454,7 +586,7 @@ fn place_arrays(
         let base = match p {
             Place::Pod => shared.take(bytes * per),
             Place::Partition => part.take(bytes * w_per_host),
-            Place::Replicated => part.take(bytes),
+            Place::Replicated => part.take(bytes * per),
         };
         Extent {
             place: Some(p),

@@ -38,6 +38,7 @@ mod arch;
 mod config;
 mod constants;
 mod cxl;
+mod dynamic;
 mod error;
 mod futex;
 mod header;
@@ -59,7 +60,7 @@ pub use config::{CheckConfig, HostCommand, Launch, PodConfig};
 pub use cxl::{CxlCounters, CxlModel};
 pub use error::PodError;
 pub use host::{HostArgs, host_main};
-pub use report::{AuditReport, RunReport, TxnReport};
+pub use report::{AuditReport, MovementReport, RunReport, TxnReport};
 pub use run::{LoadReport, load, run};
 pub use tpcc::check::{CheckReport, ConditionReport, RowCounts};
 

@@ -3,23 +3,35 @@
 //! use the same protocol, so the transaction code does not care which.
 //!
 //! ```text
-//!  63      62..40    39..32        31..16         15..0
-//! [ X ] [ unused ] [ owner host ] [ readers ] [ valid bitmap ]
+//!  63    62      61        60        59..36   35..32   31..16     15..0
+//! [ X ][MOVED][WAITERS][ACCESSED][  age  ][ owner ][ readers ][ valid bitmap ]
 //! ```
 //!
-//! - `X`: held exclusively; then `owner host` names the holder, so a future
+//! - `X`: held exclusively; then `owner` names the holder's host, so a future
 //!   lease can release a dead host's locks, and `readers` is 0.
 //! - `readers`: shared holders, any host.
 //! - `valid bitmap`: bit h set = host h's cached copy of the tuple's data is
 //!   current (software coherence, see `cxl`). Only lock holders change it: a
 //!   reader sets its own bit after loading the tuple; a writer keeps only its
 //!   own bit, so every other host flushes and reloads before its next read.
+//! - `age`: WAIT_DIE's timestamp of the oldest holder (24 bits of a
+//!   microsecond clock, compared in serial-number arithmetic), written by
+//!   each acquire; meaningless while nobody holds the word. It may be older
+//!   than every current holder (a departed reader's), never younger, so a
+//!   requester that waits is truly older than every holder.
+//! - `WAITERS`: a WAIT_DIE requester sleeps on a release epoch (see `txn`);
+//!   the releaser that clears this bit wakes it.
+//! - `ACCESSED`: the clock bit of a slot word in Pasha dynamic (`dynamic`).
+//! - `MOVED`: in Pasha dynamic, the word no longer guards the tuple: it was
+//!   moved to the shared region and bits 31..0 name its slot. A moved word
+//!   has no holders; every acquire on it fails and the caller follows the
+//!   forward. Directory words in the coherent region use the same encoding.
 //!
-//! The protocol is NO_WAIT two-phase locking: an acquire that conflicts fails
-//! at once and the transaction aborts; nothing ever waits on a lock word.
-//! Unused bits are always zero (asserted on every release).
+//! Acquires never wait here: they succeed or report a conflict, and the
+//! concurrency-control protocol (NO_WAIT or WAIT_DIE, in `txn`) decides what
+//! a conflict means.
 
-use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed};
 
 use crate::constants::LOCK_CAS_RETRY_MAX;
 
@@ -27,9 +39,38 @@ pub(crate) const VALID_MASK: u64 = 0xFFFF;
 pub(crate) const READER_ONE: u64 = 1 << 16;
 pub(crate) const READERS_MASK: u64 = 0xFFFF << 16;
 pub(crate) const OWNER_SHIFT: u32 = 32;
-pub(crate) const OWNER_MASK: u64 = 0xFF << OWNER_SHIFT;
+pub(crate) const OWNER_MASK: u64 = 0xF << OWNER_SHIFT;
+pub(crate) const AGE_SHIFT: u32 = 36;
+pub(crate) const AGE_BITS: u32 = 24;
+pub(crate) const AGE_MASK: u64 = ((1 << AGE_BITS) - 1) << AGE_SHIFT;
+pub(crate) const ACCESSED: u64 = 1 << 60;
+pub(crate) const WAITERS: u64 = 1 << 61;
+pub(crate) const MOVED: u64 = 1 << 62;
 pub(crate) const EXCLUSIVE: u64 = 1 << 63;
-const UNUSED_MASK: u64 = !(VALID_MASK | READERS_MASK | OWNER_MASK | EXCLUSIVE);
+const SLOT_MASK: u64 = 0xFFFF_FFFF;
+
+const _: () = {
+    // Every bit has exactly one meaning.
+    let fields = [
+        VALID_MASK,
+        READERS_MASK,
+        OWNER_MASK,
+        AGE_MASK,
+        ACCESSED,
+        WAITERS,
+        MOVED,
+        EXCLUSIVE,
+    ];
+    let mut all = 0u64;
+    let mut i = 0;
+    while i < fields.len() {
+        assert!(all & fields[i] == 0);
+        all |= fields[i];
+        i += 1;
+    }
+    assert!(all == u64::MAX);
+    assert!(crate::constants::HOSTS_MAX <= 16);
+};
 
 /// Lock modes of two-phase locking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +79,7 @@ pub(crate) enum Mode {
     Exclusive,
 }
 
-/// NO_WAIT: the lock is held in a conflicting mode; abort the transaction.
+/// The word is held in a conflicting mode, or it is a forward (MOVED).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Conflict;
 
@@ -46,6 +87,7 @@ pub(crate) struct Conflict;
 /// `std` atomic in pod memory and on a `shuttle` atomic in protocol tests.
 pub(crate) trait AtomicWord {
     fn load(&self, order: Ordering) -> u64;
+    fn swap(&self, value: u64, order: Ordering) -> u64;
     fn compare_exchange_weak(
         &self,
         current: u64,
@@ -53,7 +95,6 @@ pub(crate) trait AtomicWord {
         success: Ordering,
         failure: Ordering,
     ) -> Result<u64, u64>;
-    fn fetch_sub(&self, value: u64, order: Ordering) -> u64;
     fn fetch_and(&self, value: u64, order: Ordering) -> u64;
     fn fetch_or(&self, value: u64, order: Ordering) -> u64;
 }
@@ -61,6 +102,9 @@ pub(crate) trait AtomicWord {
 impl AtomicWord for std::sync::atomic::AtomicU64 {
     fn load(&self, order: Ordering) -> u64 {
         self.load(order)
+    }
+    fn swap(&self, value: u64, order: Ordering) -> u64 {
+        self.swap(value, order)
     }
     fn compare_exchange_weak(
         &self,
@@ -70,9 +114,6 @@ impl AtomicWord for std::sync::atomic::AtomicU64 {
         failure: Ordering,
     ) -> Result<u64, u64> {
         self.compare_exchange_weak(current, new, success, failure)
-    }
-    fn fetch_sub(&self, value: u64, order: Ordering) -> u64 {
-        self.fetch_sub(value, order)
     }
     fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
         self.fetch_and(value, order)
@@ -95,20 +136,68 @@ pub(crate) fn owner(word: u64) -> u16 {
     ((word & OWNER_MASK) >> OWNER_SHIFT) as u16
 }
 
-/// Takes a shared lock unless the word is held exclusively.
+/// Whether anyone holds the word (a forward has no holders).
+pub(crate) fn held(word: u64) -> bool {
+    word & MOVED == 0 && (word & EXCLUSIVE != 0 || readers(word) > 0)
+}
+
+/// The slot a forward names, or `None` for a lock word in use.
+pub(crate) fn forwarded(word: u64) -> Option<u32> {
+    (word & MOVED != 0).then_some((word & SLOT_MASK) as u32)
+}
+
+/// The forward to `slot`.
+pub(crate) fn forward_to(slot: u32) -> u64 {
+    MOVED | slot as u64
+}
+
+/// WAIT_DIE age stored in the word (the oldest holder's, if held).
+pub(crate) fn age(word: u64) -> u32 {
+    ((word & AGE_MASK) >> AGE_SHIFT) as u32
+}
+
+fn with_age(word: u64, age: u32) -> u64 {
+    (word & !AGE_MASK) | ((age as u64) << AGE_SHIFT & AGE_MASK)
+}
+
+/// Whether age `a` is strictly older than `b`, in serial-number arithmetic
+/// on `AGE_BITS` bits (correct while live ages are within 2^23 units).
+pub(crate) fn older(a: u32, b: u32) -> bool {
+    let d = b.wrapping_sub(a) & ((1 << AGE_BITS) - 1);
+    d != 0 && d < 1 << (AGE_BITS - 1)
+}
+
+/// The older of two ages.
+fn oldest(a: u32, b: u32) -> u32 {
+    if older(b, a) { b } else { a }
+}
+
+/// Takes a shared lock unless the word is held exclusively (or moved).
+#[cfg(test)]
 pub(crate) fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
+    try_lock_shared_aged(word, 0)
+}
+
+/// [`try_lock_shared`] recording the requester's WAIT_DIE age.
+pub(crate) fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Result<(), Conflict> {
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
-        if current & EXCLUSIVE != 0 {
+        if current & (EXCLUSIVE | MOVED) != 0 {
             return Err(Conflict);
         }
         assert!(
             readers(current) < readers(READERS_MASK),
             "reader count overflow"
         );
+        let a = if readers(current) == 0 {
+            my_age
+        } else {
+            oldest(age(current), my_age)
+        };
+        let new = with_age(current, a) + READER_ONE;
         // Acquire: the holder's reads of the tuple must see the last writer's
         // stores, released by its unlock.
-        match word.compare_exchange_weak(current, current + READER_ONE, Acquire, Relaxed) {
+        match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
             Ok(_) => return Ok(()),
             Err(seen) => current = seen,
         }
@@ -118,18 +207,28 @@ pub(crate) fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
 
 /// Takes an exclusive lock if nobody holds the word in any mode.
 pub(crate) fn try_lock_exclusive<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+    try_lock_exclusive_aged(word, host, 0)
+}
+
+/// [`try_lock_exclusive`] recording the requester's WAIT_DIE age.
+pub(crate) fn try_lock_exclusive_aged<W: AtomicWord>(
+    word: &W,
+    host: u16,
+    my_age: u32,
+) -> Result<(), Conflict> {
+    assert!((host as usize) < crate::constants::HOSTS_MAX);
     let owner_bits = (host as u64) << OWNER_SHIFT;
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
-        if current & (EXCLUSIVE | READERS_MASK) != 0 {
+        if current & (EXCLUSIVE | READERS_MASK | MOVED) != 0 {
             return Err(Conflict);
         }
         assert_eq!(
-            current & (OWNER_MASK | UNUSED_MASK),
+            current & (OWNER_MASK | WAITERS),
             0,
-            "free word {current:#x} has owner bits"
+            "free word {current:#x} has owner or waiter bits"
         );
-        let new = current | EXCLUSIVE | owner_bits;
+        let new = with_age(current, my_age) | EXCLUSIVE | owner_bits;
         match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
             Ok(_) => return Ok(()),
             Err(seen) => current = seen,
@@ -145,7 +244,7 @@ pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conf
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
         assert!(
-            current & EXCLUSIVE == 0 && readers(current) >= 1,
+            current & (EXCLUSIVE | MOVED) == 0 && readers(current) >= 1,
             "upgrade without a shared lock"
         );
         if readers(current) != 1 {
@@ -160,28 +259,49 @@ pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conf
     Err(Conflict)
 }
 
-/// Releases one shared lock.
-pub(crate) fn unlock_shared<W: AtomicWord>(word: &W) {
-    let previous = word.fetch_sub(READER_ONE, Release);
-    assert!(
-        previous & EXCLUSIVE == 0 && readers(previous) >= 1,
-        "unlock_shared of {previous:#x}"
-    );
+/// Releases one shared lock. Returns whether a WAIT_DIE waiter asked to be
+/// woken (the caller wakes it; the bit is cleared here).
+pub(crate) fn unlock_shared<W: AtomicWord>(word: &W) -> bool {
+    // One CAS for both changes: a word must never be free with WAITERS set.
+    // Not bounded: a release cannot fail, and each failed CAS means another
+    // thread's operation on the word succeeded (lock-free).
+    let mut current = word.load(Relaxed);
+    loop {
+        assert!(
+            current & (EXCLUSIVE | MOVED) == 0 && readers(current) >= 1,
+            "unlock_shared of {current:#x}"
+        );
+        let new = (current - READER_ONE) & !WAITERS;
+        match word.compare_exchange_weak(current, new, AcqRel, Relaxed) {
+            Ok(_) => return current & WAITERS != 0,
+            Err(seen) => current = seen,
+        }
+    }
 }
 
 /// Releases the exclusive lock held by `host`. Release ordering publishes the
-/// holder's writes to the next acquirer, in any process.
-pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) {
-    let previous = word.fetch_and(!(EXCLUSIVE | OWNER_MASK), Release);
+/// holder's writes to the next acquirer, in any process. Returns whether a
+/// WAIT_DIE waiter asked to be woken.
+pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) -> bool {
+    let previous = word.fetch_and(!(EXCLUSIVE | OWNER_MASK | WAITERS), AcqRel);
     assert!(
-        previous & EXCLUSIVE != 0 && owner(previous) == host && readers(previous) == 0,
+        previous & EXCLUSIVE != 0
+            && previous & MOVED == 0
+            && owner(previous) == host
+            && readers(previous) == 0,
         "unlock_exclusive by host {host} of {previous:#x}"
     );
-    assert_eq!(
-        previous & UNUSED_MASK,
-        0,
-        "lock word {previous:#x} has unused bits set"
-    );
+    previous & WAITERS != 0
+}
+
+/// WAIT_DIE: asks the next releaser of `word` to wake its waiters, if the
+/// word still has the value `seen`. False: it changed; try again.
+pub(crate) fn ask_for_wake<W: AtomicWord>(word: &W, seen: u64) -> bool {
+    assert!(held(seen), "waiting on a free word {seen:#x}");
+    seen & WAITERS != 0
+        || word
+            .compare_exchange_weak(seen, seen | WAITERS, AcqRel, Relaxed)
+            .is_ok()
 }
 
 /// Records that `host` now caches the tuple. Caller holds the lock (any mode).
@@ -204,6 +324,34 @@ pub(crate) fn keep_only_valid<W: AtomicWord>(word: &W, host: u16) {
     word.fetch_or(host_bit(host), Relaxed);
 }
 
+/// Sets the clock bit of a slot word the caller holds (no store if set).
+pub(crate) fn mark_accessed<W: AtomicWord>(word: &W) {
+    if word.load(Relaxed) & ACCESSED == 0 {
+        word.fetch_or(ACCESSED, Relaxed);
+    }
+}
+
+/// Clock hand: clears the bit; returns whether it was set.
+pub(crate) fn take_accessed<W: AtomicWord>(word: &W) -> bool {
+    word.load(Relaxed) & ACCESSED != 0 && word.fetch_and(!ACCESSED, Relaxed) & ACCESSED != 0
+}
+
+/// Turns a free home lock word into a forward to `slot` (the tuple is being
+/// moved to the shared region). Fails if anyone holds it.
+pub(crate) fn try_forward<W: AtomicWord>(word: &W, slot: u32) -> Result<(), Conflict> {
+    let mut current = word.load(Relaxed);
+    for _ in 0..LOCK_CAS_RETRY_MAX {
+        if held(current) || current & MOVED != 0 {
+            return Err(Conflict);
+        }
+        match word.compare_exchange_weak(current, forward_to(slot), AcqRel, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => current = seen,
+        }
+    }
+    Err(Conflict)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,7 +359,16 @@ mod tests {
 
     #[test]
     fn bit_fields_do_not_overlap() {
-        let masks = [VALID_MASK, READERS_MASK, OWNER_MASK, EXCLUSIVE];
+        let masks = [
+            VALID_MASK,
+            READERS_MASK,
+            OWNER_MASK,
+            AGE_MASK,
+            ACCESSED,
+            WAITERS,
+            MOVED,
+            EXCLUSIVE,
+        ];
         for (i, a) in masks.iter().enumerate() {
             for b in &masks[i + 1..] {
                 assert_eq!(a & b, 0);
@@ -221,6 +378,58 @@ mod tests {
             VALID_MASK.count_ones() as usize,
             crate::constants::HOSTS_MAX
         );
+    }
+
+    #[test]
+    fn ages_compare_in_serial_arithmetic_and_holders_keep_the_oldest() {
+        assert!(older(5, 6) && !older(6, 5) && !older(5, 5));
+        // Across the wrap of the 24-bit clock.
+        let top = (1 << AGE_BITS) - 1;
+        assert!(older(top, 2) && !older(2, top));
+        let w = AtomicU64::new(0);
+        try_lock_shared_aged(&w, 100).unwrap();
+        try_lock_shared_aged(&w, 50).unwrap();
+        try_lock_shared_aged(&w, 70).unwrap();
+        assert_eq!(age(w.load(Relaxed)), 50);
+        for _ in 0..3 {
+            unlock_shared(&w);
+        }
+        // Free again: the next holder's age replaces the stale one.
+        try_lock_exclusive_aged(&w, 1, 90).unwrap();
+        assert_eq!(age(w.load(Relaxed)), 90);
+        unlock_exclusive(&w, 1);
+    }
+
+    #[test]
+    fn waiters_are_reported_to_exactly_one_releaser() {
+        let w = AtomicU64::new(0);
+        try_lock_exclusive(&w, 1).unwrap();
+        let seen = w.load(Relaxed);
+        assert!(ask_for_wake(&w, seen));
+        assert!(!ask_for_wake(&w, seen ^ 1), "stale value must be refused");
+        assert!(unlock_exclusive(&w, 1));
+        try_lock_shared(&w).unwrap();
+        try_lock_shared(&w).unwrap();
+        assert!(ask_for_wake(&w, w.load(Relaxed)));
+        assert!(unlock_shared(&w));
+        assert!(!unlock_shared(&w), "the bit went with the first wake");
+        assert_eq!(w.load(Relaxed) & !AGE_MASK, 0);
+    }
+
+    #[test]
+    fn a_forward_refuses_every_acquire() {
+        let w = AtomicU64::new(0);
+        try_lock_shared(&w).unwrap();
+        assert_eq!(try_forward(&w, 7), Err(Conflict), "held words stay home");
+        unlock_shared(&w);
+        try_forward(&w, 7).unwrap();
+        let v = w.load(Relaxed);
+        assert_eq!(forwarded(v), Some(7));
+        assert!(!held(v));
+        assert_eq!(try_lock_shared(&w), Err(Conflict));
+        assert_eq!(try_lock_exclusive(&w, 0), Err(Conflict));
+        assert_eq!(try_forward(&w, 8), Err(Conflict));
+        assert_eq!(forwarded(0), None);
     }
 
     #[test]
@@ -296,6 +505,9 @@ mod tests {
             fn load(&self, order: Ordering) -> u64 {
                 ShuttleU64::load(self, order)
             }
+            fn swap(&self, value: u64, order: Ordering) -> u64 {
+                ShuttleU64::swap(self, value, order)
+            }
             fn compare_exchange_weak(
                 &self,
                 current: u64,
@@ -304,9 +516,6 @@ mod tests {
                 failure: Ordering,
             ) -> Result<u64, u64> {
                 ShuttleU64::compare_exchange_weak(self, current, new, success, failure)
-            }
-            fn fetch_sub(&self, value: u64, order: Ordering) -> u64 {
-                ShuttleU64::fetch_sub(self, value, order)
             }
             fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
                 ShuttleU64::fetch_and(self, value, order)

@@ -8,8 +8,10 @@ use crate::config::Params;
 use crate::constants::HOSTS_MAX;
 use crate::error::{PodError, Result};
 use crate::header::{self, Control};
-use crate::layout::{Layout, Loc};
+use crate::layout::{Array, Layout, Loc};
+use crate::lockword;
 use crate::region::Mapping;
+use std::sync::atomic::Ordering;
 
 /// Which partition files to map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +86,26 @@ impl PodMemory {
         match self.parts.get(host as usize) {
             Some(Some(m)) => m,
             _ => panic!("partition of host {host} is not mapped in this process"),
+        }
+    }
+
+    /// Where row `idx` of `array` (warehouse `w`) is now, for offline readers
+    /// (`check`, tests): in Pasha dynamic a moved tuple's rows are in the
+    /// slot its directory word names. A forward outside the pool is data,
+    /// not a reason to panic: `None`.
+    pub(crate) fn resolve_row(&self, array: Array, w: u32, idx: u64) -> Option<Loc> {
+        let l = &self.layout;
+        let Some(table) = l.movable_lock_table(array) else {
+            return Some(l.row(array, w, idx));
+        };
+        let dir = self
+            .pod
+            .atomic_u64(l.directory(table, w, idx))
+            .load(Ordering::Acquire);
+        match lockword::forwarded(dir) {
+            None => Some(l.row(array, w, idx)),
+            Some(s) if s < l.dynamic_slots() => Some(l.slot_row(array, l.host_of(w), s)),
+            Some(_) => None,
         }
     }
 

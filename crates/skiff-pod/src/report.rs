@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::arch::Arch;
+use crate::arch::{Arch, CcProtocol};
 use crate::cxl::{CxlCounters, CxlModel};
 use crate::stats::{Histogram, TxnCounters, WorkerStats};
 
@@ -47,10 +47,24 @@ pub struct AuditReport {
     pub violations: u64,
 }
 
+/// Pasha dynamic's data movement (zero elsewhere).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct MovementReport {
+    /// Requests transactions sent to owner hosts.
+    pub asks: u64,
+    /// Requests the owners' movers served, tuples they moved to the shared
+    /// region and back, and requests answered busy.
+    pub served: u64,
+    pub moved_in: u64,
+    pub moved_back: u64,
+    pub busy: u64,
+}
+
 /// What [`crate::run`] returns.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
     pub arch: Arch,
+    pub cc: CcProtocol,
     pub hosts: u16,
     pub warehouses: u32,
     pub workers_per_host: u16,
@@ -87,16 +101,20 @@ pub struct RunReport {
     /// `committed / (worker_cpu_s + modeled_delay_s)`. Robust to more
     /// workers than cores.
     pub modeled_committed_per_cpu_s: f64,
-    /// Messages between hosts: none in (c) and (d), which never need a
-    /// second host.
+    /// Messages between hosts (a request and its reply are two): none in
+    /// (c) and (d), which never need a second host; (e)'s move requests.
     pub messages: u64,
     pub messages_per_txn: f64,
+    /// WAIT_DIE waits for an older transaction's lock.
+    pub lock_waits: u64,
+    pub movement: MovementReport,
     /// Set when a host stopped the run before its duration (a full table).
     pub ended_early: Option<String>,
 }
 
 pub(crate) struct RunFacts {
     pub arch: Arch,
+    pub cc: CcProtocol,
     pub hosts: u16,
     pub warehouses: u32,
     pub workers_per_host: u16,
@@ -119,8 +137,10 @@ impl RunReport {
         let delay_s = f.cxl_model.delay_ns(&s.cxl) / 1e9;
         let workers = (f.hosts as f64 * f.workers_per_host as f64).max(1.0);
         let txns = (committed + s.new_order.rolled_back).max(1) as f64;
+        let p = &s.protocol;
         RunReport {
             arch: f.arch,
+            cc: f.cc,
             hosts: f.hosts,
             warehouses: f.warehouses,
             workers_per_host: f.workers_per_host,
@@ -153,8 +173,16 @@ impl RunReport {
             modeled_delay_s: delay_s,
             modeled_committed_per_s: per_s(committed as f64, f.elapsed_s + delay_s / workers),
             modeled_committed_per_cpu_s: per_s(committed as f64, s.cpu_ns as f64 / 1e9 + delay_s),
-            messages: 0,
-            messages_per_txn: 0.0,
+            messages: p.messages,
+            messages_per_txn: p.messages as f64 / txns,
+            lock_waits: p.waits,
+            movement: MovementReport {
+                asks: p.asks,
+                served: p.served,
+                moved_in: p.moved_in,
+                moved_back: p.moved_back,
+                busy: p.busy,
+            },
             ended_early: f.ended_early,
         }
     }
@@ -164,8 +192,13 @@ impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{}: {} hosts x {} workers, {} warehouses, multi-warehouse {}%",
-            self.arch, self.hosts, self.workers_per_host, self.warehouses, self.multi_warehouse_pct
+            "{} {}: {} hosts x {} workers, {} warehouses, multi-warehouse {}%",
+            self.arch,
+            self.cc,
+            self.hosts,
+            self.workers_per_host,
+            self.warehouses,
+            self.multi_warehouse_pct
         )?;
         for (name, t) in [("NewOrder", &self.new_order), ("Payment", &self.payment)] {
             write!(
@@ -205,7 +238,19 @@ impl fmt::Display for RunReport {
             self.modeled_committed_per_s,
             self.modeled_committed_per_cpu_s
         )?;
-        write!(f, "  messages per txn {:.2}", self.messages_per_txn)?;
+        write!(
+            f,
+            "  messages per txn {:.2}, lock waits {}",
+            self.messages_per_txn, self.lock_waits
+        )?;
+        let m = &self.movement;
+        if m.asks > 0 || m.served > 0 || m.moved_in > 0 {
+            write!(
+                f,
+                "\n  movement: {} asks, {} served, {} moved in, {} moved back, {} busy",
+                m.asks, m.served, m.moved_in, m.moved_back, m.busy
+            )?;
+        }
         if self.audit.committed > 0 || self.audit.aborted > 0 {
             write!(
                 f,

@@ -141,6 +141,7 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
     Ok(RunReport::build(
         RunFacts {
             arch: p.arch,
+            cc: p.cc,
             hosts: p.hosts,
             warehouses: p.warehouses,
             workers_per_host: p.workers_per_host,

@@ -126,6 +126,37 @@ pub(crate) struct AuditCounters {
     pub violations: u64,
 }
 
+/// What the protocols did besides committing: WAIT_DIE waits, messages
+/// between hosts, and Pasha dynamic's data movement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct ProtocolCounters {
+    /// WAIT_DIE sleeps on a release epoch.
+    pub waits: u64,
+    /// Messages between hosts (a request and its reply are two).
+    pub messages: u64,
+    /// (e) requests to an owner to move a tuple.
+    pub asks: u64,
+    /// (e) requests a mover served, tuples it moved in and back, and
+    /// requests it answered busy.
+    pub served: u64,
+    pub moved_in: u64,
+    pub moved_back: u64,
+    pub busy: u64,
+}
+
+impl ProtocolCounters {
+    pub(crate) fn add(&mut self, o: &ProtocolCounters) {
+        self.waits += o.waits;
+        self.messages += o.messages;
+        self.asks += o.asks;
+        self.served += o.served;
+        self.moved_in += o.moved_in;
+        self.moved_back += o.moved_back;
+        self.busy += o.busy;
+    }
+}
+
 /// What one worker (or a whole host, merged) measured.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WorkerStats {
@@ -136,6 +167,7 @@ pub(crate) struct WorkerStats {
     pub payment_latency: Histogram,
     pub cxl: CxlCounters,
     pub cpu_ns: u64,
+    pub protocol: ProtocolCounters,
 }
 
 impl WorkerStats {
@@ -149,6 +181,7 @@ impl WorkerStats {
         self.payment_latency.merge(&o.payment_latency);
         self.cxl.add(&o.cxl);
         self.cpu_ns += o.cpu_ns;
+        self.protocol.add(&o.protocol);
     }
 }
 
@@ -168,6 +201,7 @@ pub(crate) struct HostStatsRaw {
     pub payment: TxnCounters,
     pub audit: AuditCounters,
     pub cxl: [u64; 5],
+    pub protocol: ProtocolCounters,
     pub error_len: u64,
     pub error: [u8; HOST_ERROR_BYTES_MAX],
     pub new_order_latency: [u64; LATENCY_BUCKETS],
@@ -186,6 +220,7 @@ impl HostStatsRaw {
             payment: s.payment,
             audit: s.audit,
             cxl: s.cxl.to_array(),
+            protocol: s.protocol,
             error_len: 0,
             error: [0; HOST_ERROR_BYTES_MAX],
             new_order_latency: *s.new_order_latency.as_slice(),
@@ -217,6 +252,7 @@ impl HostStatsRaw {
             payment_latency: Histogram::from_slice(&self.payment_latency),
             cxl: CxlCounters::from_array(self.cxl),
             cpu_ns: self.cpu_ns,
+            protocol: self.protocol,
         }
     }
 }

@@ -1,26 +1,46 @@
-//! A host worker's transaction context: strict two-phase locking with
-//! NO_WAIT, in-place writes with an undo log, and every row access routed by
-//! placement, to the host's partition (local DRAM) or through the CXL layer
-//! (pod memory).
+//! A host worker's transaction context: strict two-phase locking with NO_WAIT
+//! or WAIT_DIE, in-place writes with an undo log, and every row access routed
+//! by placement, to the host's partition (local DRAM) or through the CXL
+//! layer (pod memory). In Pasha dynamic, a tuple of a movable table is found
+//! wherever it is (`dynamic::lock_tuple`), and one another host owns is
+//! first asked for.
 //!
 //! Lifecycle: `begin` → `lock`/`get`/`put` ... → `commit` or `abort`. Locks
 //! are released only at the end (strict 2PL), after undo on abort, so no
 //! other transaction ever sees an uncommitted write. A transaction touches
-//! only its host's partition and pod memory: no message, no second host.
+//! only its host's partition and pod memory; in (e) it may ask another
+//! host's mover to move a tuple, but never runs anything on another host.
+//!
+//! WAIT_DIE: a transaction's age is the time of its first attempt (kept
+//! across retries, so it grows old and eventually wins). A conflicting
+//! request waits if it is older than the word's oldest holder, else dies
+//! (aborts). Waiting sleeps on a release epoch futex (`Control::
+//! release_epoch`) that the releaser bumps when the word's `WAITERS` bit was
+//! set, bounded by `LOCK_WAIT_MAX` in case clock ages wrapped (then it dies).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, SeqCst};
+use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use crate::arch::Place;
-use crate::constants::{TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
+use crate::arch::{CcProtocol, Place};
+use crate::constants::{DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
 use crate::cxl::{Coherence, CxlAccess};
+use crate::dynamic::{self, Miss, Reply, Route, Tuples};
+use crate::futex;
+use crate::header::state;
 use crate::layout::{Array, Loc, LockTable};
-use crate::lockword::{self, Mode};
+use crate::lockword::{self, Conflict, Mode};
 use crate::memory::PodMemory;
+
+/// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
+const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
 
 /// Why a transaction body stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TxnError {
-    /// NO_WAIT lock conflict: abort and retry.
+    /// Lock conflict (NO_WAIT, or WAIT_DIE's die): abort and retry.
     Conflict,
     /// The transaction asked to roll back (NewOrder's invalid item).
     Rollback,
@@ -32,42 +52,89 @@ pub(crate) enum TxnError {
 
 pub(crate) type TxnResult<T> = Result<T, TxnError>;
 
+/// A lock the transaction holds.
 #[derive(Clone, Copy)]
 struct Held {
-    loc: Loc,
+    table: LockTable,
+    w: u32,
+    idx: u64,
+    /// The word actually locked: the tuple's lock word, or in (e) its home
+    /// word or the word of the slot it moved to.
+    word: Loc,
+    /// (e): the slot of the owner's pool the tuple is in.
+    slot: Option<u32>,
     mode: Mode,
 }
 
 #[derive(Clone, Copy)]
 struct Undo {
     loc: Loc,
-    /// Covering lock of the row, for coherence bookkeeping on restore.
+    /// Covering lock word of a pod row, for coherence bookkeeping on restore.
     lock: Option<Loc>,
     start: usize,
     len: usize,
 }
 
+/// What a worker's transactions did besides committing (for the report).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TxnSideCounters {
+    /// WAIT_DIE waits (sleeps on a release epoch).
+    pub waits: u64,
+    /// (e) requests to an owner host, and messages (request + reply each).
+    pub asks: u64,
+    pub messages: u64,
+}
+
 pub(crate) struct Txn<'m> {
     mem: &'m PodMemory,
     host: u16,
+    /// This worker's mailbox in (e).
+    worker: u16,
+    cc: CcProtocol,
     cxl: CxlAccess<'m>,
     held: Vec<Held>,
     undo: Vec<Undo>,
     undo_bytes: Vec<u8>,
     active: bool,
+    age: u32,
+    side: TxnSideCounters,
+}
+
+/// The current WAIT_DIE age: a microsecond-ish clock shared by every process
+/// of the machine (CLOCK_MONOTONIC), cut to the lock word's age field.
+pub(crate) fn age_now() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    ((ns >> 10) & ((1 << lockword::AGE_BITS) - 1)) as u32
 }
 
 impl<'m> Txn<'m> {
+    #[cfg(test)]
     pub(crate) fn new(mem: &'m PodMemory, host: u16) -> Txn<'m> {
+        Txn::for_worker(mem, host, 0)
+    }
+
+    /// The context of worker `worker` of `host` (its mailbox in (e)).
+    pub(crate) fn for_worker(mem: &'m PodMemory, host: u16, worker: u16) -> Txn<'m> {
         let l = &mem.layout;
         Txn {
             mem,
             host,
+            worker,
+            cc: l.params.cc,
             cxl: CxlAccess::new(&mem.pod, host, l.shared.clone(), l.coherent.clone()),
             held: Vec::with_capacity(TXN_LOCKS_MAX),
             undo: Vec::with_capacity(TXN_LOCKS_MAX * 2),
             undo_bytes: Vec::with_capacity(TXN_UNDO_BYTES_MAX),
             active: false,
+            age: 0,
+            side: TxnSideCounters::default(),
         }
     }
 
@@ -79,24 +146,36 @@ impl<'m> Txn<'m> {
         self.cxl.counters()
     }
 
-    pub(crate) fn begin(&mut self) {
+    pub(crate) fn side_counters(&self) -> TxnSideCounters {
+        self.side
+    }
+
+    /// Starts an attempt. `age`: WAIT_DIE timestamp of the input's first
+    /// attempt ([`age_now`]); the same for every retry.
+    pub(crate) fn begin(&mut self, age: u32) {
         assert!(!self.active, "begin inside a transaction");
         assert!(self.held.is_empty() && self.undo.is_empty());
         self.cxl.begin();
+        self.age = age;
         self.active = true;
     }
 
     /// Takes `mode` on tuple `idx` of `table` for warehouse `w`, or fails with
-    /// `Conflict` at once (NO_WAIT). Re-locking a held tuple is free; asking
-    /// for exclusive on a shared-held tuple upgrades.
+    /// `Conflict` (at once under NO_WAIT; after waiting for older holders
+    /// under WAIT_DIE). Re-locking a held tuple is free; asking for exclusive
+    /// on a shared-held tuple upgrades, if this is the only reader (an
+    /// upgrade never waits).
     pub(crate) fn lock(&mut self, table: LockTable, w: u32, idx: u64, mode: Mode) -> TxnResult<()> {
         assert!(self.active);
-        let loc = self.mem.layout.lock(table, w, idx);
-        if let Some(i) = self.held.iter().position(|h| h.loc == loc) {
+        let found = self
+            .held
+            .iter()
+            .position(|h| h.table == table && h.w == w && h.idx == idx);
+        if let Some(i) = found {
             if self.held[i].mode == Mode::Exclusive || mode == Mode::Shared {
                 return Ok(());
             }
-            let word = self.word(loc);
+            let word = self.word(self.held[i].word);
             lockword::try_upgrade(word, self.host).map_err(|_| TxnError::Conflict)?;
             self.held[i].mode = Mode::Exclusive;
             return Ok(());
@@ -105,17 +184,103 @@ impl<'m> Txn<'m> {
             self.held.len() < TXN_LOCKS_MAX,
             "transaction holds {TXN_LOCKS_MAX} locks"
         );
-        let word = self.word(loc);
-        match mode {
-            Mode::Shared => lockword::try_lock_shared(word),
-            Mode::Exclusive => lockword::try_lock_exclusive(word, self.host),
-        }
-        .map_err(|_| TxnError::Conflict)?;
-        self.held.push(Held { loc, mode });
+        let (word, slot) = if self.mem.layout.movable(table) {
+            self.lock_movable(table, w, idx, mode)?
+        } else {
+            let loc = self.mem.layout.lock(table, w, idx);
+            self.acquire(loc, mode).map_err(|_| TxnError::Conflict)?;
+            (loc, None)
+        };
+        self.held.push(Held {
+            table,
+            w,
+            idx,
+            word,
+            slot,
+            mode,
+        });
         Ok(())
     }
 
-    fn word(&mut self, loc: Loc) -> &'m std::sync::atomic::AtomicU64 {
+    /// (e): locks a tuple of a movable table wherever it is, asking its
+    /// owner to move it to the shared region if another host owns it.
+    fn lock_movable(
+        &mut self,
+        table: LockTable,
+        w: u32,
+        idx: u64,
+        mode: Mode,
+    ) -> TxnResult<(Loc, Option<u32>)> {
+        let mem = self.mem;
+        let layout = &mem.layout;
+        let owner = layout.host_of(w);
+        let (home, forward) = if owner == self.host {
+            let home = layout.lock(table, w, idx);
+            (Some(home), home)
+        } else {
+            let dir = Loc {
+                place: Place::Pod,
+                host: owner,
+                off: layout.directory(table, w, idx),
+            };
+            (None, dir)
+        };
+        for _ in 0..DYNAMIC_ASKS_MAX {
+            let mut r = Resolver {
+                txn: self,
+                table,
+                owner,
+                mode,
+            };
+            match dynamic::lock_tuple(&mut r, home, forward) {
+                Ok(Route::Home) => return Ok((forward, None)),
+                Ok(Route::Slot(s)) => {
+                    let off = layout.slot_lock(table, owner, s);
+                    lockword::mark_accessed(self.cxl.lock_word(off));
+                    let loc = Loc {
+                        place: Place::Pod,
+                        host: owner,
+                        off,
+                    };
+                    return Ok((loc, Some(s)));
+                }
+                Err(Miss::Conflict) => return Err(TxnError::Conflict),
+                Err(Miss::BadForward(s)) => {
+                    return Err(TxnError::Corrupt(format!(
+                        "{table:?} {w}/{idx} forwarded to slot {s}, outside the pool"
+                    )));
+                }
+                Err(Miss::NotMoved) => {}
+            }
+            self.side.asks += 1;
+            self.side.messages += 2;
+            let reply = dynamic::ask_owner(
+                self.mem,
+                &mut self.cxl,
+                self.host,
+                self.worker,
+                owner,
+                table,
+                w,
+                idx,
+            )
+            .map_err(TxnError::Corrupt)?;
+            match reply {
+                Reply::Moved => {}
+                Reply::Busy | Reply::Stopped => return Err(TxnError::Conflict),
+                Reply::Refused => {
+                    return Err(TxnError::Corrupt(format!(
+                        "host {owner} refused to move {table:?} {w}/{idx}"
+                    )));
+                }
+            }
+        }
+        // Moved back by the clock between each answer and our retry.
+        Err(TxnError::Conflict)
+    }
+
+    /// The lock word at `loc`; pod words count a coherent miss.
+    fn word(&mut self, loc: Loc) -> &'m AtomicU64 {
         match loc.place {
             Place::Pod => self.cxl.lock_word(loc.off),
             Place::Partition => {
@@ -126,24 +291,94 @@ impl<'m> Txn<'m> {
         }
     }
 
-    /// Asserts the lock protecting a row is held in (at least) `mode`; returns
-    /// its location. `None` for immutable arrays.
-    fn covering(&self, array: Array, w: u32, idx: u64, mode: Mode) -> Option<Loc> {
+    /// Acquires the word at `loc` under the concurrency-control protocol.
+    fn acquire(&mut self, loc: Loc, mode: Mode) -> Result<(), Conflict> {
+        let word = self.word(loc);
+        let mut deadline = None;
+        loop {
+            let got = match mode {
+                Mode::Shared => lockword::try_lock_shared_aged(word, self.age),
+                Mode::Exclusive => lockword::try_lock_exclusive_aged(word, self.host, self.age),
+            };
+            if got.is_ok() || self.cc == CcProtocol::NoWait {
+                return got;
+            }
+            let seen = word.load(Acquire);
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + LOCK_WAIT_MAX);
+            if now >= deadline || lockword::forwarded(seen).is_some() {
+                return Err(Conflict);
+            }
+            if !lockword::held(seen) {
+                // Released since the attempt: try again.
+                continue;
+            }
+            if !lockword::older(self.age, lockword::age(seen)) {
+                return Err(Conflict); // die
+            }
+            let control = self.mem.control();
+            if matches!(
+                control.state(),
+                state::STOPPING | state::DONE | state::FAILED
+            ) {
+                return Err(Conflict);
+            }
+            let epoch = control.release_epoch(loc.off);
+            let e = epoch.load(SeqCst);
+            if lockword::ask_for_wake(word, seen) {
+                self.side.waits += 1;
+                futex::wait(epoch, e, deadline - now);
+            }
+        }
+    }
+
+    /// Releases the word at `loc` held in `mode`, waking WAIT_DIE waiters.
+    fn unlock(&mut self, loc: Loc, mode: Mode) {
+        let word = self.word(loc);
+        let waiters = match mode {
+            Mode::Shared => lockword::unlock_shared(word),
+            Mode::Exclusive => lockword::unlock_exclusive(word, self.host),
+        };
+        if waiters {
+            let epoch = self.mem.control().release_epoch(loc.off);
+            epoch.fetch_add(1, SeqCst);
+            futex::wake_all(epoch);
+        }
+    }
+
+    /// The held lock protecting a row, asserted held in (at least) `mode`.
+    /// `None` for immutable arrays.
+    fn covering(&self, array: Array, w: u32, idx: u64, mode: Mode) -> Option<Held> {
         let (table, lidx) = self.mem.layout.covering_lock(array, idx)?;
-        let loc = self.mem.layout.lock(table, w, lidx);
-        let held = self.held.iter().find(|h| h.loc == loc);
+        let held = self
+            .held
+            .iter()
+            .find(|h| h.table == table && h.w == w && h.idx == lidx);
         assert!(
             held.is_some_and(|h| h.mode == Mode::Exclusive || mode == Mode::Shared),
             "{array:?} row {idx} of warehouse {w} accessed without its {mode:?} lock"
         );
-        Some(loc)
+        held.copied()
     }
 
-    fn coherence(&mut self, lock: Option<Loc>) -> Coherence<'m> {
-        match lock {
-            Some(l) => {
-                assert_eq!(l.place, Place::Pod, "pod row covered by a private lock");
-                Coherence::Tracked(self.cxl.lock_word(l.off))
+    /// Where row `idx` of `array` is now, given its covering lock.
+    fn row(&self, array: Array, w: u32, idx: u64, held: Option<Held>) -> Loc {
+        let layout = &self.mem.layout;
+        match held.and_then(|h| h.slot) {
+            Some(s) => layout.slot_row(array, layout.host_of(w), s),
+            None => layout.row(array, w, idx),
+        }
+    }
+
+    fn coherence(&mut self, held: Option<Held>) -> Coherence<'m> {
+        match held {
+            Some(h) => {
+                assert_eq!(
+                    h.word.place,
+                    Place::Pod,
+                    "pod row covered by a private lock"
+                );
+                Coherence::Tracked(self.cxl.lock_word(h.word.off))
             }
             None => Coherence::Immutable,
         }
@@ -159,11 +394,11 @@ impl<'m> Txn<'m> {
     pub(crate) fn get_at<T: Pod>(&mut self, array: Array, w: u32, idx: u64, at: u64) -> T {
         assert!(self.active);
         assert!(at + size_of::<T>() as u64 <= array.row_bytes());
-        let lock = self.covering(array, w, idx, Mode::Shared);
-        let loc = self.mem.layout.row(array, w, idx);
+        let held = self.covering(array, w, idx, Mode::Shared);
+        let loc = self.row(array, w, idx, held);
         match loc.place {
             Place::Pod => {
-                let c = self.coherence(lock);
+                let c = self.coherence(held);
                 self.cxl.read(c, loc.off + at)
             }
             _ => self.local(loc).read(loc.off + at),
@@ -175,8 +410,8 @@ impl<'m> Txn<'m> {
     pub(crate) fn put<T: Pod>(&mut self, array: Array, w: u32, idx: u64, value: &T) {
         assert!(self.active);
         assert_eq!(size_of::<T>() as u64, array.row_bytes());
-        let lock = self.covering(array, w, idx, Mode::Exclusive);
-        let loc = self.mem.layout.row(array, w, idx);
+        let held = self.covering(array, w, idx, Mode::Exclusive);
+        let loc = self.row(array, w, idx, held);
         let len = size_of::<T>();
         let start = self.undo_bytes.len();
         assert!(
@@ -184,19 +419,21 @@ impl<'m> Txn<'m> {
             "undo log over {TXN_UNDO_BYTES_MAX} bytes"
         );
         self.undo_bytes.resize(start + len, 0);
-        match loc.place {
+        let lock = match loc.place {
             Place::Pod => {
-                let c = self.coherence(lock);
+                let c = self.coherence(held);
                 self.cxl
                     .read_bytes(c, loc.off, &mut self.undo_bytes[start..]);
                 self.cxl.write(c, loc.off, value);
+                held.map(|h| h.word)
             }
             _ => {
                 let m = self.local(loc);
                 m.read_bytes(loc.off, &mut self.undo_bytes[start..]);
                 m.write(loc.off, value);
+                None
             }
-        }
+        };
         self.undo.push(Undo {
             loc,
             lock,
@@ -244,13 +481,44 @@ impl<'m> Txn<'m> {
 
     fn release(&mut self) {
         while let Some(h) = self.held.pop() {
-            let word = self.word(h.loc);
-            match h.mode {
-                Mode::Shared => lockword::unlock_shared(word),
-                Mode::Exclusive => lockword::unlock_exclusive(word, self.host),
-            }
+            self.unlock(h.word, h.mode);
         }
         self.active = false;
+    }
+}
+
+/// [`dynamic::lock_tuple`]'s view of a transaction: words by location,
+/// acquired under the transaction's protocol.
+struct Resolver<'t, 'm> {
+    txn: &'t mut Txn<'m>,
+    table: LockTable,
+    owner: u16,
+    mode: Mode,
+}
+
+impl Tuples for Resolver<'_, '_> {
+    type Word = AtomicU64;
+    type Id = Loc;
+
+    fn word(&mut self, id: Loc) -> &AtomicU64 {
+        self.txn.word(id)
+    }
+
+    fn slot(&self, slot: u32) -> Option<Loc> {
+        let layout = &self.txn.mem.layout;
+        (slot < layout.dynamic_slots()).then(|| Loc {
+            place: Place::Pod,
+            host: self.owner,
+            off: layout.slot_lock(self.table, self.owner, slot),
+        })
+    }
+
+    fn acquire(&mut self, id: Loc) -> Result<(), Conflict> {
+        self.txn.acquire(id, self.mode)
+    }
+
+    fn release(&mut self, id: Loc) {
+        self.txn.unlock(id, self.mode);
     }
 }
 

@@ -165,23 +165,62 @@ fn four_host_processes_shared_everything_slow() {
 }
 
 #[test]
-fn unbuilt_architectures_and_protocols_are_refused() {
-    let pod = Pod::new("refused");
+fn two_host_processes_pasha_dynamic_moves_tuples_both_ways() {
+    let pod = Pod::new("e2");
+    let mut cfg = config(&pod, Arch::PashaDynamic, 2, 2, 1);
+    cfg.launch = processes();
+    cfg.multi_warehouse_pct = 60.0;
+    // A small pool: the clock must move tuples back to make room.
+    cfg.dynamic_slots_per_host = Some(64);
+    let report = run_and_check(&cfg);
+    let m = &report.movement;
+    assert!(
+        report.payment.remote > 0 && report.new_order.remote > 0,
+        "{report}"
+    );
+    assert!(m.asks > 0 && m.moved_in > 0 && m.moved_back > 0, "{report}");
+    assert!(m.served >= m.moved_in, "{report}");
+    // Every request and every reply is a message.
+    assert_eq!(report.messages, 2 * m.asks, "{report}");
+    // Only moved tuples are in pod memory: far fewer misses than (d) has.
+    assert!(report.cxl.misses() > 0, "{report}");
+}
+
+#[test]
+fn pasha_dynamic_with_one_host_never_moves_anything() {
+    let pod = Pod::new("e1");
+    let report = run_and_check(&config(&pod, Arch::PashaDynamic, 1, 2, 2));
+    assert_eq!(report.cxl.misses(), 0, "{report}");
+    assert_eq!(report.messages, 0, "{report}");
+}
+
+#[test]
+fn wait_die_runs_every_architecture_consistently() {
     for arch in [
-        Arch::SharedNothingTcp,
-        Arch::SharedNothingCxl,
+        Arch::SharedEverything,
+        Arch::PashaStatic,
         Arch::PashaDynamic,
     ] {
+        let pod = Pod::new("wd");
+        // Two workers on one warehouse per host: they conflict on it.
+        let mut cfg = config(&pod, arch, 2, 2, 2);
+        cfg.cc = CcProtocol::WaitDie;
+        cfg.multi_warehouse_pct = 60.0;
+        cfg.duration = Duration::from_millis(700);
+        let report = run_and_check(&cfg);
+        assert_eq!(report.cc, CcProtocol::WaitDie);
+        assert!(report.lock_waits > 0, "{report}");
+    }
+}
+
+#[test]
+fn unbuilt_architectures_are_refused() {
+    let pod = Pod::new("refused");
+    for arch in [Arch::SharedNothingTcp, Arch::SharedNothingCxl] {
         let err = skiff_pod::run(&config(&pod, arch, 2, 2, 1)).unwrap_err();
         assert!(matches!(err, PodError::NotImplemented(_)), "{err}");
         assert!(err.to_string().contains(arch.name()), "{err}");
     }
-    let mut cfg = config(&pod, Arch::SharedEverything, 1, 1, 1);
-    cfg.cc = CcProtocol::WaitDie;
-    assert!(matches!(
-        skiff_pod::run(&cfg),
-        Err(PodError::NotImplemented(_))
-    ));
     assert!(!pod.0.exists(), "nothing was created");
 }
 

@@ -172,9 +172,14 @@ pub(crate) fn check_pod(mem: &PodMemory) -> CheckReport {
 }
 
 impl Checker<'_> {
+    /// Reads a row where it is now (moved tuples in their slot). A broken
+    /// forward reads as a zeroed row, which the conditions and row counts
+    /// then report.
     fn read<T: Pod>(&self, array: Array, w: u32, idx: u64) -> T {
-        let loc = self.mem.layout.row(array, w, idx);
-        self.mem.mapping_of(loc, 0).read(loc.off)
+        match self.mem.resolve_row(array, w, idx) {
+            Some(loc) => self.mem.mapping_of(loc, 0).read(loc.off),
+            None => T::zeroed(),
+        }
     }
 
     fn verdict(&mut self, n: u8, ok: bool, what: impl FnOnce() -> String) {

@@ -139,7 +139,7 @@ fn new_order_inserts_and_updates_per_spec() {
     let item5: Item = read(&mem, Array::Item, 1, keys::item(5));
     let item7: Item = read(&mem, Array::Item, 1, keys::item(7));
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     // Line 2 is supplied by warehouse 2: a remote line.
     let input = order_input(1, 4, 42, &[(5, 1, 3), (7, 2, 10)]);
     let out = new_order(&mut txn, &input, 1_000).unwrap();
@@ -215,7 +215,7 @@ fn new_order_rollback_leaves_no_trace() {
     let (_shm, mem) = loaded("rollback", Arch::PashaStatic, 1, 1);
     let stock_before: Stock = read(&mem, Array::Stock, 1, keys::stock(9));
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     let input = order_input(1, 2, 7, &[(9, 1, 4), (ITEMS + 1, 1, 1)]);
     assert_eq!(
         new_order(&mut txn, &input, 5).unwrap_err(),
@@ -237,7 +237,7 @@ fn new_order_rollback_leaves_no_trace() {
     // One host, Pasha static: everything is private, nothing is CXL traffic.
     assert_eq!(txn.cxl_counters().misses(), 0);
     // The same worker can run the next order, and it gets the same O_ID.
-    txn.begin();
+    txn.begin(0);
     let ok = order_input(1, 2, 7, &[(9, 1, 4)]);
     assert_eq!(new_order(&mut txn, &ok, 6).unwrap().o_id, 3_001);
     txn.commit();
@@ -264,7 +264,7 @@ fn payment_updates_ytd_balance_history_and_picks_the_middle_namesake() {
 
     // Host 0 pays for a customer of warehouse 2 (owned by host 1).
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     let input = PaymentInput {
         w_id: 1,
         d_id: 5,
@@ -316,7 +316,7 @@ fn bad_credit_payment_prepends_to_c_data() {
         .unwrap();
     let before: CustomerData = read(&mem, Array::CustomerData, 1, keys::customer(1, c_id));
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     let input = PaymentInput {
         w_id: 1,
         d_id: 2,
@@ -340,13 +340,13 @@ fn bad_credit_payment_prepends_to_c_data() {
 fn no_wait_conflicts_abort_at_once_and_release_everything() {
     let (_shm, mem) = loaded("conflict", Arch::SharedEverything, 2, 2);
     let mut holder = Txn::new(&mem, 1);
-    holder.begin();
+    holder.begin(0);
     holder
         .lock(LockTable::District, 1, keys::district(6), Mode::Shared)
         .unwrap();
 
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     let input = order_input(1, 6, 1, &[(3, 1, 1)]);
     assert_eq!(
         new_order(&mut txn, &input, 9).unwrap_err(),
@@ -356,14 +356,14 @@ fn no_wait_conflicts_abort_at_once_and_release_everything() {
     // The warehouse lock NewOrder took first was released by the abort: an
     // exclusive lock on it succeeds now.
     let mut probe = Txn::new(&mem, 1);
-    probe.begin();
+    probe.begin(0);
     probe
         .lock(LockTable::Warehouse, 1, 0, Mode::Exclusive)
         .unwrap();
     probe.abort();
 
     holder.commit();
-    txn.begin();
+    txn.begin(0);
     assert_eq!(new_order(&mut txn, &input, 9).unwrap().o_id, 3_001);
     txn.commit();
     assert!(check_pod(&mem).passed());
@@ -384,7 +384,7 @@ fn random_mix_on_one_thread_keeps_every_condition() {
     let (mut committed, mut rolled_back) = (0, 0);
     for i in 0..2_000u64 {
         let w = 1 + (i % 2) as u32;
-        txn.begin();
+        txn.begin(0);
         let r = if i % 2 == 0 {
             let input = inputs.new_order(&mut rng, w);
             new_order(&mut txn, &input, 1 + i).map(|_| ())
@@ -460,14 +460,14 @@ fn check_catches_each_kind_of_damage() {
 fn the_auditor_sees_a_broken_invariant() {
     let (_shm, mem) = loaded("audit", Arch::SharedEverything, 1, 1);
     let mut txn = Txn::new(&mem, 0);
-    txn.begin();
+    txn.begin(0);
     assert_eq!(crate::tpcc::audit::audit_warehouse(&mut txn, 1), Ok(true));
     txn.commit();
     let loc = mem.layout.row(Array::District, 1, keys::district(7));
     let mut d: District = mem.pod.read(loc.off);
     d.d_ytd += 1;
     mem.pod.write(loc.off, &d);
-    txn.begin();
+    txn.begin(0);
     assert_eq!(crate::tpcc::audit::audit_warehouse(&mut txn, 1), Ok(false));
     txn.commit();
 }
@@ -505,7 +505,7 @@ fn audit_under_payments(arch: Arch, hosts: u16) {
                 let mut txn = Txn::new(mem, host % hosts);
                 while !stop.load(Ordering::Relaxed) {
                     let input = inputs.payment(&mut rng, host as u32 + 1);
-                    txn.begin();
+                    txn.begin(0);
                     match payment(&mut txn, &input, 1) {
                         Ok(_) => {
                             txn.commit();
@@ -525,7 +525,7 @@ fn audit_under_payments(arch: Arch, hosts: u16) {
         let deadline = Instant::now() + std::time::Duration::from_secs(60);
         // Audit while payments run: at least 200 audits and 2,000 payments.
         while (audits < 200 || paid.load(Ordering::Relaxed) < 2_000) && Instant::now() < deadline {
-            txn.begin();
+            txn.begin(0);
             match crate::tpcc::audit::audit_warehouse(&mut txn, 1 + audits % 2) {
                 Ok(holds) => {
                     txn.commit();

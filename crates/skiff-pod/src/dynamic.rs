@@ -1,0 +1,580 @@
+//! Pasha dynamic (architecture (e)): tuples of the tables other hosts reach
+//! (CUSTOMER, STOCK) live in their owner's partition and move to the shared
+//! region when another host asks for them.
+//!
+//! State, all in pod memory except the owner's private bookkeeping:
+//! - the tuple's **home word**: its lock word in the owner's partition. While
+//!   the tuple is moved, it is a *forward* (`lockword::MOVED` + slot) that
+//!   refuses every acquire, so the owner's own transactions follow it;
+//! - its **directory word** in the coherent region: 0, or the same forward;
+//!   how other hosts find a moved tuple;
+//! - a **slot** of the owner's pool: a lock word in the coherent region (the
+//!   tuple's lock metadata while moved, with the clock bit) and the tuple's
+//!   rows in the shared region.
+//!
+//! Only the owner's mover thread changes home and directory words and fills
+//! or empties slots, so it needs no lock of its own. The protocol:
+//! - **Move in** (on request): take the free slot's word exclusively, turn
+//!   the home word into a forward (fails if a local transaction holds the
+//!   tuple: the requester is told the tuple is busy), copy the rows, publish
+//!   the directory word, release the slot word.
+//! - **Move back** (clock, when the pool is full or the tuple cooled): take
+//!   the slot word exclusively (fails if anyone references the tuple: every
+//!   reference is a lock), copy the rows home, clear the home word, clear
+//!   the directory word, release.
+//! - **Access** ([`lock_tuple`]): try the home word (owner only); else read
+//!   the forward, lock the slot word it names, and re-read the forward: if it
+//!   changed, the slot was emptied (and maybe refilled) in between, so let go
+//!   and report a conflict. A slot cannot empty while locked, so a forward
+//!   seen unchanged after the lock names the tuple's current rows.
+//!
+//! A host that finds no forward asks the owner through its **mailbox** in the
+//! coherent region and sleeps on it (futex) until the owner's mover answers;
+//! the mover sleeps on its **doorbell** until asked, or until it is time to
+//! sweep for cooled tuples. Nothing polls.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::time::{Duration, Instant};
+
+use crate::constants::DYNAMIC_COOL_SWEEP_MAX;
+use crate::cxl::{Coherence, CxlAccess, CxlCounters};
+use crate::futex;
+use crate::header::state;
+use crate::layout::{Array, LockTable};
+use crate::lockword::{self, AtomicWord, Conflict};
+use crate::memory::PodMemory;
+use crate::stats::thread_cpu_ns;
+
+/// Where [`lock_tuple`] found the tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// In the owner's partition, under its home word.
+    Home,
+    /// In this slot of the owner's pool.
+    Slot(u32),
+}
+
+/// Why [`lock_tuple`] did not lock the tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// Held in a conflicting mode, or moving: the transaction aborts.
+    Conflict,
+    /// Not in the shared region and not ours: ask the owner.
+    NotMoved,
+    /// A forward names a slot outside the pool.
+    BadForward(u32),
+}
+
+/// What [`lock_tuple`] needs from its caller: words by id, and the
+/// concurrency-control protocol's acquire and release.
+pub(crate) trait Tuples {
+    type Word: AtomicWord;
+    type Id: Copy;
+    fn word(&mut self, id: Self::Id) -> &Self::Word;
+    /// The id of `slot`'s word, `None` if the pool has no such slot.
+    fn slot(&self, slot: u32) -> Option<Self::Id>;
+    fn acquire(&mut self, id: Self::Id) -> Result<(), Conflict>;
+    fn release(&mut self, id: Self::Id);
+}
+
+/// Locks a tuple wherever it is. `home`: its home word, for the owner only;
+/// `forward`: the word that forwards it when moved (the home word for the
+/// owner, the directory word for other hosts).
+pub(crate) fn lock_tuple<T: Tuples>(
+    t: &mut T,
+    home: Option<T::Id>,
+    forward: T::Id,
+) -> Result<Route, Miss> {
+    if let Some(h) = home
+        && t.acquire(h).is_ok()
+    {
+        return Ok(Route::Home);
+    }
+    let seen = t.word(forward).load(Acquire);
+    let Some(slot) = lockword::forwarded(seen) else {
+        return Err(if home.is_some() {
+            Miss::Conflict
+        } else {
+            Miss::NotMoved
+        });
+    };
+    let id = t.slot(slot).ok_or(Miss::BadForward(slot))?;
+    t.acquire(id).map_err(|_| Miss::Conflict)?;
+    // Acquire of the slot word synchronizes with the mover's release, which
+    // follows its forward updates: a forward still equal to `seen` now
+    // names this slot for as long as we hold it.
+    if t.word(forward).load(Acquire) != seen {
+        t.release(id);
+        return Err(Miss::Conflict);
+    }
+    Ok(Route::Slot(slot))
+}
+
+/// The owner's mover moves a tuple into free slot `slot`; `copy` copies its
+/// rows from the partition to the slot. Fails, changing nothing, if a local
+/// transaction holds the tuple (or a stale reader still holds the slot).
+pub(crate) fn move_in<W: AtomicWord>(
+    home: &W,
+    directory: &W,
+    slot_word: &W,
+    slot: u32,
+    owner: u16,
+    copy: impl FnOnce(),
+) -> Result<(), Conflict> {
+    lockword::try_lock_exclusive(slot_word, owner)?;
+    if lockword::try_forward(home, slot).is_err() {
+        lockword::unlock_exclusive(slot_word, owner);
+        return Err(Conflict);
+    }
+    // From here the owner's transactions follow the forward to a slot we
+    // hold; other hosts still see no directory entry and ask again later.
+    copy();
+    let previous = directory.swap(lockword::forward_to(slot), Release);
+    assert_eq!(
+        previous, 0,
+        "directory word of a tuple at home was {previous:#x}"
+    );
+    let woken = lockword::unlock_exclusive(slot_word, owner);
+    assert!(!woken, "a waiter on a slot being filled");
+    Ok(())
+}
+
+/// The owner's mover moves the tuple in `slot` home; `copy` copies its rows
+/// from the slot to the partition. Fails, changing nothing, if anyone holds
+/// the slot's lock (references it).
+pub(crate) fn move_back<W: AtomicWord>(
+    home: &W,
+    directory: &W,
+    slot_word: &W,
+    slot: u32,
+    owner: u16,
+    copy: impl FnOnce(),
+) -> Result<(), Conflict> {
+    lockword::try_lock_exclusive(slot_word, owner)?;
+    copy();
+    let previous = home.swap(0, Release);
+    assert_eq!(
+        lockword::forwarded(previous),
+        Some(slot),
+        "home word of a moved tuple was {previous:#x}"
+    );
+    let previous = directory.swap(0, Release);
+    assert_eq!(
+        lockword::forwarded(previous),
+        Some(slot),
+        "directory word of a moved tuple was {previous:#x}"
+    );
+    lockword::unlock_exclusive(slot_word, owner);
+    // The next occupant starts with no cached copies and a clear clock bit.
+    slot_word.fetch_and(!(lockword::VALID_MASK | lockword::ACCESSED), AcqRel);
+    Ok(())
+}
+
+/// Mailbox states (the futex word at offset 0 of a mailbox).
+mod mail {
+    pub const EMPTY: u32 = 0;
+    pub const PENDING: u32 = 1;
+    pub const TAKEN: u32 = 2;
+    /// Replies: at least `MOVED`.
+    pub const MOVED: u32 = 3;
+    pub const BUSY: u32 = 4;
+    pub const REFUSED: u32 = 5;
+}
+
+/// The owner's answer to a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The tuple is in the shared region now (or was already).
+    Moved,
+    /// A local transaction holds it, or every slot is referenced.
+    Busy,
+    /// The run is stopping; the request was withdrawn.
+    Stopped,
+    /// The owner found the request malformed.
+    Refused,
+}
+
+/// Longest single sleep of a requester, so it notices a stopping run.
+const ASK_SLICE: Duration = Duration::from_millis(20);
+/// A request the owner's mover took must be answered within this: it
+/// never blocks while serving.
+const ASK_ANSWER_MAX: Duration = Duration::from_secs(30);
+
+fn table_code(t: LockTable) -> u32 {
+    match t {
+        LockTable::Customer => 1,
+        LockTable::Stock => 2,
+        _ => 0,
+    }
+}
+
+fn table_of(code: u32) -> Option<LockTable> {
+    match code {
+        1 => Some(LockTable::Customer),
+        2 => Some(LockTable::Stock),
+        _ => None,
+    }
+}
+
+/// The rows a movable tuple of `table` has (its column groups).
+fn arrays_of(table: LockTable) -> [Array; 2] {
+    match table {
+        LockTable::Customer => [Array::Customer, Array::CustomerData],
+        LockTable::Stock => [Array::Stock, Array::StockDist],
+        _ => unreachable!("{table:?} does not move"),
+    }
+}
+
+struct Mailbox<'m> {
+    state: &'m AtomicU32,
+    target: &'m AtomicU32,
+    table: &'m AtomicU32,
+    warehouse: &'m AtomicU32,
+    idx: &'m AtomicU64,
+}
+
+impl<'m> Mailbox<'m> {
+    fn of(mem: &'m PodMemory, off: u64) -> Mailbox<'m> {
+        Mailbox {
+            state: mem.pod.atomic_u32(off),
+            target: mem.pod.atomic_u32(off + 4),
+            table: mem.pod.atomic_u32(off + 8),
+            warehouse: mem.pod.atomic_u32(off + 12),
+            idx: mem.pod.atomic_u64(off + 16),
+        }
+    }
+}
+
+/// Asks `owner` to move tuple `idx` of `table` (warehouse `w`) to the shared
+/// region, from mailbox `worker` of `host`, and sleeps until it answers.
+/// `cxl` counts the mailbox line (one coherent miss).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ask_owner(
+    mem: &PodMemory,
+    cxl: &mut CxlAccess<'_>,
+    host: u16,
+    worker: u16,
+    owner: u16,
+    table: LockTable,
+    w: u32,
+    idx: u64,
+) -> Result<Reply, String> {
+    assert_ne!(owner, host, "a host asks only other hosts");
+    let off = mem.layout.mailbox(host, worker);
+    cxl.lock_word(off);
+    let mb = Mailbox::of(mem, off);
+    let s = mb.state.load(Acquire);
+    assert_eq!(s, mail::EMPTY, "mailbox {host}/{worker} in use: {s}");
+    mb.target.store(owner as u32, Relaxed);
+    mb.table.store(table_code(table), Relaxed);
+    mb.warehouse.store(w, Relaxed);
+    mb.idx.store(idx, Relaxed);
+    mb.state.store(mail::PENDING, Release);
+    let bell = mem.pod.atomic_u32(mem.layout.doorbell(owner));
+    bell.fetch_add(1, Release);
+    futex::wake_all(bell);
+
+    let control = mem.control();
+    let started = Instant::now();
+    loop {
+        let answered = futex::wait_until(mb.state, Instant::now() + ASK_SLICE, ASK_SLICE, |s| {
+            s >= mail::MOVED
+        });
+        if let Some(reply) = answered {
+            mb.state.store(mail::EMPTY, Release);
+            return Ok(match reply {
+                mail::MOVED => Reply::Moved,
+                mail::BUSY => Reply::Busy,
+                _ => Reply::Refused,
+            });
+        }
+        let stopping = !matches!(control.state(), state::RUNNING | state::LOADED);
+        if stopping
+            && mb
+                .state
+                .compare_exchange(mail::PENDING, mail::EMPTY, AcqRel, Acquire)
+                .is_ok()
+        {
+            return Ok(Reply::Stopped);
+        }
+        if started.elapsed() > ASK_ANSWER_MAX {
+            return Err(format!(
+                "host {owner} did not answer host {host}'s request in {ASK_ANSWER_MAX:?}"
+            ));
+        }
+    }
+}
+
+/// What a host's mover did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MoverStats {
+    pub requests: u64,
+    pub moved_in: u64,
+    pub moved_back: u64,
+    /// Requests answered busy (tuple held locally, or no slot free).
+    pub busy: u64,
+    pub cxl: CxlCounters,
+    pub cpu_ns: u64,
+}
+
+/// One movable table's pool of slots, as its owner's mover sees it.
+struct Pool {
+    table: LockTable,
+    free: Vec<u32>,
+    /// The tuple (warehouse, index) in each slot.
+    occupant: Vec<Option<(u32, u64)>>,
+    hand: u32,
+}
+
+/// A host's mover: serves move requests and moves tuples back.
+pub(crate) struct Mover<'m> {
+    mem: &'m PodMemory,
+    host: u16,
+    cxl: CxlAccess<'m>,
+    pools: Vec<Pool>,
+    buf: Vec<u8>,
+    stats: MoverStats,
+}
+
+/// How long an idle mover sleeps before sweeping for cooled tuples.
+const COOL_INTERVAL: Duration = Duration::from_millis(20);
+
+impl<'m> Mover<'m> {
+    pub(crate) fn new(mem: &'m PodMemory, host: u16) -> Mover<'m> {
+        let l = &mem.layout;
+        let slots = l.dynamic_slots();
+        assert!(slots > 0, "a mover outside Pasha dynamic");
+        let pools = [LockTable::Customer, LockTable::Stock]
+            .into_iter()
+            .filter(|&t| l.movable(t))
+            .map(|table| Pool {
+                table,
+                // Pop from the end: hand out slot 0 first.
+                free: (0..slots).rev().collect(),
+                occupant: vec![None; slots as usize],
+                hand: 0,
+            })
+            .collect();
+        Mover {
+            mem,
+            host,
+            cxl: CxlAccess::new(&mem.pod, host, l.shared.clone(), l.coherent.clone()),
+            pools,
+            buf: Vec::with_capacity(512),
+            stats: MoverStats::default(),
+        }
+    }
+
+    /// Serves until the run leaves RUNNING or `hard_stop`.
+    pub(crate) fn run(mut self, hard_stop: Instant) -> MoverStats {
+        let cpu_start = thread_cpu_ns();
+        let control = self.mem.control();
+        let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
+        let mut last_sweep = Instant::now();
+        while control.state() == state::RUNNING && Instant::now() < hard_stop {
+            let rung = bell.load(Acquire);
+            self.serve();
+            if last_sweep.elapsed() >= COOL_INTERVAL {
+                self.cool(DYNAMIC_COOL_SWEEP_MAX);
+                last_sweep = Instant::now();
+            }
+            // Woken by a request (the doorbell changes), the stop (a
+            // request withdrawn is fine), or the next sweep.
+            futex::wait(bell, rung, COOL_INTERVAL);
+        }
+        self.stats.cxl = self.cxl.counters();
+        self.stats.cpu_ns = thread_cpu_ns() - cpu_start;
+        self.stats
+    }
+
+    /// Answers every pending request addressed to this host.
+    pub(crate) fn serve(&mut self) {
+        let mem = self.mem;
+        let l = &mem.layout;
+        let me = self.host;
+        for g in (0..l.params.hosts).filter(|&g| g != me) {
+            for k in 0..l.mailboxes_per_host() {
+                let mb = Mailbox::of(mem, l.mailbox(g, k));
+                if mb.state.load(Acquire) != mail::PENDING
+                    || mb.target.load(Relaxed) != me as u32
+                    || mb
+                        .state
+                        .compare_exchange(mail::PENDING, mail::TAKEN, AcqRel, Acquire)
+                        .is_err()
+                {
+                    continue;
+                }
+                let request = (
+                    mb.table.load(Relaxed),
+                    mb.warehouse.load(Relaxed),
+                    mb.idx.load(Relaxed),
+                );
+                let reply = self.handle(request);
+                mb.state.store(reply, Release);
+                futex::wake_all(mb.state);
+            }
+        }
+    }
+
+    /// Moves the requested tuple in, if it can. Request fields come from pod
+    /// memory: validated, never trusted.
+    fn handle(&mut self, (code, w, idx): (u32, u32, u64)) -> u32 {
+        self.stats.requests += 1;
+        let mem = self.mem;
+        let l = &mem.layout;
+        let Some(table) = table_of(code).filter(|&t| l.movable(t)) else {
+            return mail::REFUSED;
+        };
+        let rows = if table == LockTable::Customer {
+            crate::tpcc::schema::CUSTOMERS_PER_DISTRICT as u64
+                * crate::tpcc::schema::DISTRICTS_PER_WAREHOUSE as u64
+        } else {
+            crate::tpcc::schema::STOCK_PER_WAREHOUSE as u64
+        };
+        if !(1..=l.params.warehouses).contains(&w) || l.host_of(w) != self.host || idx >= rows {
+            return mail::REFUSED;
+        }
+        let dir = mem.pod.atomic_u64(l.directory(table, w, idx));
+        if lockword::forwarded(dir.load(Acquire)).is_some() {
+            return mail::MOVED;
+        }
+        let p = self.pools.iter().position(|p| p.table == table);
+        let Some(p) = p else { return mail::REFUSED };
+        let Some(slot) = self.take_slot(p) else {
+            self.stats.busy += 1;
+            return mail::BUSY;
+        };
+        if self.fill(p, slot, w, idx).is_ok() {
+            self.stats.moved_in += 1;
+            mail::MOVED
+        } else {
+            self.pools[p].free.push(slot);
+            self.stats.busy += 1;
+            mail::BUSY
+        }
+    }
+
+    /// A free slot of pool `p`, moving a tuple back by the clock if none is.
+    fn take_slot(&mut self, p: usize) -> Option<u32> {
+        if let Some(s) = self.pools[p].free.pop() {
+            return Some(s);
+        }
+        // Two turns of the hand: the first may only clear clock bits.
+        let slots = self.pools[p].occupant.len() as u32;
+        for _ in 0..2 * slots {
+            let s = self.advance(p);
+            if self.evict_if_cold(p, s) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn advance(&mut self, p: usize) -> u32 {
+        let pool = &mut self.pools[p];
+        let s = pool.hand;
+        pool.hand = (s + 1) % pool.occupant.len() as u32;
+        s
+    }
+
+    /// Clock step on slot `s`: a slot used since the last visit gets a
+    /// second chance; an unused, unreferenced one moves home (true).
+    fn evict_if_cold(&mut self, p: usize, s: u32) -> bool {
+        let (table, occupant) = (self.pools[p].table, self.pools[p].occupant[s as usize]);
+        let Some((w, idx)) = occupant else {
+            return false;
+        };
+        let mem = self.mem;
+        let slot_word = self
+            .cxl
+            .lock_word(mem.layout.slot_lock(table, self.host, s));
+        if lockword::take_accessed(slot_word) {
+            return false;
+        }
+        if self.empty(p, s, w, idx).is_err() {
+            return false;
+        }
+        self.pools[p].occupant[s as usize] = None;
+        self.stats.moved_back += 1;
+        true
+    }
+
+    /// Moves back tuples that cooled: one bounded clock sweep per pool.
+    fn cool(&mut self, visits: u32) {
+        for p in 0..self.pools.len() {
+            let n = visits.min(self.pools[p].occupant.len() as u32);
+            for _ in 0..n {
+                let s = self.advance(p);
+                if self.evict_if_cold(p, s) {
+                    self.pools[p].free.push(s);
+                }
+            }
+        }
+    }
+
+    fn fill(&mut self, p: usize, slot: u32, w: u32, idx: u64) -> Result<(), Conflict> {
+        let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
+        let l = &mem.layout;
+        self.cxl.begin();
+        let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
+        let dir = self.cxl.lock_word(l.directory(table, w, idx));
+        let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
+        let (cxl, buf) = (&mut self.cxl, &mut self.buf);
+        move_in(home, dir, slot_word, slot, host, || {
+            for array in arrays_of(table) {
+                let src = l.row(array, w, idx);
+                let dst = l.slot_row(array, host, slot);
+                buf.resize(array.row_bytes() as usize, 0);
+                mem.part(host).read_bytes(src.off, buf);
+                cxl.write_bytes(Coherence::Tracked(slot_word), dst.off, buf);
+            }
+        })?;
+        self.pools[p].occupant[slot as usize] = Some((w, idx));
+        Ok(())
+    }
+
+    fn empty(&mut self, p: usize, slot: u32, w: u32, idx: u64) -> Result<(), Conflict> {
+        let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
+        let l = &mem.layout;
+        self.cxl.begin();
+        let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
+        let dir = self.cxl.lock_word(l.directory(table, w, idx));
+        let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
+        let (cxl, buf) = (&mut self.cxl, &mut self.buf);
+        move_back(home, dir, slot_word, slot, host, || {
+            for array in arrays_of(table) {
+                let src = l.slot_row(array, host, slot);
+                let dst = l.row(array, w, idx);
+                buf.resize(array.row_bytes() as usize, 0);
+                cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
+                mem.part(host).write_bytes(dst.off, buf);
+            }
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn occupied(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|p| p.occupant.iter().flatten().count())
+            .sum()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> MoverStats {
+        self.stats
+    }
+
+    /// Moves back every unreferenced tuple (tests: the pool drains).
+    #[cfg(test)]
+    pub(crate) fn cool_all(&mut self) {
+        let slots = self.mem.layout.dynamic_slots();
+        // Two visits per slot: the first clears the clock bit.
+        self.cool(2 * slots);
+        self.cool(2 * slots);
+    }
+}
+
+#[cfg(test)]
+mod tests;
