@@ -27,6 +27,20 @@ use crate::store::SkiffMemoryPool;
 /// Memory consumers named in an out-of-memory error.
 const TOP_CONSUMERS_REPORTED: NonZeroUsize = NonZeroUsize::new(5).expect("non-zero");
 
+/// The memory pool a query runs in: bounded by `limit` (naming the largest
+/// consumers when it refuses) or unbounded, and able to ask intermediate
+/// stores to spill when an operator cannot grow.
+pub fn memory_pool(limit: Option<usize>) -> Arc<dyn MemoryPool> {
+    let pool: Arc<dyn MemoryPool> = match limit {
+        Some(limit) => Arc::new(TrackConsumersPool::new(
+            GreedyMemoryPool::new(limit),
+            TOP_CONSUMERS_REPORTED,
+        )),
+        None => Arc::new(UnboundedMemoryPool::default()),
+    };
+    Arc::new(SkiffMemoryPool::new(pool))
+}
+
 /// Settings of an [`Engine`].
 #[derive(Clone, Debug, Default)]
 pub struct EngineConfig {
@@ -60,15 +74,7 @@ impl Engine {
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));
         }
-        let pool: Arc<dyn MemoryPool> = match config.memory_limit {
-            Some(limit) => Arc::new(TrackConsumersPool::new(
-                GreedyMemoryPool::new(limit),
-                TOP_CONSUMERS_REPORTED,
-            )),
-            None => Arc::new(UnboundedMemoryPool::default()),
-        };
-        let mut runtime =
-            RuntimeEnvBuilder::new().with_memory_pool(Arc::new(SkiffMemoryPool::new(pool)));
+        let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(memory_pool(config.memory_limit));
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
         }

@@ -17,7 +17,7 @@ pub mod scan;
 pub mod statement;
 pub mod store;
 
-pub use engine::{Engine, EngineConfig, QueryOutput};
+pub use engine::{Engine, EngineConfig, QueryOutput, memory_pool};
 pub use executor::{Progress, QueryExecution};
 pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};

@@ -1,0 +1,17 @@
+//! Skiff's internal wire: what the coordinator, workers and memory nodes say
+//! to each other over Arrow Flight (gRPC).
+//!
+//! Owns: the message types ([`protocol`]), how physical plans travel
+//! ([`codec`]: datafusion-proto bytes plus an extension codec for Skiff's own
+//! plan nodes) and thin client helpers ([`client`]). It runs no queries and
+//! keeps no cluster state; the roles in `skiff-server` do.
+
+pub mod client;
+pub mod codec;
+pub mod protocol;
+
+pub use client::{connect, do_action};
+pub use codec::{SkiffCodec, decode_plan, encode_plan};
+pub mod service;
+
+pub use service::{FlightStream, Handler, flight_server};

@@ -1,0 +1,53 @@
+//! Settings of the roles.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::auth::Users;
+
+/// Limits the coordinator enforces, each with a clear error when hit.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Open client sessions (both front doors together).
+    pub max_connections: usize,
+    /// A statement running longer is canceled (SQLSTATE 57014).
+    pub statement_timeout: Option<Duration>,
+    /// Memory one query may use on its worker, in bytes.
+    pub query_memory_limit: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 100,
+            statement_timeout: None,
+            query_memory_limit: None,
+        }
+    }
+}
+
+/// TLS for the PostgreSQL front door: PEM certificate chain and key.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Everything a coordinator needs.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Tables are discovered here; the catalog persists in `.skiff/` below it.
+    pub data_dir: PathBuf,
+    /// Internal Flight service workers and memory nodes register with.
+    pub cluster_addr: SocketAddr,
+    pub pg_addr: Option<SocketAddr>,
+    pub flight_addr: Option<SocketAddr>,
+    /// Prometheus metrics endpoint (`/metrics`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Partitions per pipeline in plans made here; defaults to the cores.
+    pub partitions: Option<usize>,
+    pub limits: Limits,
+    pub users: Users,
+    pub tls: Option<TlsFiles>,
+}

@@ -1,0 +1,147 @@
+//! The persistent part of the catalog: tables and views created by SQL
+//! (`CREATE EXTERNAL TABLE`, `CREATE VIEW`), kept as their statements in
+//! `DATA_DIR/.skiff/catalog.json` and replayed when the coordinator starts.
+//! Tables found in the data directory itself are rediscovered instead.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::coordinator::queries::lock;
+use crate::error::{Result, ServerError};
+
+const FORMAT_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CatalogFile {
+    pub version: u32,
+    pub entries: Vec<CatalogEntry>,
+}
+
+/// One object and the statement that creates it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CatalogEntry {
+    /// Lower-case table or view name as DataFusion resolved it.
+    pub name: String,
+    pub sql: String,
+}
+
+/// The catalog file and its in-memory copy.
+#[derive(Debug)]
+pub struct CatalogStore {
+    path: PathBuf,
+    file: Mutex<CatalogFile>,
+}
+
+impl CatalogStore {
+    /// Open (or start) the catalog under `data_dir`. A file that cannot be
+    /// parsed is an error, never silently replaced.
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let path = data_dir.join(".skiff").join("catalog.json");
+        let file = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let file: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
+                    ServerError::internal(format!("catalog {} is damaged: {e}", path.display()))
+                })?;
+                if file.version != FORMAT_VERSION {
+                    return Err(ServerError::internal(format!(
+                        "catalog {} has format version {}, this Skiff reads {FORMAT_VERSION}",
+                        path.display(),
+                        file.version
+                    )));
+                }
+                file
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => CatalogFile {
+                version: FORMAT_VERSION,
+                entries: Vec::new(),
+            },
+            Err(e) => {
+                return Err(ServerError::internal(format!(
+                    "cannot read catalog {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        Ok(Self {
+            path,
+            file: Mutex::new(file),
+        })
+    }
+
+    pub fn entries(&self) -> Vec<CatalogEntry> {
+        lock(&self.file).entries.clone()
+    }
+
+    /// Record that `name` is (re)created by `sql`.
+    pub fn put(&self, name: &str, sql: &str) -> Result<()> {
+        let mut file = lock(&self.file);
+        let mut next = file.clone();
+        next.entries.retain(|e| e.name != name);
+        next.entries.push(CatalogEntry {
+            name: name.to_string(),
+            sql: sql.trim().to_string(),
+        });
+        self.write(&next)?;
+        *file = next;
+        Ok(())
+    }
+
+    /// Forget `name`; true if it was recorded.
+    pub fn remove(&self, name: &str) -> Result<bool> {
+        let mut file = lock(&self.file);
+        if !file.entries.iter().any(|e| e.name == name) {
+            return Ok(false);
+        }
+        let mut next = file.clone();
+        next.entries.retain(|e| e.name != name);
+        self.write(&next)?;
+        *file = next;
+        Ok(true)
+    }
+
+    /// Write atomically: a crash leaves the old file or the new one.
+    fn write(&self, file: &CatalogFile) -> Result<()> {
+        let io = |e: std::io::Error| {
+            ServerError::internal(format!("cannot write catalog {}: {e}", self.path.display()))
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let tmp = self.path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(file)
+            .map_err(|e| ServerError::internal(format!("cannot encode catalog: {e}")))?;
+        {
+            use std::io::Write;
+            let mut out = std::fs::File::create(&tmp).map_err(io)?;
+            out.write_all(&bytes).map_err(io)?;
+            out.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn survives_reopen_and_rejects_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CatalogStore::open(dir.path()).unwrap();
+        store.put("t", "CREATE EXTERNAL TABLE t ...").unwrap();
+        store.put("v", "CREATE VIEW v AS SELECT 1").unwrap();
+        store.put("t", "CREATE EXTERNAL TABLE t STORED AS CSV ...").unwrap();
+        assert!(store.remove("v").unwrap());
+        assert!(!store.remove("v").unwrap());
+        let again = CatalogStore::open(dir.path()).unwrap();
+        assert_eq!(again.entries().len(), 1);
+        assert!(again.entries()[0].sql.contains("CSV"));
+        std::fs::write(dir.path().join(".skiff/catalog.json"), b"{not json").unwrap();
+        assert!(CatalogStore::open(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! The coordinator's internal Flight service: workers and memory nodes
+//! register and send heartbeats here.
+
+use std::sync::Arc;
+
+use arrow_flight::Action;
+use prost::Message;
+use skiff_flight::Handler;
+use skiff_flight::protocol::{Heartbeat, HeartbeatReply, Register, Registered, Role, action};
+use tonic::Status;
+use tracing::info;
+
+use super::Inner;
+
+pub(crate) struct ClusterService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[tonic::async_trait]
+impl Handler for ClusterService {
+    async fn action(&self, action: Action) -> Result<bytes::Bytes, Status> {
+        let bad = |e: prost::DecodeError| Status::invalid_argument(format!("bad message: {e}"));
+        match action.r#type.as_str() {
+            action::REGISTER => {
+                let request = Register::decode(action.body).map_err(bad)?;
+                let role = Role::try_from(request.role)
+                    .map_err(|_| Status::invalid_argument("unknown role"))?;
+                let node_id = self.inner.membership.register(&request);
+                info!(
+                    node = node_id,
+                    role = role.name(),
+                    addr = %request.addr,
+                    cores = request.cores,
+                    "node registered"
+                );
+                Ok(Registered { node_id }.encode_to_vec().into())
+            }
+            action::HEARTBEAT => {
+                let beat = Heartbeat::decode(action.body).map_err(bad)?;
+                let known = self.inner.membership.heartbeat(&beat);
+                if known {
+                    for query in &beat.queries {
+                        self.inner.queries.report(query);
+                    }
+                }
+                Ok(HeartbeatReply { known }.encode_to_vec().into())
+            }
+            other => Err(Status::unimplemented(format!("unknown action {other}"))),
+        }
+    }
+}

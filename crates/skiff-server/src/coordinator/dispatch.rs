@@ -1,0 +1,255 @@
+//! Shipping a plan to a worker and streaming its rows back, and the
+//! tracking every statement's stream gets: cancel, timeout, row counts, and
+//! the end of the query recorded whichever way it ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow_flight::Ticket;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use skiff_engine::explain;
+use skiff_flight::protocol::{CancelQuery, RunQuery, action};
+use tonic::transport::Channel;
+use tracing::{debug, info};
+
+use super::queries::lock;
+use super::{ClientSession, Inner, QueryEntry, QueryStatus};
+use crate::error::{Result, ServerError, SqlState, from_status};
+
+pub(crate) type WorkerClient = FlightServiceClient<Channel>;
+
+/// What the worker returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Rows,
+    ExplainAnalyze,
+}
+
+/// Run `plan` on the least-loaded worker; returns the result stream and the
+/// worker (id, address). The worker stays assigned until [`track`]'s stream
+/// ends.
+pub(crate) async fn run_on_worker(
+    inner: &Arc<Inner>,
+    session: &ClientSession,
+    entry: &Arc<QueryEntry>,
+    plan: Arc<dyn ExecutionPlan>,
+    mode: Mode,
+) -> Result<(SendableRecordBatchStream, (u64, String))> {
+    let schema: SchemaRef = match mode {
+        Mode::Rows => plan.schema(),
+        Mode::ExplainAnalyze => explain::schema(true),
+    };
+    let bytes = skiff_flight::encode_plan(plan)?;
+    let options: HashMap<String, String> = session
+        .ctx
+        .state()
+        .config_options()
+        .entries()
+        .into_iter()
+        .filter_map(|e| e.value.map(|v| (e.key, v)))
+        .collect();
+    let ticket = RunQuery {
+        query_id: entry.id,
+        plan: bytes,
+        options,
+        memory_limit: inner.limits.query_memory_limit.unwrap_or(0),
+        explain_analyze: mode == Mode::ExplainAnalyze,
+        sql: entry.sql.clone(),
+    };
+    let Some((worker, addr)) = inner.membership.assign() else {
+        return Err(ServerError::new(
+            SqlState::CannotConnectNow,
+            "no worker is available to run the query",
+        ));
+    };
+    entry.update(|info| info.worker = Some((worker, addr.clone())));
+    let started = async {
+        let mut client = client(inner, &addr).await?;
+        let response = client
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await
+            .map_err(|s| lost_or(worker, &s))?;
+        Ok::<_, ServerError>(response.into_inner())
+    };
+    let flight = match started.await {
+        Ok(flight) => flight,
+        Err(e) => {
+            inner.membership.release(worker);
+            return Err(e);
+        }
+    };
+    info!(query = entry.id, worker, "query shipped");
+    let batches = FlightRecordBatchStream::new_from_flight_data(flight.map_err(FlightError::from))
+        .map_err(move |e| DataFusionError::from(flight_error(worker, e)));
+    let stream = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
+    Ok((stream, (worker, addr)))
+}
+
+/// A connection to `addr`, reused across queries.
+async fn client(inner: &Inner, addr: &str) -> Result<WorkerClient> {
+    if let Some(client) = lock(&inner.clients).get(addr) {
+        return Ok(client.clone());
+    }
+    let client = skiff_flight::connect(addr).await.map_err(|s| {
+        ServerError::new(SqlState::CannotConnectNow, format!("worker at {addr}: {}", s.message()))
+    })?;
+    lock(&inner.clients).insert(addr.to_string(), client.clone());
+    Ok(client)
+}
+
+/// Ask a worker to stop a query; best effort, the dropped stream stops it
+/// anyway.
+async fn cancel_on_worker(inner: Arc<Inner>, addr: String, query_id: u64) {
+    if let Ok(mut client) = client(&inner, &addr).await {
+        let _ = skiff_flight::do_action::<_, CancelQuery>(
+            &mut client,
+            action::CANCEL,
+            &CancelQuery { query_id },
+        )
+        .await;
+    }
+}
+
+fn flight_error(worker: u64, error: FlightError) -> ServerError {
+    match error {
+        FlightError::Tonic(status) => lost_or(worker, &status),
+        other => ServerError::internal(format!("bad result stream from worker {worker}: {other}")),
+    }
+}
+
+/// A worker's error as it sent it, or "worker lost" when the transport
+/// broke (the process died or the connection dropped).
+fn lost_or(worker: u64, status: &tonic::Status) -> ServerError {
+    let error = from_status(status);
+    if error.state == SqlState::ConnectionFailure {
+        return ServerError::new(
+            SqlState::CannotConnectNow,
+            format!("worker {worker} was lost while running the query ({})", error.message),
+        );
+    }
+    error
+}
+
+/// State carried through a tracked stream.
+struct Tracked {
+    inner: Arc<Inner>,
+    entry: Arc<QueryEntry>,
+    stream: SendableRecordBatchStream,
+    worker: Option<u64>,
+    deadline: Option<tokio::time::Instant>,
+    timeout: Option<Duration>,
+    done: bool,
+}
+
+impl Tracked {
+    /// Record the end once: status, worker load, registry.
+    fn end(&mut self, status: QueryStatus) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let canceled = matches!(status, QueryStatus::Canceled(_));
+        self.entry.finish(status);
+        if let Some(worker) = self.worker.take() {
+            self.inner.membership.release(worker);
+            if canceled && let Some((_, addr)) = self.entry.info().worker {
+                let inner = Arc::clone(&self.inner);
+                let id = self.entry.id;
+                // Dropping the stream already stops the worker; the action
+                // makes sure even if the stream was never polled. Detached:
+                // nothing waits for a best-effort message.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(cancel_on_worker(inner, addr, id));
+                }
+            }
+        }
+        self.inner.queries.retire(self.entry.id);
+        crate::metrics::query_ended(&self.entry);
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        // The client went away before the end of the result.
+        self.end(QueryStatus::Canceled("the client closed the result".into()));
+    }
+}
+
+/// Wrap a statement's stream with cancel, timeout and end-of-query
+/// bookkeeping.
+pub(crate) fn track(
+    inner: Arc<Inner>,
+    entry: Arc<QueryEntry>,
+    stream: SendableRecordBatchStream,
+    worker: Option<u64>,
+    timeout: Option<Duration>,
+) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    let state = Tracked {
+        inner,
+        entry,
+        stream,
+        worker,
+        deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+        timeout,
+        done: false,
+    };
+    let rows = futures::stream::unfold(state, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let deadline = st.deadline;
+        let timed_out = async move {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let token = st.entry.token().clone();
+        let item = tokio::select! {
+            biased;
+            _ = token.cancelled() => Err(st.entry.cancel_reason()),
+            _ = timed_out => Err(ServerError::canceled(format!(
+                "canceling statement due to statement timeout ({} ms)",
+                st.timeout.map_or(0, |t| t.as_millis())
+            ))),
+            item = st.stream.next() => match item {
+                Some(Ok(batch)) => Ok(Some(batch)),
+                Some(Err(e)) => Err(ServerError::from(e)),
+                None => Ok(None),
+            },
+        };
+        match item {
+            Ok(Some(batch)) => {
+                let n = batch.num_rows() as u64;
+                st.entry.update(|info| info.rows_sent += n);
+                Some((Ok(batch), st))
+            }
+            Ok(None) => {
+                st.end(QueryStatus::Finished);
+                None
+            }
+            Err(error) => {
+                debug!(query = st.entry.id, %error, "query ended with an error");
+                let status = if error.state == SqlState::QueryCanceled {
+                    QueryStatus::Canceled(error.message.clone())
+                } else {
+                    QueryStatus::Failed(error.message.clone())
+                };
+                st.end(status);
+                Some((Err(DataFusionError::from(error)), st))
+            }
+        }
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+}

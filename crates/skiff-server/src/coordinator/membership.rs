@@ -1,0 +1,198 @@
+//! Cluster membership: workers and memory nodes that registered, their
+//! heartbeats, and which worker takes the next query.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use skiff_flight::protocol::{DEAD_AFTER, Heartbeat, Register, Role, RunningQuery};
+
+use crate::coordinator::queries::lock;
+
+/// Whether a node is answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    Alive,
+    Dead,
+}
+
+impl NodeState {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Alive => "alive",
+            NodeState::Dead => "dead",
+        }
+    }
+}
+
+/// One registered node.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub id: u64,
+    pub role: Role,
+    pub addr: String,
+    pub cores: u32,
+    pub memory: u64,
+    pub pid: u32,
+    pub state: NodeState,
+    pub registered: SystemTime,
+    pub last_heartbeat: Instant,
+    /// Queries the coordinator assigned and that have not ended.
+    pub assigned: usize,
+    /// Queries the node reported in its last heartbeat.
+    pub running: Vec<RunningQuery>,
+}
+
+/// The registered nodes.
+#[derive(Debug, Default)]
+pub struct Membership {
+    nodes: Mutex<BTreeMap<u64, Node>>,
+    next_id: Mutex<u64>,
+}
+
+impl Membership {
+    pub fn register(&self, request: &Register) -> u64 {
+        let id = {
+            let mut next = lock(&self.next_id);
+            *next += 1;
+            *next
+        };
+        let role = Role::try_from(request.role).unwrap_or(Role::Worker);
+        let mut nodes = lock(&self.nodes);
+        // A node that restarts on the same address replaces its old self.
+        nodes.retain(|_, n| !(n.addr == request.addr && n.state == NodeState::Dead));
+        nodes.insert(
+            id,
+            Node {
+                id,
+                role,
+                addr: request.addr.clone(),
+                cores: request.cores,
+                memory: request.memory,
+                pid: request.pid,
+                state: NodeState::Alive,
+                registered: SystemTime::now(),
+                last_heartbeat: Instant::now(),
+                assigned: 0,
+                running: Vec::new(),
+            },
+        );
+        id
+    }
+
+    /// Record a heartbeat; false when the node is unknown or was declared
+    /// dead (it must register again).
+    pub fn heartbeat(&self, beat: &Heartbeat) -> bool {
+        let mut nodes = lock(&self.nodes);
+        match nodes.get_mut(&beat.node_id) {
+            Some(node) if node.state == NodeState::Alive => {
+                node.last_heartbeat = Instant::now();
+                node.running = beat.queries.clone();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Declare silent nodes dead; returns the ids newly declared dead.
+    pub fn sweep(&self, now: Instant) -> Vec<u64> {
+        let mut dead = Vec::new();
+        for node in lock(&self.nodes).values_mut() {
+            if node.state == NodeState::Alive
+                && now.saturating_duration_since(node.last_heartbeat) > DEAD_AFTER
+            {
+                node.state = NodeState::Dead;
+                node.running.clear();
+                dead.push(node.id);
+            }
+        }
+        dead
+    }
+
+    /// Declare `id` dead at once (its connection broke).
+    pub fn mark_dead(&self, id: u64) -> bool {
+        match lock(&self.nodes).get_mut(&id) {
+            Some(node) if node.state == NodeState::Alive => {
+                node.state = NodeState::Dead;
+                node.running.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The live worker with the fewest assigned queries per core; the
+    /// choice is counted as an assignment.
+    pub fn assign(&self) -> Option<(u64, String)> {
+        let mut nodes = lock(&self.nodes);
+        let node = nodes
+            .values_mut()
+            .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
+            .min_by(|a, b| {
+                let load = |n: &Node| n.assigned as f64 / f64::from(n.cores.max(1));
+                load(a).total_cmp(&load(b)).then(a.id.cmp(&b.id))
+            })?;
+        node.assigned += 1;
+        Some((node.id, node.addr.clone()))
+    }
+
+    pub fn release(&self, id: u64) {
+        if let Some(node) = lock(&self.nodes).get_mut(&id) {
+            node.assigned = node.assigned.saturating_sub(1);
+        }
+    }
+
+    pub fn nodes(&self) -> Vec<Node> {
+        lock(&self.nodes).values().cloned().collect()
+    }
+
+    pub fn live(&self, role: Role) -> usize {
+        lock(&self.nodes)
+            .values()
+            .filter(|n| n.role == role && n.state == NodeState::Alive)
+            .count()
+    }
+
+    /// Age of the newest heartbeat of `id`.
+    pub fn silence(&self, id: u64) -> Option<Duration> {
+        lock(&self.nodes).get(&id).map(|n| n.last_heartbeat.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(m: &Membership, addr: &str, cores: u32) -> u64 {
+        m.register(&Register {
+            role: Role::Worker as i32,
+            addr: addr.into(),
+            cores,
+            memory: 0,
+            pid: 1,
+        })
+    }
+
+    #[test]
+    fn least_loaded_per_core_and_death() {
+        let m = Membership::default();
+        let a = register(&m, "a:1", 1);
+        let b = register(&m, "b:1", 2);
+        assert_eq!(m.assign().map(|x| x.0), Some(a));
+        assert_eq!(m.assign().map(|x| x.0), Some(b));
+        assert_eq!(m.assign().map(|x| x.0), Some(b));
+        m.release(a);
+        assert_eq!(m.assign().map(|x| x.0), Some(a));
+        let later = Instant::now() + DEAD_AFTER + Duration::from_millis(10);
+        assert!(m.heartbeat(&Heartbeat {
+            node_id: a,
+            queries: vec![]
+        }));
+        assert_eq!(m.sweep(later), vec![a, b]);
+        assert!(m.assign().is_none());
+        assert!(!m.heartbeat(&Heartbeat {
+            node_id: a,
+            queries: vec![]
+        }));
+    }
+}

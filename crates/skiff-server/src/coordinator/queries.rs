@@ -1,0 +1,205 @@
+//! The coordinator's record of queries: running ones, and the most recent
+//! finished ones, for `skiff.queries` and cancellation.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use skiff_flight::protocol::RunningQuery;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ServerError;
+
+/// Finished queries kept for `skiff.queries`.
+const RECENT_KEPT: usize = 200;
+
+/// Where a query is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueryStatus {
+    Planning,
+    Running,
+    Finished,
+    Failed(String),
+    Canceled(String),
+}
+
+impl QueryStatus {
+    pub fn name(&self) -> &'static str {
+        match self {
+            QueryStatus::Planning => "planning",
+            QueryStatus::Running => "running",
+            QueryStatus::Finished => "finished",
+            QueryStatus::Failed(_) => "failed",
+            QueryStatus::Canceled(_) => "canceled",
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(
+            self,
+            QueryStatus::Finished | QueryStatus::Failed(_) | QueryStatus::Canceled(_)
+        )
+    }
+}
+
+/// The mutable part of a query's record.
+#[derive(Clone, Debug)]
+pub struct QueryInfo {
+    pub status: QueryStatus,
+    /// Worker node id and address, once assigned; `None` while planning or
+    /// when the coordinator runs the query itself (system tables).
+    pub worker: Option<(u64, String)>,
+    pub rows_sent: u64,
+    /// The worker's last report on the query.
+    pub progress: Option<RunningQuery>,
+    pub ended: Option<Instant>,
+}
+
+/// One query.
+#[derive(Debug)]
+pub struct QueryEntry {
+    pub id: u64,
+    pub user: String,
+    pub sql: String,
+    pub started: SystemTime,
+    started_at: Instant,
+    token: CancellationToken,
+    cancel_reason: Mutex<Option<ServerError>>,
+    info: Mutex<QueryInfo>,
+}
+
+impl QueryEntry {
+    pub fn info(&self) -> QueryInfo {
+        lock(&self.info).clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut QueryInfo)) {
+        f(&mut lock(&self.info));
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        let info = lock(&self.info);
+        info.ended.unwrap_or_else(Instant::now) - self.started_at
+    }
+
+    /// Resolved when the query must stop; [`QueryEntry::cancel_reason`]
+    /// says why.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Ask the query to stop with `reason`; the first reason wins.
+    pub fn cancel(&self, reason: ServerError) {
+        lock(&self.cancel_reason).get_or_insert(reason);
+        self.token.cancel();
+    }
+
+    pub fn cancel_reason(&self) -> ServerError {
+        lock(&self.cancel_reason)
+            .clone()
+            .unwrap_or_else(|| ServerError::canceled("canceling statement due to user request"))
+    }
+
+    /// Record the end of the query; the first end recorded wins.
+    pub fn finish(&self, status: QueryStatus) {
+        let mut info = lock(&self.info);
+        if !info.status.is_done() {
+            info.status = status;
+            info.ended = Some(Instant::now());
+        }
+    }
+}
+
+/// All queries the coordinator knows.
+#[derive(Debug, Default)]
+pub struct QueryRegistry {
+    next_id: AtomicU64,
+    live: Mutex<BTreeMap<u64, Arc<QueryEntry>>>,
+    recent: Mutex<VecDeque<Arc<QueryEntry>>>,
+}
+
+impl QueryRegistry {
+    pub fn begin(&self, user: &str, sql: &str) -> Arc<QueryEntry> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(QueryEntry {
+            id,
+            user: user.to_string(),
+            sql: sql.trim().to_string(),
+            started: SystemTime::now(),
+            started_at: Instant::now(),
+            token: CancellationToken::new(),
+            cancel_reason: Mutex::new(None),
+            info: Mutex::new(QueryInfo {
+                status: QueryStatus::Planning,
+                worker: None,
+                rows_sent: 0,
+                progress: None,
+                ended: None,
+            }),
+        });
+        lock(&self.live).insert(id, Arc::clone(&entry));
+        entry
+    }
+
+    /// Move a finished query from the live set to the recent list.
+    pub fn retire(&self, id: u64) {
+        let Some(entry) = lock(&self.live).remove(&id) else {
+            return;
+        };
+        let mut recent = lock(&self.recent);
+        recent.push_back(entry);
+        while recent.len() > RECENT_KEPT {
+            recent.pop_front();
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<QueryEntry>> {
+        lock(&self.live).get(&id).cloned()
+    }
+
+    /// Live queries, then recent finished ones, each by id.
+    pub fn all(&self) -> Vec<Arc<QueryEntry>> {
+        let mut all: Vec<_> = lock(&self.recent).iter().cloned().collect();
+        all.extend(lock(&self.live).values().cloned());
+        all.sort_by_key(|e| e.id);
+        all.dedup_by_key(|e| e.id);
+        all
+    }
+
+    pub fn live(&self) -> Vec<Arc<QueryEntry>> {
+        lock(&self.live).values().cloned().collect()
+    }
+
+    pub fn cancel(&self, id: u64, reason: ServerError) -> bool {
+        match self.get(id) {
+            Some(entry) => {
+                entry.cancel(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Store the progress a worker reported.
+    pub fn report(&self, report: &RunningQuery) {
+        if let Some(entry) = self.get(report.query_id) {
+            entry.update(|info| info.progress = Some(report.clone()));
+        }
+    }
+
+    /// Fail every live query assigned to `worker`.
+    pub fn worker_lost(&self, worker: u64, reason: &ServerError) {
+        for entry in self.live() {
+            if entry.info().worker.as_ref().is_some_and(|(w, _)| *w == worker) {
+                entry.cancel(reason.clone());
+            }
+        }
+    }
+}
+
+/// Lock a mutex, ignoring poisoning: every critical section here leaves the
+/// data consistent even if a holder panicked.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

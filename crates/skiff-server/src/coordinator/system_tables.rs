@@ -1,0 +1,330 @@
+//! The `skiff` schema: live views of the coordinator's state as tables
+//! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`) and admin
+//! functions (`skiff.cancel(id)`). Each scan snapshots the state at
+//! planning time.
+
+use std::sync::{Arc, Weak};
+use std::time::{Instant, UNIX_EPOCH};
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Float64Builder, Int32Builder, Int64Array, Int64Builder, RecordBatch,
+    StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
+use datafusion::common::{Result, exec_err};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+use super::Inner;
+use crate::error::ServerError;
+
+/// The schema's name.
+pub const SCHEMA: &str = "skiff";
+
+const TABLES: [&str; 3] = ["queries", "pipelines", "workers"];
+
+/// Register the `skiff` schema and functions in `ctx`'s default catalog.
+pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
+    let schema = Arc::new(SystemSchema {
+        coordinator: coordinator.clone(),
+    });
+    if let Some(catalog) = ctx.catalog("datafusion") {
+        // Only fails for a schema of the same name, which nothing else makes.
+        let _ = catalog.register_schema(SCHEMA, schema);
+    }
+    ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator)));
+}
+
+#[derive(Debug)]
+struct SystemSchema {
+    coordinator: Weak<Inner>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn table_names(&self) -> Vec<String> {
+        TABLES.iter().map(|t| t.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let Some(inner) = self.coordinator.upgrade() else {
+            return exec_err!("the coordinator is shutting down");
+        };
+        let batch = match name {
+            "queries" => queries(&inner)?,
+            "pipelines" => pipelines(&inner)?,
+            "workers" => workers(&inner)?,
+            _ => return Ok(None),
+        };
+        let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+        Ok(Some(Arc::new(table)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        TABLES.contains(&name)
+    }
+}
+
+fn micros(time: std::time::SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+fn timestamp() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, None)
+}
+
+fn queries(inner: &Inner) -> Result<RecordBatch> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("user", DataType::Utf8, false),
+        Field::new("sql", DataType::Utf8, false),
+        Field::new("worker", DataType::Utf8, true),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("progress", DataType::Float64, true),
+        Field::new("pipelines_done", DataType::Int32, true),
+        Field::new("pipelines_total", DataType::Int32, true),
+        Field::new("rows_sent", DataType::Int64, false),
+        Field::new("started", timestamp(), false),
+        Field::new("elapsed_ms", DataType::Int64, false),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let all = inner.queries.all();
+    let mut id = Int64Builder::new();
+    let mut user = StringBuilder::new();
+    let mut sql = StringBuilder::new();
+    let mut worker = StringBuilder::new();
+    let mut state = StringBuilder::new();
+    let mut progress = Float64Builder::new();
+    let mut done = Int32Builder::new();
+    let mut total = Int32Builder::new();
+    let mut rows = Int64Builder::new();
+    let mut started = TimestampMicrosecondBuilder::new();
+    let mut elapsed = Int64Builder::new();
+    let mut error = StringBuilder::new();
+    for entry in all {
+        let info = entry.info();
+        id.append_value(entry.id as i64);
+        user.append_value(&entry.user);
+        sql.append_value(&entry.sql);
+        worker.append_option(info.worker.as_ref().map(|(_, addr)| addr.as_str()));
+        state.append_value(info.status.name());
+        let finished = info.status == super::QueryStatus::Finished;
+        match &info.progress {
+            Some(p) => {
+                let (d, t) = if finished {
+                    (p.pipelines_total, p.pipelines_total)
+                } else {
+                    (p.pipelines_finished, p.pipelines_total)
+                };
+                progress.append_value(if t == 0 { 1.0 } else { f64::from(d) / f64::from(t) });
+                done.append_value(d as i32);
+                total.append_value(t as i32);
+            }
+            None => {
+                progress.append_option(finished.then_some(1.0));
+                done.append_null();
+                total.append_null();
+            }
+        }
+        rows.append_value(info.rows_sent as i64);
+        started.append_value(micros(entry.started));
+        elapsed.append_value(entry.elapsed().as_millis() as i64);
+        match &info.status {
+            super::QueryStatus::Failed(m) | super::QueryStatus::Canceled(m) => {
+                error.append_value(m)
+            }
+            _ => error.append_null(),
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(id.finish()),
+        Arc::new(user.finish()),
+        Arc::new(sql.finish()),
+        Arc::new(worker.finish()),
+        Arc::new(state.finish()),
+        Arc::new(progress.finish()),
+        Arc::new(done.finish()),
+        Arc::new(total.finish()),
+        Arc::new(rows.finish()),
+        Arc::new(started.finish()),
+        Arc::new(elapsed.finish()),
+        Arc::new(error.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+fn pipelines(inner: &Inner) -> Result<RecordBatch> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("query_id", DataType::Int64, false),
+        Field::new("pipeline", DataType::Int32, false),
+        Field::new("breaker", DataType::Utf8, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("output_rows", DataType::Int64, false),
+        Field::new("output_bytes", DataType::Int64, false),
+        Field::new("elapsed_ms", DataType::Int64, false),
+    ]));
+    let mut query = Int64Builder::new();
+    let mut pipeline = Int32Builder::new();
+    let mut breaker = StringBuilder::new();
+    let mut status = StringBuilder::new();
+    let mut rows = Int64Builder::new();
+    let mut bytes = Int64Builder::new();
+    let mut elapsed = Int64Builder::new();
+    for entry in inner.queries.live() {
+        let Some(progress) = entry.info().progress else {
+            continue;
+        };
+        for p in &progress.pipelines {
+            query.append_value(entry.id as i64);
+            pipeline.append_value(p.id as i32);
+            breaker.append_value(&p.breaker);
+            status.append_value(&p.status);
+            rows.append_value(p.output_rows as i64);
+            bytes.append_value(p.output_bytes as i64);
+            elapsed.append_value(p.elapsed_ms as i64);
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(query.finish()),
+        Arc::new(pipeline.finish()),
+        Arc::new(breaker.finish()),
+        Arc::new(status.finish()),
+        Arc::new(rows.finish()),
+        Arc::new(bytes.finish()),
+        Arc::new(elapsed.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+fn workers(inner: &Inner) -> Result<RecordBatch> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("role", DataType::Utf8, false),
+        Field::new("address", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("cores", DataType::Int32, false),
+        Field::new("memory", DataType::Int64, false),
+        Field::new("running_queries", DataType::Int64, false),
+        Field::new("pid", DataType::Int64, false),
+        Field::new("registered", timestamp(), false),
+        Field::new("last_heartbeat_ms", DataType::Int64, false),
+    ]));
+    let now = Instant::now();
+    let mut id = Int64Builder::new();
+    let mut role = StringBuilder::new();
+    let mut addr = StringBuilder::new();
+    let mut state = StringBuilder::new();
+    let mut cores = Int32Builder::new();
+    let mut memory = Int64Builder::new();
+    let mut running = Int64Builder::new();
+    let mut pid = Int64Builder::new();
+    let mut registered = TimestampMicrosecondBuilder::new();
+    let mut heartbeat = Int64Builder::new();
+    for node in inner.membership.nodes() {
+        id.append_value(node.id as i64);
+        role.append_value(node.role.name());
+        addr.append_value(&node.addr);
+        state.append_value(node.state.name());
+        cores.append_value(node.cores as i32);
+        memory.append_value(node.memory as i64);
+        running.append_value(node.assigned as i64);
+        pid.append_value(i64::from(node.pid));
+        registered.append_value(micros(node.registered));
+        heartbeat.append_value(now.saturating_duration_since(node.last_heartbeat).as_millis() as i64);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(id.finish()),
+        Arc::new(role.finish()),
+        Arc::new(addr.finish()),
+        Arc::new(state.finish()),
+        Arc::new(cores.finish()),
+        Arc::new(memory.finish()),
+        Arc::new(running.finish()),
+        Arc::new(pid.finish()),
+        Arc::new(registered.finish()),
+        Arc::new(heartbeat.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// `skiff.cancel(id)`: cancel a running query; true if it was running.
+#[derive(Debug)]
+struct CancelFunction {
+    coordinator: Weak<Inner>,
+    signature: Signature,
+}
+
+impl CancelFunction {
+    fn new(coordinator: Weak<Inner>) -> Self {
+        Self {
+            coordinator,
+            signature: Signature::exact(vec![DataType::Int64], Volatility::Volatile),
+        }
+    }
+}
+
+impl PartialEq for CancelFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.signature == other.signature
+    }
+}
+
+impl Eq for CancelFunction {}
+
+impl std::hash::Hash for CancelFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.signature.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for CancelFunction {
+    fn name(&self) -> &str {
+        "skiff.cancel"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let Some(inner) = self.coordinator.upgrade() else {
+            return exec_err!("the coordinator is shutting down");
+        };
+        let ids = match &args.args[..] {
+            [arg] => arg.to_array(args.number_rows)?,
+            _ => return exec_err!("skiff.cancel takes one query id"),
+        };
+        let Some(ids) = ids.as_any().downcast_ref::<Int64Array>() else {
+            return exec_err!("skiff.cancel takes a BIGINT query id");
+        };
+        let canceled: BooleanArray = ids
+            .iter()
+            .map(|id| {
+                id.map(|id| {
+                    u64::try_from(id).is_ok_and(|id| {
+                        inner.queries.cancel(
+                            id,
+                            ServerError::canceled("canceling statement due to user request"),
+                        )
+                    })
+                })
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(canceled)))
+    }
+}

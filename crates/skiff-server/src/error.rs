@@ -1,0 +1,244 @@
+//! Errors as clients see them: a SQLSTATE code plus one line of message.
+//! Both front doors (PostgreSQL wire and Flight SQL) report these.
+
+use std::fmt;
+
+use datafusion::error::DataFusionError;
+
+/// SQLSTATE codes Skiff reports (PostgreSQL appendix A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlState {
+    SyntaxError,
+    UndefinedTable,
+    UndefinedColumn,
+    UndefinedFunction,
+    UndefinedParameter,
+    DuplicateTable,
+    DivisionByZero,
+    DataException,
+    InvalidParameterValue,
+    FeatureNotSupported,
+    QueryCanceled,
+    InvalidPassword,
+    InvalidAuthorization,
+    TooManyConnections,
+    OutOfMemory,
+    InsufficientResources,
+    /// No worker could take the query, or the worker running it was lost.
+    CannotConnectNow,
+    ConnectionFailure,
+    ProtocolViolation,
+    Internal,
+}
+
+impl SqlState {
+    pub fn code(self) -> &'static str {
+        match self {
+            SqlState::SyntaxError => "42601",
+            SqlState::UndefinedTable => "42P01",
+            SqlState::UndefinedColumn => "42703",
+            SqlState::UndefinedFunction => "42883",
+            SqlState::UndefinedParameter => "42P02",
+            SqlState::DuplicateTable => "42P07",
+            SqlState::DivisionByZero => "22012",
+            SqlState::DataException => "22000",
+            SqlState::InvalidParameterValue => "22023",
+            SqlState::FeatureNotSupported => "0A000",
+            SqlState::QueryCanceled => "57014",
+            SqlState::InvalidPassword => "28P01",
+            SqlState::InvalidAuthorization => "28000",
+            SqlState::TooManyConnections => "53300",
+            SqlState::OutOfMemory => "53200",
+            SqlState::InsufficientResources => "53000",
+            SqlState::CannotConnectNow => "57P03",
+            SqlState::ConnectionFailure => "08006",
+            SqlState::ProtocolViolation => "08P01",
+            SqlState::Internal => "XX000",
+        }
+    }
+}
+
+/// An error reported to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerError {
+    pub state: SqlState,
+    pub message: String,
+}
+
+pub type Result<T, E = ServerError> = std::result::Result<T, E>;
+
+impl ServerError {
+    pub fn new(state: SqlState, message: impl Into<String>) -> Self {
+        Self {
+            state,
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(SqlState::Internal, message)
+    }
+
+    pub fn canceled(message: impl Into<String>) -> Self {
+        Self::new(SqlState::QueryCanceled, message)
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl From<DataFusionError> for ServerError {
+    fn from(error: DataFusionError) -> Self {
+        let message = one_line(&error.to_string());
+        Self::new(classify(&error, &message), message)
+    }
+}
+
+impl From<ServerError> for DataFusionError {
+    fn from(error: ServerError) -> Self {
+        DataFusionError::External(Box::new(error))
+    }
+}
+
+/// DataFusion's errors carry no SQLSTATE; derive one from the variant and,
+/// where one variant covers several cases, from the text.
+fn classify(error: &DataFusionError, message: &str) -> SqlState {
+    match error.find_root() {
+        DataFusionError::External(inner) => {
+            if let Some(server) = inner.downcast_ref::<ServerError>() {
+                return server.state;
+            }
+        }
+        DataFusionError::SQL(..) => return SqlState::SyntaxError,
+        DataFusionError::NotImplemented(_) => return SqlState::FeatureNotSupported,
+        DataFusionError::ResourcesExhausted(_) => return SqlState::OutOfMemory,
+        _ => {}
+    }
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("divide by zero") || lower.contains("division by zero") {
+        SqlState::DivisionByZero
+    } else if lower.contains("table") && lower.contains("not found") {
+        SqlState::UndefinedTable
+    } else if lower.contains("already exists") {
+        SqlState::DuplicateTable
+    } else if lower.contains("no field named") || lower.contains("schema error") {
+        SqlState::UndefinedColumn
+    } else if lower.contains("invalid function") {
+        SqlState::UndefinedFunction
+    } else if lower.contains("parser error") || lower.contains("sql error") {
+        SqlState::SyntaxError
+    } else if lower.contains("cast error") || lower.contains("arrow error") {
+        SqlState::DataException
+    } else {
+        SqlState::Internal
+    }
+}
+
+/// Collapse a multi-line message (DataFusion adds backtraces and context
+/// lines) to one line.
+pub fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_from_datafusion_errors() {
+        let parse = DataFusionError::SQL(
+            Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError(
+                "Expected: an SQL statement".into(),
+            )),
+            None,
+        );
+        assert_eq!(ServerError::from(parse).state, SqlState::SyntaxError);
+        let div = DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::DivideByZero),
+            None,
+        );
+        assert_eq!(ServerError::from(div).state, SqlState::DivisionByZero);
+        let wrapped: DataFusionError = ServerError::canceled("stop").into();
+        assert_eq!(ServerError::from(wrapped).state, SqlState::QueryCanceled);
+    }
+
+    #[test]
+    fn status_round_trip() {
+        for state in SqlState::ALL {
+            let error = ServerError::new(state, "what [went] wrong");
+            assert_eq!(from_status(&to_status(&error)), error);
+        }
+        let lost = from_status(&tonic::Status::unavailable("connection reset"));
+        assert_eq!(lost.state, SqlState::ConnectionFailure);
+    }
+}
+
+/// Carry a [`ServerError`] in a gRPC status: the SQLSTATE prefixes the
+/// message in brackets, so any Flight client can read it too.
+pub fn to_status(error: &ServerError) -> tonic::Status {
+    let code = match error.state {
+        SqlState::QueryCanceled => tonic::Code::Cancelled,
+        SqlState::InvalidPassword | SqlState::InvalidAuthorization => {
+            tonic::Code::Unauthenticated
+        }
+        SqlState::OutOfMemory | SqlState::TooManyConnections => tonic::Code::ResourceExhausted,
+        SqlState::FeatureNotSupported => tonic::Code::Unimplemented,
+        SqlState::CannotConnectNow | SqlState::ConnectionFailure => tonic::Code::Unavailable,
+        SqlState::Internal => tonic::Code::Internal,
+        _ => tonic::Code::InvalidArgument,
+    };
+    tonic::Status::new(code, format!("[{}] {}", error.state.code(), error.message))
+}
+
+/// Read back a status made by [`to_status`]; other statuses (a peer that
+/// vanished, a transport error) become connection failures.
+pub fn from_status(status: &tonic::Status) -> ServerError {
+    let message = status.message();
+    if let Some(rest) = message.strip_prefix('[')
+        && let Some((code, text)) = rest.split_once("] ")
+        && let Some(state) = SqlState::from_code(code)
+    {
+        return ServerError::new(state, text);
+    }
+    let state = match status.code() {
+        tonic::Code::Cancelled => SqlState::QueryCanceled,
+        tonic::Code::Unauthenticated => SqlState::InvalidPassword,
+        tonic::Code::Unavailable | tonic::Code::Unknown => SqlState::ConnectionFailure,
+        _ => SqlState::Internal,
+    };
+    ServerError::new(state, one_line(message))
+}
+
+impl SqlState {
+    const ALL: [SqlState; 20] = [
+        SqlState::SyntaxError,
+        SqlState::UndefinedTable,
+        SqlState::UndefinedColumn,
+        SqlState::UndefinedFunction,
+        SqlState::UndefinedParameter,
+        SqlState::DuplicateTable,
+        SqlState::DivisionByZero,
+        SqlState::DataException,
+        SqlState::InvalidParameterValue,
+        SqlState::FeatureNotSupported,
+        SqlState::QueryCanceled,
+        SqlState::InvalidPassword,
+        SqlState::InvalidAuthorization,
+        SqlState::TooManyConnections,
+        SqlState::OutOfMemory,
+        SqlState::InsufficientResources,
+        SqlState::CannotConnectNow,
+        SqlState::ConnectionFailure,
+        SqlState::ProtocolViolation,
+        SqlState::Internal,
+    ];
+
+    pub fn from_code(code: &str) -> Option<SqlState> {
+        Self::ALL.into_iter().find(|s| s.code() == code)
+    }
+}

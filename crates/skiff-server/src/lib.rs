@@ -1,0 +1,32 @@
+//! The roles of a Skiff cluster, each a process (or all in one, for tests):
+//!
+//! - the **coordinator** ([`coordinator`], [`server`]): front doors
+//!   ([`pg`] for the PostgreSQL wire protocol, [`flight_sql`] for Arrow
+//!   Flight SQL), users ([`auth`]), the persistent catalog, planning,
+//!   membership, the `skiff` system tables, and shipping plans to workers;
+//! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine;
+//! - the **memory node** ([`memnode`]).
+//!
+//! Internal traffic uses `skiff-flight`. This crate never cuts or runs
+//! pipelines itself beyond asking `skiff-engine` to; it must not reach into
+//! the engine's store or executor internals.
+
+pub mod auth;
+pub mod config;
+pub mod coordinator;
+pub mod error;
+pub mod flight_sql;
+pub mod memnode;
+pub mod metrics;
+pub mod node;
+pub mod pg;
+pub mod server;
+pub mod worker;
+
+pub use auth::Users;
+pub use config::{CoordinatorConfig, Limits, TlsFiles};
+pub use coordinator::{ClientSession, Coordinator, PreparedStatement, StatementResult};
+pub use error::{Result, ServerError, SqlState};
+pub use memnode::{MemnodeConfig, run_memnode};
+pub use server::{Listening, serve_coordinator};
+pub use worker::{WorkerConfig, run_worker};

@@ -1,0 +1,113 @@
+//! What workers and memory nodes share: binding their Flight port and
+//! keeping in touch with the coordinator.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use skiff_flight::protocol::{
+    HEARTBEAT_INTERVAL, Heartbeat, HeartbeatReply, Register, Registered, Role, RunningQuery,
+    action,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::error::{Result, ServerError, SqlState};
+
+/// How often an unreachable coordinator is mentioned in the log.
+const COMPLAIN_EVERY: Duration = Duration::from_secs(10);
+
+/// Who a node is, as it registers.
+#[derive(Clone, Debug)]
+pub struct NodeIdentity {
+    pub role: Role,
+    pub addr: String,
+    pub cores: u32,
+    pub memory: u64,
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        ServerError::new(SqlState::ConnectionFailure, format!("cannot listen on {addr}: {e}"))
+    })
+}
+
+pub fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
+    listener
+        .local_addr()
+        .map_err(|e| ServerError::internal(format!("listening address unknown: {e}")))
+}
+
+/// Register with the coordinator at `coordinator` and send a heartbeat
+/// every [`HEARTBEAT_INTERVAL`] (with `reports()` of running queries) until
+/// `shutdown`. Registers again whenever the coordinator no longer knows the
+/// node; never gives up on an unreachable coordinator.
+pub async fn report_to_coordinator(
+    coordinator: &str,
+    identity: NodeIdentity,
+    reports: impl Fn() -> Vec<RunningQuery>,
+    shutdown: CancellationToken,
+) {
+    let register = Register {
+        role: identity.role as i32,
+        addr: identity.addr.clone(),
+        cores: identity.cores,
+        memory: identity.memory,
+        pid: std::process::id(),
+    };
+    let mut client = None;
+    let mut node_id = None;
+    let mut last_complaint: Option<Instant> = None;
+    let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let mut complain = |error: &tonic::Status| {
+            if last_complaint.is_none_or(|t| t.elapsed() >= COMPLAIN_EVERY) {
+                warn!(%coordinator, error = error.message(), "coordinator unreachable");
+                last_complaint = Some(Instant::now());
+            }
+        };
+        if client.is_none() {
+            match skiff_flight::connect(coordinator).await {
+                Ok(c) => client = Some(c),
+                Err(e) => {
+                    complain(&e);
+                    continue;
+                }
+            }
+        }
+        let Some(c) = client.as_mut() else {
+            continue;
+        };
+        let outcome = match node_id {
+            None => skiff_flight::do_action::<_, Registered>(c, action::REGISTER, &register)
+                .await
+                .map(|r| {
+                    info!(node = r.node_id, role = identity.role.name(), "registered");
+                    node_id = Some(r.node_id);
+                }),
+            Some(id) => {
+                let beat = Heartbeat {
+                    node_id: id,
+                    queries: reports(),
+                };
+                skiff_flight::do_action::<_, HeartbeatReply>(c, action::HEARTBEAT, &beat)
+                    .await
+                    .map(|reply| {
+                        if !reply.known {
+                            warn!(node = id, "coordinator forgot this node; registering again");
+                            node_id = None;
+                        }
+                    })
+            }
+        };
+        if let Err(e) = outcome {
+            complain(&e);
+            client = None;
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The worker role: receives plans from the coordinator, runs them as
+//! pipeline graphs and streams the rows back as Arrow IPC over Flight; tells
+//! the coordinator what it runs in every heartbeat.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{Action, Ticket};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use skiff_engine::store::PipelineStatus;
+use skiff_engine::{Engine, EngineConfig, QueryExecution, explain, memory_pool, pipeline};
+use skiff_flight::protocol::{CancelQuery, PipelineReport, Role, RunQuery, RunningQuery, action};
+use skiff_flight::{FlightStream, Handler, flight_server};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tracing::{debug, info, warn};
+
+use crate::coordinator::lock;
+use crate::error::{Result, ServerError, to_status};
+use crate::node::{NodeIdentity, report_to_coordinator};
+
+/// Settings of a worker.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The coordinator's cluster address (`host:port`).
+    pub coordinator: String,
+    /// Where this worker listens; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Partitions per pipeline for plans this worker builds itself.
+    pub partitions: Option<usize>,
+    /// Memory the worker's queries may use together, in bytes.
+    pub memory_limit: Option<usize>,
+    pub spill_dir: Option<PathBuf>,
+}
+
+/// A query this worker runs.
+struct Running {
+    execution: Arc<QueryExecution>,
+    token: CancellationToken,
+}
+
+struct WorkerService {
+    engine: Engine,
+    running: Mutex<HashMap<u64, Running>>,
+}
+
+/// Run a worker until `shutdown`: serve Flight, register, heartbeat.
+pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Result<()> {
+    let engine = Engine::new(&EngineConfig {
+        target_partitions: config.partitions,
+        memory_limit: config.memory_limit,
+        spill_dir: config.spill_dir.clone(),
+    })?;
+    let listener = crate::node::bind(config.listen).await?;
+    let addr = crate::node::local_addr(&listener)?;
+    let service = Arc::new(WorkerService {
+        engine,
+        running: Mutex::new(HashMap::new()),
+    });
+    let identity = NodeIdentity {
+        role: Role::Worker,
+        addr: addr.to_string(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        memory: config.memory_limit.unwrap_or(0) as u64,
+    };
+    info!(%addr, coordinator = %config.coordinator, "worker listening");
+    let reports = {
+        let service = Arc::clone(&service);
+        move || service.report()
+    };
+    let server = tonic::transport::Server::builder()
+        .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown.clone().cancelled_owned(),
+        );
+    let heartbeats =
+        report_to_coordinator(&config.coordinator, identity, reports, shutdown.clone());
+    tokio::select! {
+        served = server => served.map_err(|e| ServerError::internal(format!("worker: {e}")))?,
+        () = heartbeats => {}
+    }
+    // Stop every query still running.
+    for (_, running) in lock(&service.running).drain() {
+        running.token.cancel();
+    }
+    Ok(())
+}
+
+impl WorkerService {
+    /// What the heartbeat tells the coordinator.
+    fn report(&self) -> Vec<RunningQuery> {
+        let running = lock(&self.running);
+        running
+            .iter()
+            .map(|(&query_id, r)| {
+                let progress = r.execution.progress();
+                let state = r.execution.state();
+                let graph = r.execution.graph();
+                let pipelines = state
+                    .status
+                    .iter()
+                    .enumerate()
+                    .map(|(i, status)| {
+                        let breaker = graph.pipelines()[i].breaker.to_string();
+                        let (name, rows, bytes, elapsed) = match status {
+                            PipelineStatus::Waiting => ("waiting", 0, 0, 0),
+                            PipelineStatus::Running { started } => {
+                                ("running", 0, 0, started.elapsed().as_millis() as u64)
+                            }
+                            PipelineStatus::Finished { elapsed, output } => (
+                                "finished",
+                                output.rows,
+                                output.memory_bytes + output.spilled_bytes,
+                                elapsed.as_millis() as u64,
+                            ),
+                        };
+                        PipelineReport {
+                            id: i as u32,
+                            breaker,
+                            status: name.to_string(),
+                            output_rows: rows,
+                            output_bytes: bytes,
+                            elapsed_ms: elapsed,
+                        }
+                    })
+                    .collect();
+                RunningQuery {
+                    query_id,
+                    pipelines_finished: progress.pipelines_finished as u32,
+                    pipelines_total: progress.pipelines_total as u32,
+                    rows_running: progress.rows_running,
+                    pipelines,
+                }
+            })
+            .collect()
+    }
+
+    /// Decode and start a query; returns its result stream.
+    fn start(self: &Arc<Self>, request: RunQuery) -> Result<SendableRecordBatchStream> {
+        let mut config = self.engine.context().copied_config();
+        for (key, value) in &request.options {
+            if let Err(e) = config.options_mut().set(key, value) {
+                debug!(key, error = %e, "session option not applied");
+            }
+        }
+        let mut state = SessionStateBuilder::new_from_existing(self.engine.context().state())
+            .with_config(config);
+        if request.memory_limit > 0 {
+            let runtime = RuntimeEnvBuilder::from_runtime_env(self.engine.context().runtime_env().as_ref())
+                .with_memory_pool(memory_pool(Some(request.memory_limit as usize)))
+                .build_arc()?;
+            state = state.with_runtime_env(runtime);
+        }
+        let task_ctx = state.build().task_ctx();
+        let plan = skiff_flight::decode_plan(&request.plan, &task_ctx)?;
+        let execution = QueryExecution::new(pipeline::cut(plan)?, &task_ctx);
+        let token = CancellationToken::new();
+        let query_id = request.query_id;
+        lock(&self.running).insert(
+            query_id,
+            Running {
+                execution: Arc::clone(&execution),
+                token: token.clone(),
+            },
+        );
+        info!(query = query_id, pipelines = execution.graph().len(), "query started");
+        let rows = if request.explain_analyze {
+            explain_analyze(Arc::clone(&execution))?
+        } else {
+            execution.execute()?
+        };
+        Ok(guarded(Arc::clone(self), query_id, token, rows))
+    }
+}
+
+/// Run to the end, then give the `EXPLAIN ANALYZE PIPELINES` rows.
+fn explain_analyze(execution: Arc<QueryExecution>) -> Result<SendableRecordBatchStream> {
+    let schema = explain::schema(true);
+    let mut rows = execution.execute()?;
+    let once = futures::stream::once(async move {
+        while rows.try_next().await?.is_some() {}
+        explain::render(execution.graph(), Some(&execution.state()))
+    });
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)))
+}
+
+/// Remove the query from the running set however its stream ends, and end
+/// it early on cancel.
+fn guarded(
+    service: Arc<WorkerService>,
+    query_id: u64,
+    token: CancellationToken,
+    rows: SendableRecordBatchStream,
+) -> SendableRecordBatchStream {
+    struct Guard {
+        service: Arc<WorkerService>,
+        query_id: u64,
+    }
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            lock(&self.service.running).remove(&self.query_id);
+            debug!(query = self.query_id, "query left the worker");
+        }
+    }
+    let schema = rows.schema();
+    let guard = Guard {
+        service,
+        query_id,
+    };
+    let stream = futures::stream::unfold(
+        (rows, token, Some(guard)),
+        |(mut rows, token, guard)| async move {
+            guard.as_ref()?;
+            let next = tokio::select! {
+                biased;
+                _ = token.cancelled() => Some(Err(DataFusionError::from(
+                    ServerError::canceled("canceling statement due to user request"),
+                ))),
+                next = rows.next() => next,
+            };
+            match next {
+                Some(Ok(batch)) => Some((Ok(batch), (rows, token, guard))),
+                Some(Err(e)) => Some((Err(e), (rows, token, None))),
+                None => None,
+            }
+        },
+    );
+    Box::pin(RecordBatchStreamAdapter::new(schema, stream))
+}
+
+/// The Flight face of a worker.
+struct WorkerHandle(Arc<WorkerService>);
+
+#[tonic::async_trait]
+impl Handler for WorkerHandle {
+    async fn get(&self, ticket: Ticket) -> std::result::Result<FlightStream, Status> {
+        let request = RunQuery::decode(ticket.ticket)
+            .map_err(|e| Status::invalid_argument(format!("bad query ticket: {e}")))?;
+        let query_id = request.query_id;
+        let rows = self.0.start(request).map_err(|e| {
+            warn!(query = query_id, error = %e, "query did not start");
+            to_status(&e)
+        })?;
+        let rows = rows.map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
+        let flight = FlightDataEncoderBuilder::new()
+            .build(rows)
+            .map_err(Status::from);
+        Ok(Box::pin(flight))
+    }
+
+    async fn action(&self, action: Action) -> std::result::Result<bytes::Bytes, Status> {
+        match action.r#type.as_str() {
+            action::CANCEL => {
+                let request = CancelQuery::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad cancel: {e}")))?;
+                if let Some(running) = lock(&self.0.running).get(&request.query_id) {
+                    running.token.cancel();
+                }
+                Ok(bytes::Bytes::new())
+            }
+            other => Err(Status::unimplemented(format!("unknown action {other}"))),
+        }
+    }
+}
