@@ -287,8 +287,6 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("warehouses"));
         c.warehouses = 3;
         c.validate().unwrap();
-        c.arch = Arch::SharedNothingTcp;
-        assert!(matches!(c.validate(), Err(PodError::NotImplemented(_))));
         c.arch = Arch::PashaDynamic;
         c.dynamic_slots_per_host = Some(1);
         assert!(c.validate().unwrap_err().to_string().contains("slots"));

@@ -325,6 +325,7 @@ impl<'m> CxlAccess<'m> {
 
     /// Writes `value` at `off` in the shared region. The caller holds the
     /// tuple's exclusive lock; every other host's copy becomes stale.
+    #[cfg(test)]
     pub(crate) fn write<T: Pod>(&mut self, coherence: Coherence<'_>, off: u64, value: &T) {
         self.write_bytes(coherence, off, bytemuck::bytes_of(value));
     }

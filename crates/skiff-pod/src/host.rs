@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::arch::Place;
+use crate::arch::{Arch, Place};
 use crate::constants::TXN_ATTEMPTS_MAX;
 use crate::dynamic::Mover;
 use crate::error::{PodError, Result};
@@ -16,6 +16,7 @@ use crate::futex;
 use crate::header::{Control, state};
 use crate::layout::Array;
 use crate::memory::{Parts, PodMemory};
+use crate::remote;
 use crate::stats::ProtocolCounters;
 use crate::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
 use crate::tpcc::audit::audit_warehouse;
@@ -97,6 +98,16 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
             state::name(s)
         )));
     }
+    // Shared nothing over TCP: listen before counting in, so every port is
+    // published by the time the run starts.
+    let listener = if mem.params().arch == Arch::SharedNothingTcp {
+        let (l, port) = remote::listen().map_err(|reason| PodError::HostFailed { host, reason })?;
+        let word = mem.pod.atomic_u32(mem.layout.port_word(host));
+        word.store(port as u32, std::sync::atomic::Ordering::Release);
+        Some(l)
+    } else {
+        None
+    };
     Control::count_in(control.hosts_ready);
     let started = futex::wait_until(
         control.run_state,
@@ -122,6 +133,7 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
             .params()
             .auditor
             .then(|| s.spawn(move || auditor(mem, host, hard_stop)));
+        let participants = participants(s, mem, host, listener.as_ref(), hard_stop);
         let mover = (mem.layout.dynamic_slots() > 0).then(|| {
             std::thread::Builder::new()
                 .name(format!("pod-mover-{host}"))
@@ -136,6 +148,9 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
             Some(Ok(m)) => out.push(join(host, m)),
             Some(Err(e)) => out.push(Err(PodError::io("mover thread", e))),
             None => {}
+        }
+        if let Some(p) = participants {
+            out.push(join(host, p));
         }
         out
     });
@@ -155,6 +170,58 @@ fn join(
             reason: "a worker thread panicked".into(),
         })
     })
+}
+
+/// Shared nothing: serves the other hosts' workers, one participant thread
+/// each (a pod channel each in (b); a TCP connection each in (a), accepted
+/// by this thread). Their CPU time is the host's busy time.
+fn participants<'s, 'm: 's>(
+    s: &'s std::thread::Scope<'s, '_>,
+    mem: &'m PodMemory,
+    host: u16,
+    listener: Option<&'s std::net::TcpListener>,
+    hard_stop: Instant,
+) -> Option<std::thread::ScopedJoinHandle<'s, Result<WorkerStats>>> {
+    if !mem.layout.shared_nothing() {
+        return None;
+    }
+    let p = mem.params();
+    let failed = move |reason: String| PodError::HostFailed { host, reason };
+    let serve_one = move |link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's>| {
+        let cpu = thread_cpu_ns();
+        link().map_err(failed)?;
+        Ok(WorkerStats {
+            cpu_ns: thread_cpu_ns() - cpu,
+            ..WorkerStats::default()
+        })
+    };
+    Some(s.spawn(move || {
+        let mut handles = Vec::new();
+        let remote_workers = (p.hosts as usize - 1) * p.workers_per_host as usize;
+        for i in 0..remote_workers {
+            let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> = match listener {
+                Some(l) => {
+                    let stream = remote::accept(l, hard_stop).map_err(failed)?;
+                    Box::new(move || remote::serve(mem, host, remote::TcpServe(stream)))
+                }
+                None => {
+                    let others: Vec<u16> = (0..p.hosts).filter(|&g| g != host).collect();
+                    let g = others[i / p.workers_per_host as usize];
+                    let k = (i % p.workers_per_host as usize) as u16;
+                    Box::new(move || {
+                        let ch = remote::PodChannel::open(mem, g, k, host, hard_stop);
+                        remote::serve(mem, host, ch)
+                    })
+                }
+            };
+            handles.push(s.spawn(move || serve_one(link)));
+        }
+        let mut total = WorkerStats::default();
+        for h in handles {
+            total.merge(&join(host, h)?);
+        }
+        Ok(total)
+    }))
 }
 
 /// Date-time stamps in Unix seconds; never 0, which means NULL.
@@ -186,6 +253,9 @@ fn execute(
         match body(txn) {
             Ok(()) => {
                 txn.commit();
+                if let Some(e) = txn.take_fatal() {
+                    return Err(TxnError::Corrupt(e));
+                }
                 return Ok(Outcome::Committed);
             }
             Err(TxnError::Conflict) => {
@@ -223,6 +293,10 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
     let home = home_warehouses(mem.layout.warehouses_of(host), params.workers_per_host, id);
     let control = mem.control();
     let mut txn = Txn::for_worker(mem, host, id);
+    if mem.layout.shared_nothing() {
+        txn.connect_remote(hard_stop)
+            .map_err(|reason| PodError::HostFailed { host, reason })?;
+    }
     let mut stats = WorkerStats::default();
     let cpu_start = thread_cpu_ns();
     let mut done = 0u64;

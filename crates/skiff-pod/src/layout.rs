@@ -164,6 +164,17 @@ struct DynamicExtents {
     doorbells: u64,
 }
 
+/// Shared nothing's pod memory (`remote`): a channel per (coordinator host,
+/// worker, participant host) — a control line in the coherent region and
+/// two message buffers in the shared region — and a TCP port word per host.
+#[derive(Clone, Copy, Debug, Default)]
+struct RemoteExtents {
+    workers: u64,
+    channel_controls: u64,
+    channel_buffers: u64,
+    ports: u64,
+}
+
 /// One request mailbox: a cache line of the coherent region.
 pub(crate) const MAILBOX_BYTES: u64 = 64;
 
@@ -197,6 +208,7 @@ pub(crate) struct Layout {
     pub part_bytes: u64,
     pub host_stats_off: u64,
     dynamic: DynamicExtents,
+    remote: RemoteExtents,
     pub hash: u64,
 }
 
@@ -242,6 +254,17 @@ impl Layout {
         if params.dynamic_slots > 0 {
             dynamic = place_dynamic_coherent(&params, cap, &mut coherent);
         }
+        let shared_nothing = matches!(
+            params.arch,
+            crate::arch::Arch::SharedNothingTcp | crate::arch::Arch::SharedNothingCxl
+        );
+        let mut remote = RemoteExtents::default();
+        let channels = params.hosts as u64 * params.workers_per_host as u64 * params.hosts as u64;
+        if shared_nothing {
+            remote.workers = params.workers_per_host as u64;
+            remote.channel_controls = coherent.take(channels * CACHE_LINE_BYTES);
+            remote.ports = coherent.take(params.hosts as u64 * CACHE_LINE_BYTES);
+        }
         let coherent_used = coherent.0 - coherent_start;
         if coherent_used > params.coherent_bytes {
             return Err(PodError::Config(format!(
@@ -260,6 +283,10 @@ impl Layout {
                     dynamic.slot_rows[a as usize] = shared.take(per_host * params.hosts as u64);
                 }
             }
+        }
+        if shared_nothing {
+            let per = 2 * crate::remote::MESSAGE_BYTES_MAX;
+            remote.channel_buffers = shared.take(channels * per);
         }
         let shared_used = shared.0.next_multiple_of(4096) - shared_start;
         let shared_bytes = match params.shared_bytes {
@@ -289,6 +316,7 @@ impl Layout {
             part_bytes,
             host_stats_off,
             dynamic,
+            remote,
             hash: 0,
         };
         layout.hash = layout.compute_hash();
@@ -355,6 +383,10 @@ impl Layout {
         }
         for x in d.directory.iter().chain(&d.slot_locks).chain(&d.slot_rows) {
             h.add(*x);
+        }
+        let r = &self.remote;
+        for x in [r.workers, r.channel_controls, r.channel_buffers, r.ports] {
+            h.add(x);
         }
         h.0
     }
@@ -430,6 +462,38 @@ impl Layout {
             Place::Partition => (w - self.first_warehouse[host as usize]) as u64,
         };
         (host, w_index * rows + idx)
+    }
+
+    /// Tuples of `table` per warehouse.
+    pub(crate) fn lock_rows(&self, table: LockTable) -> u64 {
+        table.array().rows(self.params.orders_per_district as u64)
+    }
+
+    /// Shared nothing: the channel from worker `worker` of host `from` to
+    /// host `to`: (its control line, its two message buffers).
+    pub(crate) fn channel(&self, from: u16, worker: u16, to: u16) -> (u64, u64) {
+        let r = &self.remote;
+        let hosts = self.params.hosts as u64;
+        assert!(r.workers > 0 && from < self.params.hosts && to < self.params.hosts);
+        assert!((worker as u64) < r.workers);
+        let i = (from as u64 * r.workers + worker as u64) * hosts + to as u64;
+        let per = 2 * crate::remote::MESSAGE_BYTES_MAX;
+        (
+            r.channel_controls + i * CACHE_LINE_BYTES,
+            r.channel_buffers + i * per,
+        )
+    }
+
+    /// Shared nothing over TCP: the word holding host `host`'s port.
+    pub(crate) fn port_word(&self, host: u16) -> u64 {
+        assert!(self.remote.workers > 0 && host < self.params.hosts);
+        self.remote.ports + host as u64 * CACHE_LINE_BYTES
+    }
+
+    /// Whether this is a shared-nothing layout (a remote tuple is reached
+    /// through its owner, `remote`).
+    pub(crate) fn shared_nothing(&self) -> bool {
+        self.remote.workers > 0
     }
 
     /// Whether tuples of `table` move on demand (Pasha dynamic).

@@ -35,6 +35,7 @@
 //! fallback. See `docs/pod.md` for the design.
 
 mod arch;
+mod bench;
 mod config;
 mod constants;
 mod cxl;
@@ -47,6 +48,7 @@ mod layout;
 mod lockword;
 mod memory;
 mod region;
+mod remote;
 mod report;
 mod run;
 mod stats;
@@ -56,11 +58,12 @@ mod txn;
 use std::path::Path;
 
 pub use arch::{Arch, CcProtocol};
+pub use bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
 pub use config::{CheckConfig, HostCommand, Launch, PodConfig};
 pub use cxl::{CxlCounters, CxlModel};
 pub use error::PodError;
 pub use host::{HostArgs, host_main};
-pub use report::{AuditReport, MovementReport, RunReport, TxnReport};
+pub use report::{AuditReport, Modeled, MovementReport, RunReport, TxnReport};
 pub use run::{LoadReport, load, run};
 pub use tpcc::check::{CheckReport, ConditionReport, RowCounts};
 

@@ -112,6 +112,42 @@ pub struct RunReport {
     pub ended_early: Option<String>,
 }
 
+/// Throughput had every modeled CXL miss cost `latency_ratio` times a DRAM
+/// access (see [`RunReport::modeled_at`]).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Modeled {
+    pub latency_ratio: f64,
+    pub committed_per_s: f64,
+    pub committed_per_cpu_s: f64,
+}
+
+impl RunReport {
+    /// The modeled figures at another latency ratio, from the same miss
+    /// counts: each miss adds `(ratio - 1) * dram_latency_ns`, shared out
+    /// over the workers for the per-second figure and added to the busy CPU
+    /// time for the per-CPU-second one.
+    pub fn modeled_at(&self, latency_ratio: f64) -> Modeled {
+        let model = CxlModel {
+            latency_ratio,
+            ..self.cxl_model
+        };
+        let delay_s = model.delay_ns(&self.cxl) / 1e9;
+        let workers = (self.hosts as f64 * self.workers_per_host as f64).max(1.0);
+        let per = |secs: f64| {
+            if secs > 0.0 {
+                self.committed as f64 / secs
+            } else {
+                0.0
+            }
+        };
+        Modeled {
+            latency_ratio,
+            committed_per_s: per(self.elapsed_s + delay_s / workers),
+            committed_per_cpu_s: per(self.worker_cpu_s + delay_s),
+        }
+    }
+}
+
 pub(crate) struct RunFacts {
     pub arch: Arch,
     pub cc: CcProtocol,

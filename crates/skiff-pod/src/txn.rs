@@ -33,6 +33,7 @@ use crate::header::state;
 use crate::layout::{Array, Loc, LockTable};
 use crate::lockword::{self, Conflict, Mode};
 use crate::memory::PodMemory;
+use crate::remote::{self, Coordinator, RemoteError};
 
 /// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
 const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -63,6 +64,9 @@ struct Held {
     word: Loc,
     /// (e): the slot of the owner's pool the tuple is in.
     slot: Option<u32>,
+    /// (a), (b): the tuple is another host's; its copy is this entry of the
+    /// coordinator's remote tuples, and the owner holds the lock.
+    remote: Option<usize>,
     mode: Mode,
 }
 
@@ -98,6 +102,10 @@ pub(crate) struct Txn<'m> {
     active: bool,
     age: u32,
     side: TxnSideCounters,
+    /// (a), (b): links to the other hosts, once connected.
+    coordinator: Option<Coordinator<'m>>,
+    /// A transport failure during commit or abort: the run must stop.
+    fatal: Option<String>,
 }
 
 /// The current WAIT_DIE age: a microsecond-ish clock shared by every process
@@ -135,7 +143,41 @@ impl<'m> Txn<'m> {
             active: false,
             age: 0,
             side: TxnSideCounters::default(),
+            coordinator: None,
+            fatal: None,
         }
+    }
+
+    /// (a), (b): connects this worker to every other host's participants.
+    pub(crate) fn connect_remote(&mut self, give_up: Instant) -> Result<(), String> {
+        assert!(self.mem.layout.shared_nothing());
+        self.coordinator = Some(Coordinator::connect(
+            self.mem,
+            self.host,
+            self.worker,
+            give_up,
+        )?);
+        Ok(())
+    }
+
+    /// A transport failure left by the last commit or abort, if any.
+    pub(crate) fn take_fatal(&mut self) -> Option<String> {
+        self.fatal.take()
+    }
+
+    pub(crate) fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Whether this transaction holds tuple `idx` of `table` in `mode` (or
+    /// stronger).
+    pub(crate) fn holds(&self, table: LockTable, w: u32, idx: u64, mode: Mode) -> bool {
+        self.held.iter().any(|h| {
+            h.table == table
+                && h.w == w
+                && h.idx == idx
+                && (h.mode == Mode::Exclusive || mode == Mode::Shared)
+        })
     }
 
     pub(crate) fn mem(&self) -> &'m PodMemory {
@@ -147,7 +189,11 @@ impl<'m> Txn<'m> {
     }
 
     pub(crate) fn side_counters(&self) -> TxnSideCounters {
-        self.side
+        let mut side = self.side;
+        if let Some(c) = &self.coordinator {
+            side.messages += c.messages;
+        }
+        side
     }
 
     /// Starts an attempt. `age`: WAIT_DIE timestamp of the input's first
@@ -175,6 +221,11 @@ impl<'m> Txn<'m> {
             if self.held[i].mode == Mode::Exclusive || mode == Mode::Shared {
                 return Ok(());
             }
+            if self.held[i].remote.is_some() {
+                return Err(TxnError::Corrupt(format!(
+                    "upgrade of a remote lock on {table:?} {w}/{idx} is not supported"
+                )));
+            }
             let word = self.word(self.held[i].word);
             lockword::try_upgrade(word, self.host).map_err(|_| TxnError::Conflict)?;
             self.held[i].mode = Mode::Exclusive;
@@ -184,6 +235,30 @@ impl<'m> Txn<'m> {
             self.held.len() < TXN_LOCKS_MAX,
             "transaction holds {TXN_LOCKS_MAX} locks"
         );
+        let owner = self.mem.layout.host_of(w);
+        if owner != self.host
+            && let Some(c) = self.coordinator.as_mut()
+        {
+            let i = match c.lock(owner, table, w, idx, mode, self.age) {
+                Ok(i) => i,
+                Err(RemoteError::Conflict) => return Err(TxnError::Conflict),
+                Err(RemoteError::Fatal(e)) => return Err(TxnError::Corrupt(e)),
+            };
+            self.held.push(Held {
+                table,
+                w,
+                idx,
+                word: Loc {
+                    place: Place::Partition,
+                    host: owner,
+                    off: 0,
+                },
+                slot: None,
+                remote: Some(i),
+                mode,
+            });
+            return Ok(());
+        }
         let (word, slot) = if self.mem.layout.movable(table) {
             self.lock_movable(table, w, idx, mode)?
         } else {
@@ -197,6 +272,7 @@ impl<'m> Txn<'m> {
             idx,
             word,
             slot,
+            remote: None,
             mode,
         });
         Ok(())
@@ -395,6 +471,10 @@ impl<'m> Txn<'m> {
         assert!(self.active);
         assert!(at + size_of::<T>() as u64 <= array.row_bytes());
         let held = self.covering(array, w, idx, Mode::Shared);
+        if let Some(row) = self.remote_row(array, held) {
+            let at = at as usize;
+            return bytemuck::pod_read_unaligned(&row.0[at..at + size_of::<T>()]);
+        }
         let loc = self.row(array, w, idx, held);
         match loc.place {
             Place::Pod => {
@@ -408,11 +488,38 @@ impl<'m> Txn<'m> {
     /// Writes row `idx` of `array` in place after saving its before-image;
     /// the covering lock must be held exclusively.
     pub(crate) fn put<T: Pod>(&mut self, array: Array, w: u32, idx: u64, value: &T) {
+        self.put_bytes(array, w, idx, bytemuck::bytes_of(value));
+    }
+
+    /// Reads a whole row as bytes (a participant shipping it).
+    pub(crate) fn get_bytes(&mut self, array: Array, w: u32, idx: u64, dst: &mut [u8]) {
         assert!(self.active);
-        assert_eq!(size_of::<T>() as u64, array.row_bytes());
-        let held = self.covering(array, w, idx, Mode::Exclusive);
+        assert_eq!(dst.len() as u64, array.row_bytes());
+        let held = self.covering(array, w, idx, Mode::Shared);
+        assert!(held.is_none_or(|h| h.remote.is_none()));
         let loc = self.row(array, w, idx, held);
-        let len = size_of::<T>();
+        match loc.place {
+            Place::Pod => {
+                let c = self.coherence(held);
+                self.cxl.read_bytes(c, loc.off, dst);
+            }
+            _ => self.local(loc).read_bytes(loc.off, dst),
+        }
+    }
+
+    /// [`Txn::put`] of raw bytes: the row's new image.
+    pub(crate) fn put_bytes(&mut self, array: Array, w: u32, idx: u64, value: &[u8]) {
+        assert!(self.active);
+        assert_eq!(value.len() as u64, array.row_bytes());
+        let held = self.covering(array, w, idx, Mode::Exclusive);
+        if let Some(row) = self.remote_row(array, held) {
+            // The owner writes it at PREPARE, under the lock it holds.
+            row.0.copy_from_slice(value);
+            row.1 = true;
+            return;
+        }
+        let loc = self.row(array, w, idx, held);
+        let len = value.len();
         let start = self.undo_bytes.len();
         assert!(
             start + len <= TXN_UNDO_BYTES_MAX,
@@ -424,13 +531,13 @@ impl<'m> Txn<'m> {
                 let c = self.coherence(held);
                 self.cxl
                     .read_bytes(c, loc.off, &mut self.undo_bytes[start..]);
-                self.cxl.write(c, loc.off, value);
+                self.cxl.write_bytes(c, loc.off, value);
                 held.map(|h| h.word)
             }
             _ => {
                 let m = self.local(loc);
                 m.read_bytes(loc.off, &mut self.undo_bytes[start..]);
-                m.write(loc.off, value);
+                m.write_bytes(loc.off, value);
                 None
             }
         };
@@ -440,6 +547,16 @@ impl<'m> Txn<'m> {
             start,
             len,
         });
+    }
+
+    /// The local copy of a remote tuple's row of `array` (shared nothing).
+    fn remote_row(&mut self, array: Array, held: Option<Held>) -> Option<&mut (Vec<u8>, bool)> {
+        let h = held?;
+        let i = h.remote?;
+        let group = remote::arrays_of(h.table).iter().position(|&a| a == array);
+        let c = self.coordinator.as_mut()?;
+        let group = group.unwrap_or_else(|| panic!("{array:?} is not a row of {:?}", h.table));
+        Some(&mut c.tuples[i].rows[group])
     }
 
     fn local(&self, loc: Loc) -> &'m crate::region::Mapping {
@@ -453,8 +570,19 @@ impl<'m> Txn<'m> {
         }
     }
 
+    /// Commits; with remote participants, by two-phase commit first. A
+    /// transport failure aborts instead and leaves a fatal error
+    /// ([`Txn::take_fatal`]).
     pub(crate) fn commit(&mut self) {
         assert!(self.active);
+        if let Some(c) = self.coordinator.as_mut()
+            && c.has_participants()
+            && let Err(e) = c.commit()
+        {
+            self.fatal = Some(e);
+            self.abort();
+            return;
+        }
         self.undo.clear();
         self.undo_bytes.clear();
         self.release();
@@ -477,11 +605,20 @@ impl<'m> Txn<'m> {
         }
         self.undo_bytes.clear();
         self.release();
+        if let Some(c) = self.coordinator.as_mut()
+            && c.has_participants()
+            && let Err(e) = c.abort()
+        {
+            self.fatal.get_or_insert(e);
+        }
     }
 
     fn release(&mut self) {
         while let Some(h) = self.held.pop() {
-            self.unlock(h.word, h.mode);
+            // A remote lock is its owner's to release (COMMIT or ABORT).
+            if h.remote.is_none() {
+                self.unlock(h.word, h.mode);
+            }
         }
         self.active = false;
     }

@@ -213,15 +213,40 @@ fn wait_die_runs_every_architecture_consistently() {
     }
 }
 
+/// Shared nothing: a remote tuple is locked and written at its owner, and
+/// a transaction with one commits by two-phase commit.
 #[test]
-fn unbuilt_architectures_are_refused() {
-    let pod = Pod::new("refused");
+fn two_host_processes_shared_nothing_two_phase_commit() {
     for arch in [Arch::SharedNothingTcp, Arch::SharedNothingCxl] {
-        let err = skiff_pod::run(&config(&pod, arch, 2, 2, 1)).unwrap_err();
-        assert!(matches!(err, PodError::NotImplemented(_)), "{err}");
-        assert!(err.to_string().contains(arch.name()), "{err}");
+        let pod = Pod::new("ab");
+        let mut cfg = config(&pod, arch, 2, 2, 1);
+        cfg.launch = processes();
+        cfg.multi_warehouse_pct = 60.0;
+        cfg.duration = Duration::from_millis(800);
+        let report = run_and_check(&cfg);
+        assert!(
+            report.payment.remote > 0 && report.new_order.remote > 0,
+            "{report}"
+        );
+        // A remote Payment: LOCK, PREPARE, COMMIT, each a request and a
+        // reply. Local transactions send nothing.
+        assert!(report.messages >= 6 * report.payment.remote, "{report}");
+        assert_eq!(
+            report.cxl.misses(),
+            0,
+            "shared nothing shares no tuple: {report}"
+        );
     }
-    assert!(!pod.0.exists(), "nothing was created");
+}
+
+#[test]
+fn shared_nothing_under_wait_die_with_two_workers() {
+    let pod = Pod::new("ab-wd");
+    let mut cfg = config(&pod, Arch::SharedNothingCxl, 2, 2, 2);
+    cfg.cc = CcProtocol::WaitDie;
+    cfg.multi_warehouse_pct = 60.0;
+    cfg.duration = Duration::from_millis(600);
+    run_and_check(&cfg);
 }
 
 #[test]
