@@ -2,8 +2,10 @@
 //! optionally an auditor) from the coordinator's start signal to its stop
 //! signal, and leaves its statistics in its slot of the coherent region.
 //!
-//! A host never talks to another host: its transactions reach only its
-//! partition and pod memory.
+//! In (c) and (d) a host never talks to another host. In (e) it also runs a
+//! mover that answers other hosts' requests for its tuples; in (a) and (b)
+//! it runs a participant per remote worker that executes their remote parts
+//! (`remote`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

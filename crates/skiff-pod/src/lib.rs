@@ -2,8 +2,9 @@
 //! processes that each own a partition of TPC-C in private memory and share
 //! a pod-memory file standing in for CXL memory, with a hardware-coherent
 //! region (lock words, run control, host stats) and a shared data region.
-//! Every transaction runs on one host under single-node two-phase locking;
-//! no architecture built here ever needs a second host or a message.
+//! In (c)-(e) every transaction runs on one host under single-node
+//! two-phase locking; the shared-nothing baselines (a) and (b) send a
+//! transaction's remote part to its owner and commit with 2PC.
 //!
 //! This crate owns the pod files (`/dev/shm/...` and `.hostN` partitions),
 //! the TPC-C schema, loader, NewOrder/Payment, the consistency check and the
@@ -30,9 +31,12 @@
 //! [`PodConfig::new`] starts hosts as threads ([`Launch::Threads`]); the CLI
 //! should set [`Launch::Processes`] so each host is its own process.
 //!
-//! Architectures (c) shared-everything and (d) Pasha static run; (a), (b) and
-//! (e), and WAIT_DIE, return [`PodError::NotImplemented`] — never a silent
-//! fallback. See `docs/pod.md` for the design.
+//! All five architectures run: (a)/(b) shared nothing with two-phase commit
+//! over TCP / pod-memory channels (`remote`), (c) shared-everything, (d)
+//! Pasha static, (e) Pasha dynamic (`dynamic`); under NO_WAIT or WAIT_DIE.
+//! [`bench`] runs the Figure 3 sweep. See `docs/pod.md` for the design and
+//! for what is not built yet (Delivery/OrderStatus/StockLevel, logging and
+//! recovery, leases).
 
 mod arch;
 mod bench;

@@ -1,11 +1,15 @@
 //! `skiff pod`: the transaction engine of the emulated CXL pod (see
-//! `docs/pod.md`). Thin glue over the `skiff-pod` crate.
+//! `docs/pod.md`). Thin glue over the `skiff-pod` crate, plus the PNG of
+//! `skiff pod bench` (the Pasha paper's Figure 3).
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use skiff_pod::{Arch, CheckConfig, HostArgs, HostCommand, Launch, PodConfig, PodError};
+use skiff_pod::{
+    Arch, BenchConfig, BenchPoint, CcProtocol, CheckConfig, HostArgs, HostCommand, Launch,
+    PodConfig, PodError,
+};
 
 use crate::cli::parse_bytes;
 
@@ -16,6 +20,9 @@ pub enum PodCommand {
     Run(PodRunArgs),
     /// Check the twelve TPC-C consistency conditions of a pod kept with --keep.
     Check(PodCheckArgs),
+    /// Throughput of every built architecture from 0% to 60% multi-warehouse
+    /// transactions (the Pasha paper's Figure 3); CSV + PNG in --results.
+    Bench(PodBenchArgs),
     /// One host process of a pod (started by `skiff pod run`).
     #[command(hide = true)]
     Host {
@@ -32,10 +39,20 @@ pub struct PodRunArgs {
     /// TPC-C warehouses, assigned to hosts in blocks.
     #[arg(long, default_value_t = 2)]
     pub warehouses: u32,
-    /// Architecture: c (shared-everything) or d (Pasha static); a, b and e
-    /// are not built yet and are refused.
+    /// Architecture: a (shared-nothing 2PC over TCP), b (shared-nothing 2PC
+    /// over pod-memory channels), c (shared-everything), d (Pasha static) or
+    /// e (Pasha dynamic); a letter or a name.
     #[arg(long, default_value = "d")]
     pub arch: String,
+    /// Concurrency control: no-wait or wait-die.
+    #[arg(long, default_value = "no-wait")]
+    pub cc: String,
+    /// Pasha dynamic: shared-region slots per host and movable table.
+    #[arg(long)]
+    pub dynamic_slots: Option<u32>,
+    /// Run the read-only auditor (W_YTD = sum of D_YTD) on every host.
+    #[arg(long)]
+    pub auditor: bool,
     /// Seconds to run.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -64,6 +81,32 @@ pub struct PodRunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct PodBenchArgs {
+    /// The short sweep (under 5 minutes): NO_WAIT, 0/20/40/60%, 1.5 s per
+    /// point, one 4-host correctness run.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the CSV and PNG go.
+    #[arg(long, default_value = "bench/results")]
+    pub results: PathBuf,
+    /// Only these architectures (comma-separated letters or names).
+    #[arg(long, value_delimiter = ',')]
+    pub archs: Vec<String>,
+    /// Seconds per timing point (default 5, or 1.5 with --quick).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Warehouses of the timing runs (default 4, or 2 with --quick).
+    #[arg(long)]
+    pub warehouses: Option<u32>,
+    /// Run hosts as threads of this process instead of processes.
+    #[arg(long)]
+    pub threads: bool,
+    /// Directory of the pod files.
+    #[arg(long, default_value = "/dev/shm")]
+    pub shm_dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
 pub struct PodCheckArgs {
     /// The pod file of a finished run.
     #[arg(long)]
@@ -79,12 +122,17 @@ pub enum PodCliError {
     CheckFailed,
     #[error("bad --duration {0}: seconds must be a positive number")]
     Duration(f64),
+    #[error("{} of the benchmark's runs failed the consistency check", .0)]
+    BenchCheckFailed(usize),
+    #[error("cannot plot {path}: {message}")]
+    Plot { path: PathBuf, message: String },
 }
 
 pub fn run(command: &PodCommand) -> Result<(), PodCliError> {
     match command {
         PodCommand::Run(args) => run_pod(args),
         PodCommand::Check(args) => check(&args.shm),
+        PodCommand::Bench(args) => bench(args),
         PodCommand::Host { args } => {
             let args = HostArgs::parse(args.iter().cloned())?;
             Ok(skiff_pod::host_main(&args)?)
@@ -99,17 +147,16 @@ fn run_pod(args: &PodRunArgs) -> Result<(), PodCliError> {
         .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/skiff-pod-{}", std::process::id())));
     let mut config = PodConfig::new(&path, args.hosts, args.warehouses);
     config.arch = args.arch.parse::<Arch>()?;
+    config.cc = args.cc.parse::<CcProtocol>()?;
+    config.dynamic_slots_per_host = args.dynamic_slots;
+    config.auditor = args.auditor;
     config.duration = Duration::try_from_secs_f64(args.duration)
         .map_err(|_| PodCliError::Duration(args.duration))?;
     config.workers_per_host = args.workers;
     config.multi_warehouse_pct = args.multi_warehouse_pct;
     config.coherent_bytes = args.coherent_bytes as u64;
     config.cxl.latency_ratio = args.latency_ratio;
-    config.launch = if args.threads {
-        Launch::Threads
-    } else {
-        Launch::Processes(HostCommand::current_exe_pod_host()?)
-    };
+    config.launch = launch(args.threads)?;
     let outcome = skiff_pod::run(&config)
         .map_err(PodCliError::from)
         .and_then(|report| {
@@ -131,5 +178,335 @@ fn check(path: &std::path::Path) -> Result<(), PodCliError> {
         Ok(())
     } else {
         Err(PodCliError::CheckFailed)
+    }
+}
+
+fn launch(threads: bool) -> Result<Launch, PodError> {
+    Ok(if threads {
+        Launch::Threads
+    } else {
+        Launch::Processes(HostCommand::current_exe_pod_host()?)
+    })
+}
+
+fn bench(args: &PodBenchArgs) -> Result<(), PodCliError> {
+    let launch = launch(args.threads)?;
+    let mut cfg = if args.quick {
+        BenchConfig::quick(&args.shm_dir, launch)
+    } else {
+        BenchConfig::full(&args.shm_dir, launch)
+    };
+    if !args.archs.is_empty() {
+        cfg.archs = args
+            .archs
+            .iter()
+            .map(|a| a.parse::<Arch>())
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(secs) = args.duration {
+        cfg.duration =
+            Duration::try_from_secs_f64(secs).map_err(|_| PodCliError::Duration(secs))?;
+    }
+    if let Some(w) = args.warehouses {
+        cfg.warehouses = w;
+    }
+    let unbuilt: Vec<String> = Arch::ALL
+        .into_iter()
+        .filter(|a| !a.is_implemented())
+        .map(|a| a.to_string())
+        .collect();
+    if !unbuilt.is_empty() {
+        println!("not built, so not measured: {}", unbuilt.join(", "));
+    }
+    let total = cfg.points().len();
+    let started = Instant::now();
+    println!(
+        "{total} runs: {} hosts x {} worker, {} warehouses, {:?} per timing point",
+        cfg.hosts, cfg.workers_per_host, cfg.warehouses, cfg.duration
+    );
+    println!("{}", table_header());
+    let mut done = 0;
+    let points = skiff_pod::bench(&cfg, true, |p| {
+        done += 1;
+        println!("{}", table_row(p));
+        if done == total {
+            println!("({:.0} s)", started.elapsed().as_secs_f64());
+        }
+    })?;
+    let stem = if args.quick {
+        "pod-fig3-quick"
+    } else {
+        "pod-fig3"
+    };
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let written = write_results(&args.results, stem, &stamp.to_string(), &points, &cfg)?;
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    print_targets(&points);
+    let failed = points.iter().filter(|p| !p.check_passed).count();
+    // Every run was checked; the last pod was kept for the final check.
+    let outcome = match skiff_pod::last_pod_path(&cfg) {
+        Some(path) => {
+            println!("skiff pod check --shm {}", path.display());
+            let checked = check(&path);
+            skiff_pod::remove_pod(&path)?;
+            checked
+        }
+        None => Ok(()),
+    };
+    if failed > 0 {
+        return Err(PodCliError::BenchCheckFailed(failed));
+    }
+    outcome
+}
+
+fn table_header() -> String {
+    format!(
+        "{:<22} {:<8} {:>5} {:>5} {:>10} {:>10} {:>10} {:>6} {:>8} {:>8} {:>6} {:>6}",
+        "arch",
+        "cc",
+        "hosts",
+        "mw%",
+        "txn/s",
+        "@2.3x/s",
+        "txn/cpu-s",
+        "abort%",
+        "p50 us",
+        "p99 us",
+        "msg/tx",
+        "check"
+    )
+}
+
+fn table_row(p: &BenchPoint) -> String {
+    let r = &p.report;
+    format!(
+        "{:<22} {:<8} {:>5} {:>5} {:>10.0} {:>10.0} {:>10.0} {:>6.2} {:>8.1} {:>8.1} {:>6.2} {:>6}",
+        r.arch.to_string(),
+        r.cc.name(),
+        r.hosts,
+        r.multi_warehouse_pct,
+        r.committed_per_s,
+        r.modeled_at(2.3).committed_per_s,
+        r.committed_per_cpu_s,
+        100.0 * r.abort_rate,
+        r.latency_p50_us,
+        r.latency_p99_us,
+        r.messages_per_txn,
+        if p.check_passed { "ok" } else { "FAILED" }
+    )
+}
+
+/// Writes `<stem>-<stamp>.csv/png` and `<stem>-latest.csv/png`.
+fn write_results(
+    dir: &Path,
+    stem: &str,
+    stamp: &str,
+    points: &[BenchPoint],
+    cfg: &BenchConfig,
+) -> Result<Vec<PathBuf>, PodCliError> {
+    let mut written = Vec::new();
+    for tag in [stamp, "latest"] {
+        let csv = dir.join(format!("{stem}-{tag}.csv"));
+        skiff_pod::write_csv(points, &cfg.latency_ratios, &csv)?;
+        let png = dir.join(format!("{stem}-{tag}.png"));
+        figure::draw(&png, points).map_err(|message| PodCliError::Plot {
+            path: png.clone(),
+            message,
+        })?;
+        written.extend([csv, png]);
+    }
+    Ok(written)
+}
+
+/// The targets, said plainly: met, missed, or not measurable.
+fn print_targets(points: &[BenchPoint]) {
+    let timing: Vec<&BenchPoint> = points.iter().filter(|p| !p.correctness).collect();
+    let at = |arch: Arch, pct: f64| {
+        timing
+            .iter()
+            .find(|p| {
+                p.report.arch == arch
+                    && p.report.cc == CcProtocol::NoWait
+                    && p.report.multi_warehouse_pct == pct
+            })
+            .map(|p| p.report.modeled_at(2.3).committed_per_s)
+    };
+    let top = timing
+        .iter()
+        .map(|p| p.report.multi_warehouse_pct)
+        .fold(0.0f64, f64::max);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "not measured".into(),
+    };
+    println!("targets (NO_WAIT, modeled at 2.3x):");
+    println!(
+        "  (e)/(a) at {top}%: {} (target >= 5x)",
+        ratio(at(Arch::PashaDynamic, top), at(Arch::SharedNothingTcp, top))
+    );
+    println!(
+        "  (e)/(c) at 0%: {} (target >= 1.4x)",
+        ratio(at(Arch::PashaDynamic, 0.0), at(Arch::SharedEverything, 0.0))
+    );
+    let pcts: Vec<f64> = timing
+        .iter()
+        .filter(|p| p.report.arch == Arch::PashaDynamic)
+        .map(|p| p.report.multi_warehouse_pct)
+        .collect();
+    let vs_d: Vec<String> = pcts
+        .iter()
+        .map(|&pct| {
+            format!(
+                "{pct}%: {}",
+                ratio(at(Arch::PashaDynamic, pct), at(Arch::PashaStatic, pct))
+            )
+        })
+        .collect();
+    println!("  (e)/(d) (target >= 1x): {}", vs_d.join(", "));
+}
+
+/// The PNG: six panels over the multi-warehouse %, one line per
+/// architecture and protocol (timing runs only).
+mod figure {
+    use std::path::Path;
+    use std::sync::OnceLock;
+
+    use plotters::coord::Shift;
+    use plotters::prelude::*;
+    use plotters::style::{FontStyle, register_font};
+    use skiff_pod::{Arch, BenchPoint, CcProtocol, RunReport};
+
+    const PANEL_PX: (u32, u32) = (620, 420);
+
+    fn color(arch: Arch) -> RGBColor {
+        match arch {
+            Arch::SharedNothingTcp => RGBColor(200, 50, 50),
+            Arch::SharedNothingCxl => RGBColor(230, 140, 20),
+            Arch::SharedEverything => RGBColor(40, 100, 190),
+            Arch::PashaStatic => RGBColor(60, 150, 60),
+            Arch::PashaDynamic => RGBColor(140, 60, 170),
+        }
+    }
+
+    /// plotters looks fonts up by family name; register the embedded DejaVu
+    /// once per process (a fresh Debian has no system fonts).
+    fn fonts() -> Result<(), String> {
+        static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+        REGISTERED
+            .get_or_init(|| {
+                let invalid = |_| "the embedded DejaVu font is invalid".to_string();
+                register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+                    .map_err(invalid)?;
+                register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold()).map_err(invalid)
+            })
+            .clone()
+    }
+
+    type Metric = (&'static str, &'static str, fn(&RunReport) -> f64);
+
+    const METRICS: [Metric; 6] = [
+        ("throughput, raw", "committed txn/s", |r| r.committed_per_s),
+        ("throughput, CXL modeled at 2.3x", "committed txn/s", |r| {
+            r.modeled_at(2.3).committed_per_s
+        }),
+        (
+            "per busy core-second, modeled 2.3x",
+            "committed txn/cpu-s",
+            |r| r.modeled_at(2.3).committed_per_cpu_s,
+        ),
+        ("abort rate", "% of attempts", |r| 100.0 * r.abort_rate),
+        ("p99 latency", "us", |r| r.latency_p99_us),
+        ("messages per transaction", "messages", |r| {
+            r.messages_per_txn
+        }),
+    ];
+
+    pub fn draw(path: &Path, points: &[BenchPoint]) -> Result<(), String> {
+        fonts()?;
+        let timing: Vec<&RunReport> = points
+            .iter()
+            .filter(|p| !p.correctness)
+            .map(|p| &p.report)
+            .collect();
+        let root = BitMapBackend::new(path, (PANEL_PX.0 * 3, PANEL_PX.1 * 2)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        for (area, metric) in root.split_evenly((2, 3)).iter().zip(METRICS) {
+            panel(area, &timing, metric)?;
+        }
+        root.present().map_err(|e| e.to_string())
+    }
+
+    fn panel(
+        area: &DrawingArea<BitMapBackend<'_>, Shift>,
+        runs: &[&RunReport],
+        (title, y_desc, value): Metric,
+    ) -> Result<(), String> {
+        let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+        let x_max = runs
+            .iter()
+            .map(|r| r.multi_warehouse_pct)
+            .fold(10.0f64, f64::max);
+        let y_max = runs.iter().map(|r| value(r)).fold(0.0f64, f64::max);
+        let y_top = if y_max > 0.0 { y_max * 1.25 } else { 1.0 };
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("multi-warehouse % (NewOrder; Payment is 1.5x)")
+            .y_desc(y_desc)
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(err)?;
+        for cc in CcProtocol::ALL {
+            for arch in Arch::ALL {
+                let mut series: Vec<(f64, f64)> = runs
+                    .iter()
+                    .filter(|r| r.arch == arch && r.cc == cc)
+                    .map(|r| (r.multi_warehouse_pct, value(r)))
+                    .collect();
+                if series.is_empty() {
+                    continue;
+                }
+                series.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let solid = cc == CcProtocol::NoWait;
+                let c = color(arch);
+                let line = if solid {
+                    c.stroke_width(2)
+                } else {
+                    c.mix(0.45).stroke_width(2)
+                };
+                chart
+                    // A path element: the workspace's plotters has no
+                    // line_series feature.
+                    .draw_series(std::iter::once(PathElement::new(series.clone(), line)))
+                    .map_err(err)?
+                    .label(format!("({}) {}", arch.letter(), cc.name()))
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], line));
+                let marks = series.into_iter().map(move |(x, y)| {
+                    if solid {
+                        Circle::new((x, y), 3, c.filled()).into_dyn()
+                    } else {
+                        TriangleMarker::new((x, y), 4, c.mix(0.45).filled()).into_dyn()
+                    }
+                });
+                chart.draw_series(marks).map_err(err)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(err)?;
+        Ok(())
     }
 }
