@@ -337,8 +337,11 @@ pub(crate) struct Mover<'m> {
     stats: MoverStats,
 }
 
-/// How long an idle mover sleeps before sweeping for cooled tuples.
-const COOL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often a mover sweeps a pool that is over half full for tuples that
+/// cooled (and how long it sleeps when nobody asks). A pool with room keeps
+/// what it has: moving back a tuple another host still uses only to move
+/// it in again costs two copies and a round trip.
+const COOL_INTERVAL: Duration = Duration::from_millis(100);
 
 impl<'m> Mover<'m> {
     pub(crate) fn new(mem: &'m PodMemory, host: u16) -> Mover<'m> {
@@ -500,10 +503,15 @@ impl<'m> Mover<'m> {
         true
     }
 
-    /// Moves back tuples that cooled: one bounded clock sweep per pool.
+    /// Moves back tuples that cooled: one bounded clock sweep per pool that
+    /// is over half full.
     fn cool(&mut self, visits: u32) {
         for p in 0..self.pools.len() {
-            let n = visits.min(self.pools[p].occupant.len() as u32);
+            let slots = self.pools[p].occupant.len();
+            if self.pools[p].free.len() * 2 >= slots {
+                continue;
+            }
+            let n = visits.min(slots as u32);
             for _ in 0..n {
                 let s = self.advance(p);
                 if self.evict_if_cold(p, s) {
@@ -569,10 +577,15 @@ impl<'m> Mover<'m> {
     /// Moves back every unreferenced tuple (tests: the pool drains).
     #[cfg(test)]
     pub(crate) fn cool_all(&mut self) {
-        let slots = self.mem.layout.dynamic_slots();
-        // Two visits per slot: the first clears the clock bit.
-        self.cool(2 * slots);
-        self.cool(2 * slots);
+        for p in 0..self.pools.len() {
+            // Two visits per slot: the first clears the clock bit.
+            for _ in 0..2 * self.pools[p].occupant.len() {
+                let s = self.advance(p);
+                if self.evict_if_cold(p, s) {
+                    self.pools[p].free.push(s);
+                }
+            }
+        }
     }
 }
 
