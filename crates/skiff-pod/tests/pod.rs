@@ -306,3 +306,23 @@ fn eight_hosts_finishing_at_different_times_all_report() {
     cfg.multi_warehouse_pct = 60.0;
     run_and_check(&cfg);
 }
+
+/// Eight hosts with movers, and with 56 participants each way over TCP.
+#[test]
+fn eight_hosts_pasha_dynamic_and_shared_nothing_slow() {
+    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
+        eprintln!("skipped: set SKIFF_SLOW_TESTS=1");
+        return;
+    }
+    for arch in [
+        Arch::PashaDynamic,
+        Arch::SharedNothingTcp,
+        Arch::SharedNothingCxl,
+    ] {
+        let pod = Pod::new("eight-e");
+        let mut cfg = config(&pod, arch, 8, 8, 1);
+        cfg.duration = Duration::from_millis(500);
+        cfg.multi_warehouse_pct = 60.0;
+        run_and_check(&cfg);
+    }
+}
