@@ -8,7 +8,9 @@ use futures::TryStreamExt;
 use skiff_engine::{Breaker, Engine, QueryExecution};
 
 use crate::invariants;
-use crate::support::{engine, render_rows};
+use skiff_testkit::render_rows;
+
+use crate::support::engine;
 
 async fn tables() -> Engine {
     let engine = engine(None, 3).await;

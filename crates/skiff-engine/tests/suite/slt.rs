@@ -15,7 +15,9 @@ use skiff_engine::Engine;
 use skiff_engine::statement::{StatementKind, classify};
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Normalizer, Runner};
 
-use crate::support::{engine, files_with_extension};
+use skiff_testkit::files_with_extension;
+
+use crate::support::engine;
 
 /// Partitions per pipeline in slt sessions: fixed so plans are stable.
 const SLT_PARTITIONS: usize = 2;
