@@ -94,7 +94,18 @@ impl std::error::Error for ServerError {}
 
 impl From<DataFusionError> for ServerError {
     fn from(error: DataFusionError) -> Self {
-        let message = one_line(&error.to_string());
+        // Context layers and "External error:" wrappers add nothing a
+        // client can use; the innermost error says what went wrong.
+        let root = error.find_root();
+        if let DataFusionError::External(inner) = root
+            && let Some(server) = inner.downcast_ref::<ServerError>()
+        {
+            return server.clone();
+        }
+        let message = match root {
+            DataFusionError::External(inner) => one_line(&inner.to_string()),
+            other => one_line(&other.strip_backtrace()),
+        };
         Self::new(classify(&error, &message), message)
     }
 }
@@ -152,16 +163,16 @@ mod tests {
     #[test]
     fn states_from_datafusion_errors() {
         let parse = DataFusionError::SQL(
-            Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError(
-                "Expected: an SQL statement".into(),
-            )),
+            Box::new(
+                datafusion::sql::sqlparser::parser::ParserError::ParserError(
+                    "Expected: an SQL statement".into(),
+                ),
+            ),
             None,
         );
         assert_eq!(ServerError::from(parse).state, SqlState::SyntaxError);
-        let div = DataFusionError::ArrowError(
-            Box::new(arrow::error::ArrowError::DivideByZero),
-            None,
-        );
+        let div =
+            DataFusionError::ArrowError(Box::new(arrow::error::ArrowError::DivideByZero), None);
         assert_eq!(ServerError::from(div).state, SqlState::DivisionByZero);
         let wrapped: DataFusionError = ServerError::canceled("stop").into();
         assert_eq!(ServerError::from(wrapped).state, SqlState::QueryCanceled);
@@ -183,9 +194,7 @@ mod tests {
 pub fn to_status(error: &ServerError) -> tonic::Status {
     let code = match error.state {
         SqlState::QueryCanceled => tonic::Code::Cancelled,
-        SqlState::InvalidPassword | SqlState::InvalidAuthorization => {
-            tonic::Code::Unauthenticated
-        }
+        SqlState::InvalidPassword | SqlState::InvalidAuthorization => tonic::Code::Unauthenticated,
         SqlState::OutOfMemory | SqlState::TooManyConnections => tonic::Code::ResourceExhausted,
         SqlState::FeatureNotSupported => tonic::Code::Unimplemented,
         SqlState::CannotConnectNow | SqlState::ConnectionFailure => tonic::Code::Unavailable,

@@ -73,6 +73,15 @@ pub enum Command {
     Gen(GenArgs),
     /// Measure Skiff against baselines on a benchmark.
     Bench(BenchArgs),
+    /// Serve a whole cluster on loopback: coordinator (PostgreSQL and Flight
+    /// SQL front doors), worker processes and a memory node.
+    Serve(crate::server::ServeArgs),
+    /// Run only the coordinator role (workers join with `skiff worker`).
+    Coordinator(crate::server::CoordinatorArgs),
+    /// Run a worker that joins a coordinator.
+    Worker(crate::server::WorkerArgs),
+    /// Run a memory node that joins a coordinator.
+    Memnode(crate::server::MemnodeArgs),
     /// Transactions on an emulated CXL pod (TPC-C NewOrder/Payment).
     #[command(subcommand)]
     Pod(crate::pod::PodCommand),

@@ -8,6 +8,7 @@ mod generate;
 mod output;
 mod pod;
 mod run;
+mod server;
 mod session;
 mod shell;
 
@@ -50,6 +51,10 @@ fn main() -> ExitCode {
 
 async fn main_async(cli: Cli) -> Result<()> {
     match &cli.subcommand {
+        Some(Command::Serve(args)) => server::serve(&cli.session, args).await,
+        Some(Command::Coordinator(args)) => server::coordinator(&cli.session, args).await,
+        Some(Command::Worker(args)) => server::worker(&cli.session, args).await,
+        Some(Command::Memnode(args)) => server::memnode(args).await,
         Some(Command::Pod(command)) => pod::run(command).map_err(external),
         Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
         Some(Command::Demo) => {

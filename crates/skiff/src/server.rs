@@ -1,0 +1,373 @@
+//! `skiff serve`, `skiff coordinator`, `skiff worker`, `skiff memnode`:
+//! the cluster roles as processes. `serve` is a whole cluster on loopback:
+//! the coordinator in this process, workers and a memory node as child
+//! processes it restarts when they die.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use clap::Args;
+use datafusion::error::{DataFusionError, Result};
+use skiff_server::{
+    CoordinatorConfig, Limits, MemnodeConfig, ServerError, TlsFiles, Users, WorkerConfig,
+};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::cli::{SessionArgs, parse_bytes};
+
+/// How long `serve` waits for its nodes to register before saying so.
+const REGISTER_WAIT: Duration = Duration::from_secs(20);
+/// Pause before restarting a child that died.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// Front doors and limits; shared by `serve` and `coordinator`.
+#[derive(Args, Debug, Clone)]
+pub struct FrontArgs {
+    /// PostgreSQL wire protocol address.
+    #[arg(long, default_value = "127.0.0.1:5433")]
+    pub pg_addr: SocketAddr,
+    /// Arrow Flight SQL address.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub flight_addr: SocketAddr,
+    /// Prometheus metrics endpoint (`/metrics`); off unless given.
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Users file, one `name:password` per line. SKIFF_USER/SKIFF_PASSWORD
+    /// add one more. Without any user only loopback clients may connect.
+    #[arg(long)]
+    pub users: Option<PathBuf>,
+    /// Most client connections open at once.
+    #[arg(long, default_value_t = 100)]
+    pub max_connections: usize,
+    /// Cancel statements running longer than this many seconds.
+    #[arg(long)]
+    pub statement_timeout: Option<f64>,
+    /// Memory one query may use on its worker, e.g. 2G.
+    #[arg(long, value_parser = parse_bytes)]
+    pub query_memory_limit: Option<usize>,
+    /// TLS certificate chain (PEM) for the PostgreSQL port.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  skiff serve --data DIR
+  psql -h 127.0.0.1 -p 5433 -U skiff
+  SKIFF_USER=skiff SKIFF_PASSWORD=secret skiff serve --data DIR --workers 4")]
+pub struct ServeArgs {
+    /// Worker processes to start.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
+    /// Internal address workers register at; a free port by default.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub cluster_addr: SocketAddr,
+    #[command(flatten)]
+    pub front: FrontArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CoordinatorArgs {
+    /// Internal address workers and memory nodes register at.
+    #[arg(long, default_value = "127.0.0.1:50052")]
+    pub cluster_addr: SocketAddr,
+    #[command(flatten)]
+    pub front: FrontArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The coordinator's cluster address (its --cluster-addr).
+    #[arg(long)]
+    pub coordinator: String,
+    /// Where this worker listens for plans.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Directory for spill files; the system temporary directory by default.
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct MemnodeArgs {
+    /// The coordinator's cluster address (its --cluster-addr).
+    #[arg(long)]
+    pub coordinator: String,
+    /// Where this memory node listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Memory offered for cached state and chunks, e.g. 4G.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory: Option<usize>,
+}
+
+/// Log to stderr; `SKIFF_LOG` filters (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKIFF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+fn server_error(e: ServerError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+fn coordinator_config(
+    session: &SessionArgs,
+    front: &FrontArgs,
+    cluster_addr: SocketAddr,
+) -> Result<CoordinatorConfig> {
+    let data_dir = crate::session::data_dir(session);
+    if !data_dir.is_dir() {
+        return Err(DataFusionError::External(
+            format!(
+                "data directory {} does not exist (pass --data DIR, or run `skiff demo` once)",
+                data_dir.display()
+            )
+            .into(),
+        ));
+    }
+    let users = Users::load(front.users.as_deref()).map_err(server_error)?;
+    Ok(CoordinatorConfig {
+        data_dir,
+        cluster_addr,
+        pg_addr: Some(front.pg_addr),
+        flight_addr: Some(front.flight_addr),
+        metrics_addr: front.metrics_addr,
+        partitions: session.partitions,
+        limits: Limits {
+            max_connections: front.max_connections,
+            statement_timeout: front
+                .statement_timeout
+                .filter(|s| *s > 0.0)
+                .map(Duration::from_secs_f64),
+            query_memory_limit: front.query_memory_limit.map(|b| b as u64),
+        },
+        users,
+        tls: match (&front.tls_cert, &front.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
+    })
+}
+
+/// Cancelled on Ctrl-C or SIGTERM.
+fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let terminate = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate => {}
+            }
+            info!("shutting down");
+            cancel.cancel();
+        });
+    }
+    token
+}
+
+pub async fn coordinator(session: &SessionArgs, args: &CoordinatorArgs) -> Result<()> {
+    init_logging();
+    let config = coordinator_config(session, &args.front, args.cluster_addr)?;
+    let shutdown = shutdown_on_signal();
+    skiff_server::serve_coordinator(config, shutdown, |_, listening| {
+        announce(listening, None);
+    })
+    .instrument(info_span!("coordinator"))
+    .await
+    .map_err(server_error)
+}
+
+pub async fn worker(session: &SessionArgs, args: &WorkerArgs) -> Result<()> {
+    init_logging();
+    let config = WorkerConfig {
+        coordinator: args.coordinator.clone(),
+        listen: args.listen,
+        partitions: session.partitions,
+        memory_limit: session.memory_limit,
+        spill_dir: args.spill_dir.clone(),
+    };
+    let span = info_span!("worker", pid = std::process::id());
+    skiff_server::run_worker(config, shutdown_on_signal())
+        .instrument(span)
+        .await
+        .map_err(server_error)
+}
+
+pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
+    init_logging();
+    let config = MemnodeConfig {
+        coordinator: args.coordinator.clone(),
+        listen: args.listen,
+        memory: args.memory.unwrap_or(0) as u64,
+    };
+    let span = info_span!("memnode", pid = std::process::id());
+    skiff_server::run_memnode(config, shutdown_on_signal())
+        .instrument(span)
+        .await
+        .map_err(server_error)
+}
+
+fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize)>) {
+    let pg = listening.pg.map_or("off".to_string(), |a| a.to_string());
+    let flight = listening
+        .flight
+        .map_or("off".to_string(), |a| a.to_string());
+    let mut line = format!(
+        "skiff: PostgreSQL on {pg}, Flight SQL on {flight}, cluster on {}",
+        listening.cluster
+    );
+    if let Some((workers, memnodes)) = nodes {
+        line.push_str(&format!(", {workers} workers, {memnodes} memory node"));
+    }
+    // The announcement is the one line scripts wait for.
+    println!("{line}");
+}
+
+/// The whole cluster on loopback.
+pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
+    init_logging();
+    let config = coordinator_config(session, &args.front, args.cluster_addr)?;
+    let shutdown = shutdown_on_signal();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let coordinator = skiff_server::serve_coordinator(config, shutdown.clone(), move |c, l| {
+        let _ = ready_tx.send((c.clone(), l.clone()));
+    })
+    .instrument(info_span!("coordinator"));
+    let children = async {
+        let Ok((coordinator, listening)) = ready_rx.await else {
+            return Ok(());
+        };
+        let mut kids = JoinSet::new();
+        let cluster = listening.cluster.to_string();
+        for n in 0..args.workers {
+            let mut command = child_command("worker", &cluster)?;
+            if let Some(p) = session.partitions {
+                command.arg("--partitions").arg(p.to_string());
+            }
+            if let Some(m) = session.memory_limit {
+                command.arg("--memory-limit").arg(m.to_string());
+            }
+            kids.spawn(supervise(format!("worker {n}"), command, shutdown.clone()));
+        }
+        kids.spawn(supervise(
+            "memory node".into(),
+            child_command("memnode", &cluster)?,
+            shutdown.clone(),
+        ));
+        wait_for_nodes(&coordinator, args.workers as usize, &shutdown).await;
+        let workers = coordinator
+            .membership()
+            .live(skiff_flight::protocol::Role::Worker);
+        let memnodes = coordinator
+            .membership()
+            .live(skiff_flight::protocol::Role::MemoryNode);
+        announce(&listening, Some((workers, memnodes)));
+        while kids.join_next().await.is_some() {}
+        Ok::<_, DataFusionError>(())
+    };
+    let (served, children) = tokio::join!(coordinator, children);
+    shutdown.cancel();
+    children?;
+    served.map_err(server_error)
+}
+
+async fn wait_for_nodes(
+    coordinator: &skiff_server::Coordinator,
+    workers: usize,
+    shutdown: &CancellationToken,
+) {
+    let deadline = tokio::time::Instant::now() + REGISTER_WAIT;
+    let membership = coordinator.membership();
+    while membership.live(skiff_flight::protocol::Role::Worker) < workers
+        || membership.live(skiff_flight::protocol::Role::MemoryNode) < 1
+    {
+        if tokio::time::Instant::now() >= deadline {
+            warn!("not every node registered in time; serving anyway");
+            return;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+fn child_command(role: &str, cluster: &str) -> Result<tokio::process::Command> {
+    let exe = std::env::current_exe()
+        .map_err(|e| DataFusionError::External(format!("cannot find own binary: {e}").into()))?;
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg(role)
+        .arg("--coordinator")
+        .arg(cluster)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    // A child must not outlive `serve`, even when `serve` is killed.
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(command)
+}
+
+/// Keep one child running until `shutdown`, restarting it when it dies.
+async fn supervise(
+    name: String,
+    mut command: tokio::process::Command,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                warn!(%name, error = %e, "cannot start");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = child.kill().await;
+                return;
+            }
+            status = child.wait() => {
+                warn!(%name, ?status, "exited; restarting");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(RESTART_DELAY) => {}
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! TPC-H answers through the front doors match DuckDB's golden answers.
+
+use skiff_gen::Benchmark;
+use skiff_testkit::{Expected, Row, compare, dataset, load_golden, queries, repo_root};
+
+use crate::support::{Options, Server};
+
+/// Rows and column count of every statement of `sql`, sent one statement
+/// per simple query.
+async fn run_pg(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<(Vec<Row>, usize)>, String> {
+    let mut results = Vec::new();
+    for statement in skiff_engine::statement::split_statements(sql) {
+        let messages = client
+            .simple_query(statement)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let mut rows = Vec::new();
+        let mut columns = 0;
+        for message in messages {
+            match message {
+                tokio_postgres::SimpleQueryMessage::RowDescription(description) => {
+                    columns = description.len();
+                }
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    columns = row.len();
+                    rows.push(
+                        (0..row.len())
+                            .map(|i| row.get(i).map(str::to_string))
+                            .collect(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        results.push((rows, columns));
+    }
+    Ok(results)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_through_postgres_matches_duckdb() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
+    let mut failures = Vec::new();
+    let all = queries("tpch");
+    for (query, sql) in &all {
+        let outcome = match load_golden(&golden_dir, query) {
+            Err(e) => Err(e),
+            Ok(Expected::Error(duckdb)) => Err(format!("unexpected golden error {duckdb}")),
+            Ok(Expected::Answers(answers)) => match run_pg(&client, sql).await {
+                Err(e) => Err(format!("skiff failed: {e}")),
+                Ok(results) => answers.iter().try_for_each(|golden| {
+                    let (rows, columns) = results
+                        .get(golden.statement - 1)
+                        .ok_or_else(|| format!("no statement {}", golden.statement))?;
+                    compare(golden, rows.clone(), *columns)
+                        .map_err(|e| format!("statement {}: {e}", golden.statement))
+                }),
+            },
+        };
+        if let Err(reason) = outcome {
+            failures.push(format!("{query}: {reason}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}/{} TPC-H queries through PostgreSQL differ from DuckDB:\n{}\nserver log:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+}

@@ -1,0 +1,7 @@
+//! Tests against a real `skiff serve`: the binary is started as a process
+//! (coordinator plus worker and memory-node child processes) and reached
+//! only through its ports, as clients reach it.
+
+mod cluster;
+mod golden;
+mod support;

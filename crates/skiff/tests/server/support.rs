@@ -1,0 +1,154 @@
+//! Starting `skiff serve` on free ports and connecting clients to it.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long a server may take to announce itself.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A running `skiff serve`; killed (with its children) on drop.
+pub struct Server {
+    child: Child,
+    pub pg: SocketAddr,
+    pub flight: SocketAddr,
+    pub cluster: SocketAddr,
+    /// The server's stderr (its log), for failure messages.
+    pub log: PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+/// Options of a test server.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub workers: Option<u32>,
+    pub extra: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Server {
+    pub fn start(data: &Path, options: Options) -> Server {
+        let log_dir = tempfile::tempdir().expect("log dir");
+        let log = log_dir.path().join("serve.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_skiff"));
+        command
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
+            .args(["--partitions", "2"])
+            .arg("--workers")
+            .arg(options.workers.unwrap_or(2).to_string())
+            .args(&options.extra)
+            .env_remove("SKIFF_USER")
+            .env_remove("SKIFF_PASSWORD")
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let mut child = command.spawn().expect("start skiff serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("skiff: PostgreSQL on") && line.contains("workers") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "skiff serve did not announce itself; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+        };
+        let addr = |after: &str| -> SocketAddr {
+            let rest = &line[line.find(after).expect(after) + after.len()..];
+            let end = rest.find([',', ' ']).unwrap_or(rest.len());
+            rest[..end].parse().expect("address")
+        };
+        Server {
+            pg: addr("PostgreSQL on "),
+            flight: addr("Flight SQL on "),
+            cluster: addr("cluster on "),
+            child,
+            log,
+            _log_dir: log_dir,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The coordinator process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn pg_config(&self, user: &str) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host(self.pg.ip().to_string())
+            .port(self.pg.port())
+            .user(user)
+            .dbname("skiff")
+            .connect_timeout(Duration::from_secs(10));
+        config
+    }
+
+    /// A PostgreSQL client as `skiff` (no password: loopback trust).
+    pub async fn pg(&self) -> tokio_postgres::Client {
+        connect(self.pg_config("skiff")).await.expect("connect")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Children die with the coordinator (PR_SET_PDEATHSIG).
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connect and drive the connection in the background.
+pub async fn connect(
+    config: tokio_postgres::Config,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+    tokio::runtime::Handle::current().spawn(connection);
+    Ok(client)
+}
+
+/// Rows of a simple query as text cells.
+pub async fn simple_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    Ok(messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect())
+}
+
+/// SQLSTATE of a failed call, or "none".
+pub fn sqlstate(error: &tokio_postgres::Error) -> String {
+    error
+        .code()
+        .map_or_else(|| format!("none ({error})"), |c| c.code().to_string())
+}
