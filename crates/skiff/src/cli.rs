@@ -82,6 +82,8 @@ pub enum Command {
     Worker(crate::server::WorkerArgs),
     /// Run a memory node that joins a coordinator.
     Memnode(crate::server::MemnodeArgs),
+    /// Look at and steer a running cluster: workers, queries, cancel.
+    Ctl(crate::ctl::CtlArgs),
     /// Transactions on an emulated CXL pod (TPC-C NewOrder/Payment).
     #[command(subcommand)]
     Pod(crate::pod::PodCommand),
@@ -145,6 +147,14 @@ pub struct BenchArgs {
     /// tests/queries/<benchmark> under the current directory.
     #[arg(long)]
     pub query_dir: Option<PathBuf>,
+    /// Measure the server path instead: queries through `skiff serve` over
+    /// the PostgreSQL wire or Flight SQL, against the embedded engine, then
+    /// throughput with --clients concurrent clients.
+    #[arg(long, value_enum)]
+    pub via: Option<Via>,
+    /// Concurrent clients for the --via throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub clients: Vec<usize>,
     /// Seconds allowed for all runs of one query on one engine; the engine's
     /// process is killed after that and the query reported as failed.
     #[arg(long, default_value_t = 600)]
@@ -176,6 +186,13 @@ Examples:
   skiff bench tpch --sf 1
   skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
   skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300";
+
+/// A client protocol for `skiff bench --via`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    Pg,
+    Flight,
+}
 
 /// An engine `skiff bench` can measure.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

@@ -4,9 +4,11 @@
 
 mod bench;
 mod cli;
+mod ctl;
 mod generate;
 mod output;
 mod pod;
+mod remote;
 mod run;
 mod server;
 mod session;
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
 
 async fn main_async(cli: Cli) -> Result<()> {
     match &cli.subcommand {
+        Some(Command::Ctl(args)) => ctl::run(args, cli.session.format).await,
         Some(Command::Serve(args)) => server::serve(&cli.session, args).await,
         Some(Command::Coordinator(args)) => server::coordinator(&cli.session, args).await,
         Some(Command::Worker(args)) => server::worker(&cli.session, args).await,
@@ -61,7 +64,7 @@ async fn main_async(cli: Cli) -> Result<()> {
             ensure_demo_data(&session::data_dir(&cli.session))?;
             shell(&cli.session).await
         }
-        Some(Command::Bench(args)) => bench::run(&cli.session, args).map_err(external),
+        Some(Command::Bench(args)) => bench::run(&cli.session, args).await.map_err(external),
         Some(Command::BenchChild(args)) => bench::child::run(&cli.session, args).await,
         None => match (&cli.command, &cli.file) {
             (Some(sql), _) => run_script(&cli.session, sql).await,

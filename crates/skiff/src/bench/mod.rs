@@ -10,6 +10,7 @@ pub mod child;
 mod duckdb;
 mod plot;
 mod report;
+mod via;
 
 use std::fs;
 use std::io::Write;
@@ -61,7 +62,7 @@ struct Setup<'a> {
     threads: usize,
 }
 
-pub fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchError> {
+pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchError> {
     let data = session
         .data
         .clone()
@@ -81,6 +82,9 @@ pub fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchError> {
         threads: session.partitions.unwrap_or_else(cores).max(1),
     };
     let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
+    if let Some(via) = args.via {
+        return via::run(&setup, args, via, &queries, &title).await;
+    }
     let mut header = format!(
         "{title}: {} queries x {} engines ({}), runs per query {}{}, {} partitions, data {}\n",
         queries.len(),

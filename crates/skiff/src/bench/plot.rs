@@ -29,7 +29,7 @@ fn color(engine: BenchEngine) -> RGBColor {
 }
 
 /// plotters looks fonts up by family name; register ours once per process.
-fn fonts() -> Result<(), String> {
+pub(crate) fn fonts() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {

@@ -1,0 +1,481 @@
+//! `skiff bench ... --via pg|flight`: the server path against the embedded
+//! engine on the same data and machine, then throughput with several
+//! concurrent clients.
+//!
+//! The embedded figures come from the usual child processes (one per query,
+//! as `skiff bench` measures Skiff). The server is a `skiff serve` child
+//! with one worker, so one query has the same cores either way; what the
+//! ratio shows is planning on the coordinator, shipping the plan, and
+//! streaming and encoding the rows through the coordinator to the client.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use plotters::prelude::*;
+use skiff_engine::statement::split_statements;
+
+use super::report::{self, Measurement};
+use super::{BenchError, QueryFile, Setup, bench_slug, measure_all};
+use crate::cli::{BenchArgs, BenchEngine, Via};
+use crate::remote::{Credentials, FlightConn, PgConn};
+
+/// How long the server may take to announce itself.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A `skiff serve` child, killed on drop (its own children die with it).
+struct ServerProcess {
+    child: Child,
+    pg: std::net::SocketAddr,
+    flight: std::net::SocketAddr,
+}
+
+impl ServerProcess {
+    fn start(data: &Path, partitions: usize) -> Result<Self, BenchError> {
+        let fail = |e: String| BenchError::Data(format!("cannot start skiff serve: {e}"));
+        let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--workers", "1", "--pg-addr", "127.0.0.1:0"])
+            .args(["--flight-addr", "127.0.0.1:0", "--partitions"])
+            .arg(partitions.to_string())
+            .env("SKIFF_LOG", "warn")
+            .env_remove("SKIFF_USER")
+            .env_remove("SKIFF_PASSWORD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| fail(e.to_string()))?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            return Err(fail("no stdout".into()));
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("skiff: PostgreSQL on") && line.contains("workers") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
+            let _ = child.kill();
+            return Err(fail("it did not announce its ports".into()));
+        };
+        let addr = |after: &str| -> Result<std::net::SocketAddr, BenchError> {
+            let rest = line
+                .find(after)
+                .map(|at| &line[at + after.len()..])
+                .unwrap_or_default();
+            let end = rest.find([',', ' ']).unwrap_or(rest.len());
+            rest[..end]
+                .parse()
+                .map_err(|_| fail(format!("bad announcement: {line}")))
+        };
+        Ok(Self {
+            pg: addr("PostgreSQL on ")?,
+            flight: addr("Flight SQL on ")?,
+            child,
+        })
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One client connection of either kind.
+enum Conn {
+    Pg(PgConn),
+    Flight(Box<FlightConn>),
+}
+
+impl Conn {
+    async fn open(via: Via, server: &ServerProcess) -> Result<Self, String> {
+        let credentials = Credentials::default();
+        Ok(match via {
+            Via::Pg => Conn::Pg(PgConn::connect(server.pg, &credentials).await?),
+            Via::Flight => Conn::Flight(Box::new(
+                FlightConn::connect(&server.flight.to_string(), &credentials).await?,
+            )),
+        })
+    }
+
+    /// Run every statement of a query file; rows of all statements.
+    async fn run(&mut self, script: &str) -> Result<u64, String> {
+        let mut rows = 0;
+        for statement in split_statements(script) {
+            rows += match self {
+                Conn::Pg(conn) => conn.query(statement).await?,
+                Conn::Flight(conn) => {
+                    let (_, batches) = conn.query(statement).await?;
+                    batches.iter().map(|b| b.num_rows() as u64).sum()
+                }
+            };
+        }
+        Ok(rows)
+    }
+}
+
+/// One query's figures.
+struct Latency {
+    query: String,
+    embedded_ms: Option<f64>,
+    server_ms: Option<f64>,
+    rows: Option<u64>,
+    error: Option<String>,
+}
+
+/// Throughput at one concurrency.
+struct Throughput {
+    clients: usize,
+    queries: usize,
+    wall_ms: f64,
+    errors: usize,
+}
+
+impl Throughput {
+    fn per_minute(&self) -> f64 {
+        (self.queries - self.errors) as f64 * 60_000.0 / self.wall_ms.max(1e-9)
+    }
+}
+
+pub async fn run(
+    setup: &Setup<'_>,
+    args: &BenchArgs,
+    via: Via,
+    queries: &[QueryFile],
+    title: &str,
+) -> Result<(), BenchError> {
+    let via_name = match via {
+        Via::Pg => "pg",
+        Via::Flight => "flight",
+    };
+    eprintln!("{title}: embedded Skiff, one child process per query");
+    let embedded = measure_all(setup, queries, &[BenchEngine::Skiff]);
+    eprintln!("{title}: the same queries through a `skiff serve` (1 worker) via {via_name}");
+    let server = ServerProcess::start(&setup.data, setup.threads)?;
+    let scripts: Vec<(String, String)> = queries
+        .iter()
+        .map(|q| {
+            fs::read_to_string(&q.path)
+                .map(|text| (q.name.clone(), text))
+                .map_err(|e| BenchError::Queries(format!("{}: {e}", q.path.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut conn = Conn::open(via, &server).await.map_err(BenchError::Data)?;
+    let mut latencies = Vec::new();
+    for (name, script) in &scripts {
+        let mut times = Vec::new();
+        let mut outcome = Ok(0);
+        for _ in 0..setup.runs {
+            let start = Instant::now();
+            outcome = conn.run(script).await;
+            if outcome.is_err() {
+                break;
+            }
+            times.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        let embedded_ms = embedded
+            .iter()
+            .find(|m| &m.query == name)
+            .and_then(Measurement::median_ms);
+        let server_ms = report::stats(&times).map(|s| s.median_ms);
+        eprintln!(
+            "{name}: embedded {} ms, via {via_name} {} ms",
+            fmt_ms(embedded_ms),
+            fmt_ms(server_ms)
+        );
+        latencies.push(Latency {
+            query: name.clone(),
+            embedded_ms,
+            server_ms: outcome.is_ok().then_some(server_ms).flatten(),
+            rows: outcome.as_ref().ok().copied(),
+            error: outcome.err(),
+        });
+    }
+    drop(conn);
+    let mut throughputs = Vec::new();
+    for &clients in &args.clients {
+        let result = throughput(via, &server, &scripts, clients).await;
+        eprintln!(
+            "{clients} clients: {} queries in {:.0} ms, {:.1} queries/min, {} errors",
+            result.queries,
+            result.wall_ms,
+            result.per_minute(),
+            result.errors
+        );
+        throughputs.push(result);
+    }
+    let text = summary(title, via_name, &latencies, &throughputs);
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    let files = write(
+        &args.results,
+        args,
+        title,
+        via_name,
+        &latencies,
+        &throughputs,
+    )?;
+    println!("\nwrote {}", files.join(", "));
+    Ok(())
+}
+
+/// `clients` connections each run every query once, starting at different
+/// queries so they do not move in lockstep.
+async fn throughput(
+    via: Via,
+    server: &ServerProcess,
+    scripts: &[(String, String)],
+    clients: usize,
+) -> Throughput {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..clients {
+        let mut conn = Conn::open(via, server).await;
+        let order: Vec<String> = (0..scripts.len())
+            .map(|i| scripts[(i + client * 7) % scripts.len()].1.clone())
+            .collect();
+        tasks.spawn(async move {
+            let Ok(conn) = conn.as_mut() else {
+                return order.len();
+            };
+            let mut errors = 0;
+            for script in &order {
+                if conn.run(script).await.is_err() {
+                    errors += 1;
+                }
+            }
+            errors
+        });
+    }
+    let mut errors = 0;
+    while let Some(done) = tasks.join_next().await {
+        errors += done.unwrap_or(scripts.len());
+    }
+    Throughput {
+        clients,
+        queries: clients * scripts.len(),
+        wall_ms: start.elapsed().as_secs_f64() * 1000.0,
+        errors,
+    }
+}
+
+fn fmt_ms(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
+}
+
+fn summary(title: &str, via: &str, latencies: &[Latency], throughputs: &[Throughput]) -> String {
+    let mut text = format!("\n{title}: embedded vs via {via} (median ms)\n");
+    text.push_str(&format!(
+        "{:<6} {:>12} {:>12} {:>7} {:>10}\n",
+        "query", "embedded", via, "ratio", "rows"
+    ));
+    let (mut embedded_total, mut server_total) = (0.0, 0.0);
+    for l in latencies {
+        let ratio = match (l.embedded_ms, l.server_ms) {
+            (Some(e), Some(s)) => {
+                embedded_total += e;
+                server_total += s;
+                format!("{:.3}", s / e.max(1e-9))
+            }
+            _ => "-".into(),
+        };
+        text.push_str(&format!(
+            "{:<6} {:>12} {:>12} {:>7} {:>10}{}\n",
+            l.query,
+            fmt_ms(l.embedded_ms),
+            fmt_ms(l.server_ms),
+            ratio,
+            l.rows.map_or("-".into(), |r| r.to_string()),
+            l.error
+                .as_ref()
+                .map_or(String::new(), |e| format!("  error: {e}"))
+        ));
+    }
+    text.push_str(&format!(
+        "total  {:>12.1} {:>12.1}   server/embedded {:.3} (queries both answered)\n",
+        embedded_total,
+        server_total,
+        server_total / f64::max(embedded_total, 1e-9)
+    ));
+    text.push_str("\nclients  queries  wall ms  queries/min  errors\n");
+    for t in throughputs {
+        text.push_str(&format!(
+            "{:>7} {:>8} {:>8.0} {:>12.1} {:>7}\n",
+            t.clients,
+            t.queries,
+            t.wall_ms,
+            t.per_minute(),
+            t.errors
+        ));
+    }
+    text
+}
+
+fn write(
+    dir: &Path,
+    args: &BenchArgs,
+    title: &str,
+    via: &str,
+    latencies: &[Latency],
+    throughputs: &[Throughput],
+) -> Result<Vec<String>, BenchError> {
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BenchError::Write { path, source }
+    };
+    fs::create_dir_all(dir).map_err(write_err(dir))?;
+    let stem = format!("{}-sf{}-via-{via}", bench_slug(args.benchmark), args.sf);
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let csv = dir.join(format!("{stem}-{stamp}.csv"));
+    let mut text =
+        String::from("kind,query,clients,embedded_ms,server_ms,rows,queries_per_min,error\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    for l in latencies {
+        text.push_str(&format!(
+            "latency,{},1,{},{},{},,{}\n",
+            l.query,
+            opt(l.embedded_ms),
+            opt(l.server_ms),
+            l.rows.map_or(String::new(), |r| r.to_string()),
+            l.error
+                .as_deref()
+                .map_or(String::new(), |e| format!("\"{}\"", e.replace('"', "\"\"")))
+        ));
+    }
+    for t in throughputs {
+        text.push_str(&format!(
+            "throughput,,{},,{:.3},,{:.3},{}\n",
+            t.clients,
+            t.wall_ms,
+            t.per_minute(),
+            if t.errors > 0 {
+                format!("{} errors", t.errors)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    fs::write(&csv, text).map_err(write_err(&csv))?;
+    let png = dir.join(format!("{stem}-{stamp}.png"));
+    plot(&png, title, via, latencies, throughputs).map_err(|message| BenchError::Plot {
+        path: png.clone(),
+        message,
+    })?;
+    let mut written = Vec::new();
+    for (file, extension) in [(&csv, "csv"), (&png, "png")] {
+        let latest = dir.join(format!("{stem}-latest.{extension}"));
+        fs::copy(file, &latest).map_err(write_err(&latest))?;
+        written.push(file.display().to_string());
+        written.push(latest.display().to_string());
+    }
+    Ok(written)
+}
+
+fn plot(
+    path: &Path,
+    title: &str,
+    via: &str,
+    latencies: &[Latency],
+    throughputs: &[Throughput],
+) -> Result<(), String> {
+    super::plot::fonts()?;
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let width = (160 + latencies.len() as u32 * 40).max(900);
+    let root = BitMapBackend::new(path, (width, 960)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (top, bottom) = root.split_vertically(480);
+    let max_ms = latencies
+        .iter()
+        .flat_map(|l| [l.embedded_ms, l.server_ms])
+        .flatten()
+        .fold(1.0, f64::max);
+    let n = latencies.len().max(1);
+    let mut chart = ChartBuilder::on(&top)
+        .caption(
+            format!("{title}: embedded vs via {via}, median ms"),
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..max_ms * 1.1)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| {
+            latencies
+                .get(x.floor() as usize)
+                .map(|l| l.query.clone())
+                .unwrap_or_default()
+        })
+        .y_desc("ms")
+        .draw()
+        .map_err(e)?;
+    let series: [(&str, RGBColor, fn(&Latency) -> Option<f64>, f64); 2] = [
+        ("embedded", RGBColor(230, 120, 20), |l| l.embedded_ms, 0.1),
+        (via, RGBColor(40, 100, 190), |l| l.server_ms, 0.5),
+    ];
+    for (label, color, value, offset) in series {
+        chart
+            .draw_series(latencies.iter().enumerate().filter_map(|(i, l)| {
+                let v = value(l)?;
+                let x = i as f64 + offset;
+                Some(Rectangle::new([(x, 0.0), (x + 0.38, v)], color.filled()))
+            }))
+            .map_err(e)?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    let max_clients = throughputs.iter().map(|t| t.clients).max().unwrap_or(1) as f64;
+    let max_qpm = throughputs
+        .iter()
+        .map(Throughput::per_minute)
+        .fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption(format!("{title}: throughput via {via}"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_clients + 0.5, 0.0..max_qpm * 1.1)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("concurrent clients")
+        .y_desc("queries / minute")
+        .draw()
+        .map_err(e)?;
+    let points: Vec<(f64, f64)> = throughputs
+        .iter()
+        .map(|t| (t.clients as f64, t.per_minute()))
+        .collect();
+    let blue = RGBColor(40, 100, 190);
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            points.clone(),
+            blue.stroke_width(2),
+        )))
+        .map_err(e)?;
+    chart
+        .draw_series(points.iter().map(|&p| Circle::new(p, 4, blue.filled())))
+        .map_err(e)?;
+    root.present().map_err(|e| e.to_string())
+}
