@@ -18,7 +18,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_engine::explain;
-use skiff_flight::protocol::{CancelQuery, RunQuery, action};
+use skiff_flight::protocol::{CancelQuery, RunQuery, RunningQuery, action};
 use tonic::transport::Channel;
 use tracing::{debug, info};
 
@@ -49,6 +49,16 @@ pub(crate) async fn run_on_worker(
         Mode::Rows => plan.schema(),
         Mode::ExplainAnalyze => explain::schema(true),
     };
+    // The coordinator knows the pipeline count before the first heartbeat
+    // does, so short queries show their progress too.
+    let pipelines_total = skiff_engine::pipeline::cut(Arc::clone(&plan))?.len() as u32;
+    entry.update(|info| {
+        info.progress = Some(RunningQuery {
+            query_id: entry.id,
+            pipelines_total,
+            ..RunningQuery::default()
+        })
+    });
     let bytes = skiff_flight::encode_plan(plan)?;
     let options: HashMap<String, String> = session
         .ctx
@@ -101,7 +111,10 @@ async fn client(inner: &Inner, addr: &str) -> Result<WorkerClient> {
         return Ok(client.clone());
     }
     let client = skiff_flight::connect(addr).await.map_err(|s| {
-        ServerError::new(SqlState::CannotConnectNow, format!("worker at {addr}: {}", s.message()))
+        ServerError::new(
+            SqlState::CannotConnectNow,
+            format!("worker at {addr}: {}", s.message()),
+        )
     })?;
     lock(&inner.clients).insert(addr.to_string(), client.clone());
     Ok(client)
@@ -134,7 +147,10 @@ fn lost_or(worker: u64, status: &tonic::Status) -> ServerError {
     if error.state == SqlState::ConnectionFailure {
         return ServerError::new(
             SqlState::CannotConnectNow,
-            format!("worker {worker} was lost while running the query ({})", error.message),
+            format!(
+                "worker {worker} was lost while running the query ({})",
+                error.message
+            ),
         );
     }
     error

@@ -299,3 +299,95 @@ fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_give_clear_errors() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        extra: [
+            "--max-connections",
+            "3",
+            "--statement-timeout",
+            "1",
+            "--query-memory-limit",
+            "256K",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Options::default()
+    };
+    let mut server = Server::start(&data, options);
+    let first = server.pg().await;
+    let error = first.simple_query(LONG_QUERY).await.expect_err("timed out");
+    assert_eq!(sqlstate(&error), "57014", "{error:?}");
+    assert!(format!("{error:?}").contains("statement timeout"), "{error:?}");
+    // A hash join's build side cannot spill: 256 KiB is too little for it.
+    let error = first
+        .simple_query("SELECT count(*) FROM lineitem JOIN orders ON l_orderkey = o_orderkey")
+        .await
+        .expect_err("out of memory");
+    assert_eq!(sqlstate(&error), "53200", "{error:?}");
+    let _second = server.pg().await;
+    let _third = server.pg().await;
+    let error = crate::support::connect(server.pg_config("skiff"))
+        .await
+        .expect_err("fourth connection refused");
+    assert_eq!(sqlstate(&error), "53300", "{error:?}");
+    // The session that hit the limits still works.
+    let rows = simple_rows(&first, "SELECT count(*) FROM region").await.expect("query");
+    assert_eq!(rows[0][0].as_deref(), Some("5"));
+    assert!(server.alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_counts_queries() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let options = Options {
+        extra: vec!["--metrics-addr".into(), format!("127.0.0.1:{port}")],
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let client = server.pg().await;
+    simple_rows(&client, "SELECT count(*) FROM nation").await.expect("query");
+    let body = eventually(Duration::from_secs(10), "metrics", || async {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).ok()?;
+        body.contains("skiff_queries_total").then_some(body)
+    })
+    .await;
+    assert!(body.contains("status=\"finished\""), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_is_rejected() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        env: vec![
+            ("SKIFF_USER".into(), "alice".into()),
+            ("SKIFF_PASSWORD".into(), "s3cret".into()),
+        ],
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let mut wrong = server.pg_config("alice");
+    wrong.password("guess");
+    let error = crate::support::connect(wrong).await.expect_err("wrong password");
+    assert_eq!(sqlstate(&error), "28P01", "{error:?}");
+    let mut nobody = server.pg_config("mallory");
+    nobody.password("s3cret");
+    let error = crate::support::connect(nobody).await.expect_err("unknown user");
+    assert_eq!(sqlstate(&error), "28P01", "{error:?}");
+    let mut right = server.pg_config("alice");
+    right.password("s3cret");
+    let client = crate::support::connect(right).await.expect("right password");
+    let rows = simple_rows(&client, "SELECT count(*) FROM region").await.expect("query");
+    assert_eq!(rows[0][0].as_deref(), Some("5"));
+}
