@@ -305,4 +305,3 @@ pub fn render_rows(batches: &[RecordBatch]) -> Vec<Vec<Option<String>>> {
     }
     rows
 }
-

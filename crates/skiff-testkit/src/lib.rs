@@ -5,6 +5,7 @@
 
 pub mod data;
 pub mod golden;
+pub mod slt;
 
 pub use data::{dataset, files_with_extension, queries, repo_root};
 pub use golden::{Expected, Golden, Row, compare, load_golden, render_rows, same_failure};

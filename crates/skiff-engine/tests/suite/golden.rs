@@ -14,8 +14,7 @@ use skiff_gen::Benchmark;
 
 use crate::invariants;
 use skiff_testkit::{
-    Expected, Golden, compare, dataset, load_golden, queries, render_rows, repo_root,
-    same_failure,
+    Expected, Golden, compare, dataset, load_golden, queries, render_rows, repo_root, same_failure,
 };
 
 use crate::support::engine;

@@ -10,12 +10,12 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::error::DataFusionError;
 use futures::TryStreamExt;
-use itertools::Itertools;
 use skiff_engine::Engine;
 use skiff_engine::statement::{StatementKind, classify};
-use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Normalizer, Runner};
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
 
 use skiff_testkit::files_with_extension;
+use skiff_testkit::slt::validator;
 
 use crate::support::engine;
 
@@ -105,25 +105,6 @@ fn rows(batches: &[RecordBatch], explain: bool) -> Result<Vec<Vec<String>>, Data
         }
     }
     Ok(rows)
-}
-
-/// Compares rows with blank cells dropped and whitespace collapsed (on both
-/// sides, also around `<slt:ignore>`), so that EXPLAIN PIPELINES
-/// continuation rows read as their operator line.
-fn validator(normalizer: Normalizer, actual: &[Vec<String>], expected: &[String]) -> bool {
-    let joined: Vec<Vec<String>> = actual
-        .iter()
-        .map(|row| {
-            vec![
-                row.iter()
-                    .map(normalizer)
-                    .filter(|cell| !cell.is_empty())
-                    .join(" "),
-            ]
-        })
-        .collect();
-    let expected: Vec<String> = expected.iter().map(normalizer).collect();
-    sqllogictest::default_validator(normalizer, &joined, &expected)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

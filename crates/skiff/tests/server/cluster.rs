@@ -320,7 +320,10 @@ async fn limits_give_clear_errors() {
     let first = server.pg().await;
     let error = first.simple_query(LONG_QUERY).await.expect_err("timed out");
     assert_eq!(sqlstate(&error), "57014", "{error:?}");
-    assert!(format!("{error:?}").contains("statement timeout"), "{error:?}");
+    assert!(
+        format!("{error:?}").contains("statement timeout"),
+        "{error:?}"
+    );
     // A hash join's build side cannot spill: 256 KiB is too little for it.
     let error = first
         .simple_query("SELECT count(*) FROM lineitem JOIN orders ON l_orderkey = o_orderkey")
@@ -334,7 +337,9 @@ async fn limits_give_clear_errors() {
         .expect_err("fourth connection refused");
     assert_eq!(sqlstate(&error), "53300", "{error:?}");
     // The session that hit the limits still works.
-    let rows = simple_rows(&first, "SELECT count(*) FROM region").await.expect("query");
+    let rows = simple_rows(&first, "SELECT count(*) FROM region")
+        .await
+        .expect("query");
     assert_eq!(rows[0][0].as_deref(), Some("5"));
     assert!(server.alive());
 }
@@ -352,7 +357,9 @@ async fn metrics_endpoint_counts_queries() {
     };
     let server = Server::start(&data, options);
     let client = server.pg().await;
-    simple_rows(&client, "SELECT count(*) FROM nation").await.expect("query");
+    simple_rows(&client, "SELECT count(*) FROM nation")
+        .await
+        .expect("query");
     let body = eventually(Duration::from_secs(10), "metrics", || async {
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         stream
@@ -379,15 +386,23 @@ async fn wrong_password_is_rejected() {
     let server = Server::start(&data, options);
     let mut wrong = server.pg_config("alice");
     wrong.password("guess");
-    let error = crate::support::connect(wrong).await.expect_err("wrong password");
+    let error = crate::support::connect(wrong)
+        .await
+        .expect_err("wrong password");
     assert_eq!(sqlstate(&error), "28P01", "{error:?}");
     let mut nobody = server.pg_config("mallory");
     nobody.password("s3cret");
-    let error = crate::support::connect(nobody).await.expect_err("unknown user");
+    let error = crate::support::connect(nobody)
+        .await
+        .expect_err("unknown user");
     assert_eq!(sqlstate(&error), "28P01", "{error:?}");
     let mut right = server.pg_config("alice");
     right.password("s3cret");
-    let client = crate::support::connect(right).await.expect("right password");
-    let rows = simple_rows(&client, "SELECT count(*) FROM region").await.expect("query");
+    let client = crate::support::connect(right)
+        .await
+        .expect("right password");
+    let rows = simple_rows(&client, "SELECT count(*) FROM region")
+        .await
+        .expect("query");
     assert_eq!(rows[0][0].as_deref(), Some("5"));
 }

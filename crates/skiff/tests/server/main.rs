@@ -4,4 +4,5 @@
 
 mod cluster;
 mod golden;
+mod slt;
 mod support;
