@@ -74,7 +74,8 @@ impl Engine {
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));
         }
-        let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(memory_pool(config.memory_limit));
+        let mut runtime =
+            RuntimeEnvBuilder::new().with_memory_pool(memory_pool(config.memory_limit));
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
         }

@@ -5,8 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use skiff_flight::protocol::{
-    HEARTBEAT_INTERVAL, Heartbeat, HeartbeatReply, Register, Registered, Role, RunningQuery,
-    action,
+    HEARTBEAT_INTERVAL, Heartbeat, HeartbeatReply, Register, Registered, Role, RunningQuery, action,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +27,10 @@ pub struct NodeIdentity {
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|e| {
-        ServerError::new(SqlState::ConnectionFailure, format!("cannot listen on {addr}: {e}"))
+        ServerError::new(
+            SqlState::ConnectionFailure,
+            format!("cannot listen on {addr}: {e}"),
+        )
     })
 }
 

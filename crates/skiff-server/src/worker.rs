@@ -157,9 +157,10 @@ impl WorkerService {
         let mut state = SessionStateBuilder::new_from_existing(self.engine.context().state())
             .with_config(config);
         if request.memory_limit > 0 {
-            let runtime = RuntimeEnvBuilder::from_runtime_env(self.engine.context().runtime_env().as_ref())
-                .with_memory_pool(memory_pool(Some(request.memory_limit as usize)))
-                .build_arc()?;
+            let runtime =
+                RuntimeEnvBuilder::from_runtime_env(self.engine.context().runtime_env().as_ref())
+                    .with_memory_pool(memory_pool(Some(request.memory_limit as usize)))
+                    .build_arc()?;
             state = state.with_runtime_env(runtime);
         }
         let task_ctx = state.build().task_ctx();
@@ -174,7 +175,11 @@ impl WorkerService {
                 token: token.clone(),
             },
         );
-        info!(query = query_id, pipelines = execution.graph().len(), "query started");
+        info!(
+            query = query_id,
+            pipelines = execution.graph().len(),
+            "query started"
+        );
         let rows = if request.explain_analyze {
             explain_analyze(Arc::clone(&execution))?
         } else {
@@ -214,10 +219,7 @@ fn guarded(
         }
     }
     let schema = rows.schema();
-    let guard = Guard {
-        service,
-        query_id,
-    };
+    let guard = Guard { service, query_id };
     let stream = futures::stream::unfold(
         (rows, token, Some(guard)),
         |(mut rows, token, guard)| async move {

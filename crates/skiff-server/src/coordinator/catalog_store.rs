@@ -135,7 +135,9 @@ mod tests {
         let store = CatalogStore::open(dir.path()).unwrap();
         store.put("t", "CREATE EXTERNAL TABLE t ...").unwrap();
         store.put("v", "CREATE VIEW v AS SELECT 1").unwrap();
-        store.put("t", "CREATE EXTERNAL TABLE t STORED AS CSV ...").unwrap();
+        store
+            .put("t", "CREATE EXTERNAL TABLE t STORED AS CSV ...")
+            .unwrap();
         assert!(store.remove("v").unwrap());
         assert!(!store.remove("v").unwrap());
         let again = CatalogStore::open(dir.path()).unwrap();

@@ -155,7 +155,9 @@ impl Membership {
 
     /// Age of the newest heartbeat of `id`.
     pub fn silence(&self, id: u64) -> Option<Duration> {
-        lock(&self.nodes).get(&id).map(|n| n.last_heartbeat.elapsed())
+        lock(&self.nodes)
+            .get(&id)
+            .map(|n| n.last_heartbeat.elapsed())
     }
 }
 

@@ -158,8 +158,8 @@ impl Coordinator {
             ));
         }
         crate::metrics::sessions(open.load(Ordering::SeqCst));
-        let state = SessionStateBuilder::new_from_existing(self.inner.engine.context().state())
-            .build();
+        let state =
+            SessionStateBuilder::new_from_existing(self.inner.engine.context().state()).build();
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed) + 1;
         Ok(ClientSession::new(
             id,
@@ -179,7 +179,8 @@ impl Coordinator {
         let entry = self.inner.queries.begin(session.user(), sql);
         let outcome = match classify(sql) {
             StatementKind::ExplainPipelines { analyze, query } => {
-                self.explain_pipelines(session, &entry, query, analyze).await
+                self.explain_pipelines(session, &entry, query, analyze)
+                    .await
             }
             StatementKind::Sql(sql) => match session.ctx.state().create_logical_plan(sql).await {
                 Ok(plan) => self.run_logical(session, &entry, sql, plan).await,
@@ -258,9 +259,10 @@ impl Coordinator {
 
     /// Cancel query `id`; false when no such query is running.
     pub fn cancel(&self, id: u64) -> bool {
-        self.inner
-            .queries
-            .cancel(id, ServerError::canceled("canceling statement due to user request"))
+        self.inner.queries.cancel(
+            id,
+            ServerError::canceled("canceling statement due to user request"),
+        )
     }
 
     /// Attach tracking (progress, cancel, timeout, end of query) to a
@@ -315,14 +317,9 @@ impl Coordinator {
             let execution = skiff_engine::QueryExecution::new(graph, &session.ctx.task_ctx());
             return Ok(Output::rows(execution.execute()?));
         }
-        let (stream, worker) = dispatch::run_on_worker(
-            &self.inner,
-            session,
-            entry,
-            physical,
-            dispatch::Mode::Rows,
-        )
-        .await?;
+        let (stream, worker) =
+            dispatch::run_on_worker(&self.inner, session, entry, physical, dispatch::Mode::Rows)
+                .await?;
         Ok(Output {
             stream,
             command: None,

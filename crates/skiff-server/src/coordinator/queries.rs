@@ -191,7 +191,12 @@ impl QueryRegistry {
     /// Fail every live query assigned to `worker`.
     pub fn worker_lost(&self, worker: u64, reason: &ServerError) {
         for entry in self.live() {
-            if entry.info().worker.as_ref().is_some_and(|(w, _)| *w == worker) {
+            if entry
+                .info()
+                .worker
+                .as_ref()
+                .is_some_and(|(w, _)| *w == worker)
+            {
                 entry.cancel(reason.clone());
             }
         }
@@ -201,5 +206,7 @@ impl QueryRegistry {
 /// Lock a mutex, ignoring poisoning: every critical section here leaves the
 /// data consistent even if a holder panicked.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

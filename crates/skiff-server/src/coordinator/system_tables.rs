@@ -127,7 +127,11 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
                 } else {
                     (p.pipelines_finished, p.pipelines_total)
                 };
-                progress.append_value(if t == 0 { 1.0 } else { f64::from(d) / f64::from(t) });
+                progress.append_value(if t == 0 {
+                    1.0
+                } else {
+                    f64::from(d) / f64::from(t)
+                });
                 done.append_value(d as i32);
                 total.append_value(t as i32);
             }
@@ -241,7 +245,10 @@ fn workers(inner: &Inner) -> Result<RecordBatch> {
         running.append_value(node.assigned as i64);
         pid.append_value(i64::from(node.pid));
         registered.append_value(micros(node.registered));
-        heartbeat.append_value(now.saturating_duration_since(node.last_heartbeat).as_millis() as i64);
+        heartbeat.append_value(
+            now.saturating_duration_since(node.last_heartbeat)
+                .as_millis() as i64,
+        );
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
