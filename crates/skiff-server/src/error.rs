@@ -156,39 +156,6 @@ pub fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn states_from_datafusion_errors() {
-        let parse = DataFusionError::SQL(
-            Box::new(
-                datafusion::sql::sqlparser::parser::ParserError::ParserError(
-                    "Expected: an SQL statement".into(),
-                ),
-            ),
-            None,
-        );
-        assert_eq!(ServerError::from(parse).state, SqlState::SyntaxError);
-        let div =
-            DataFusionError::ArrowError(Box::new(arrow::error::ArrowError::DivideByZero), None);
-        assert_eq!(ServerError::from(div).state, SqlState::DivisionByZero);
-        let wrapped: DataFusionError = ServerError::canceled("stop").into();
-        assert_eq!(ServerError::from(wrapped).state, SqlState::QueryCanceled);
-    }
-
-    #[test]
-    fn status_round_trip() {
-        for state in SqlState::ALL {
-            let error = ServerError::new(state, "what [went] wrong");
-            assert_eq!(from_status(&to_status(&error)), error);
-        }
-        let lost = from_status(&tonic::Status::unavailable("connection reset"));
-        assert_eq!(lost.state, SqlState::ConnectionFailure);
-    }
-}
-
 /// Carry a [`ServerError`] in a gRPC status: the SQLSTATE prefixes the
 /// message in brackets, so any Flight client can read it too.
 pub fn to_status(error: &ServerError) -> tonic::Status {
@@ -249,5 +216,38 @@ impl SqlState {
 
     pub fn from_code(code: &str) -> Option<SqlState> {
         Self::ALL.into_iter().find(|s| s.code() == code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_from_datafusion_errors() {
+        let parse = DataFusionError::SQL(
+            Box::new(
+                datafusion::sql::sqlparser::parser::ParserError::ParserError(
+                    "Expected: an SQL statement".into(),
+                ),
+            ),
+            None,
+        );
+        assert_eq!(ServerError::from(parse).state, SqlState::SyntaxError);
+        let div =
+            DataFusionError::ArrowError(Box::new(arrow::error::ArrowError::DivideByZero), None);
+        assert_eq!(ServerError::from(div).state, SqlState::DivisionByZero);
+        let wrapped: DataFusionError = ServerError::canceled("stop").into();
+        assert_eq!(ServerError::from(wrapped).state, SqlState::QueryCanceled);
+    }
+
+    #[test]
+    fn status_round_trip() {
+        for state in SqlState::ALL {
+            let error = ServerError::new(state, "what [went] wrong");
+            assert_eq!(from_status(&to_status(&error)), error);
+        }
+        let lost = from_status(&tonic::Status::unavailable("connection reset"));
+        assert_eq!(lost.state, SqlState::ConnectionFailure);
     }
 }
