@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 
 use super::{CancelKeys, Connection, fatal};
 use crate::coordinator::{Coordinator, lock};
+use crate::error::{ServerError, SqlState};
 
 /// Salt length for the SCRAM secrets derived at run time.
 const SALT_BYTES: usize = 16;
@@ -35,8 +36,16 @@ pub(super) struct Startup {
     coordinator: Coordinator,
     driver: AuthDriver<DefaultServerParameterProvider>,
     /// `None` when no users are configured.
-    scram: Option<ScramAuth>,
+    scram: Option<Scram>,
     keys: Arc<CancelKeys>,
+}
+
+/// SCRAM for plain connections, and for TLS ones (with channel binding
+/// when the certificate allows it). libpq refuses a server that offers
+/// SCRAM-SHA-256-PLUS over a plain connection, so the two differ.
+struct Scram {
+    plain: ScramAuth,
+    tls: ScramAuth,
 }
 
 impl Startup {
@@ -47,14 +56,15 @@ impl Startup {
         cert_pem: Option<&[u8]>,
     ) -> Self {
         let scram = coordinator.users().required().then(|| {
-            let mut scram = ScramAuth::new(Arc::new(Secrets::new(coordinator.clone())));
-            scram.set_iterations(SCRAM_ITERATIONS);
+            let mut plain = ScramAuth::new(Arc::new(Secrets::new(coordinator.clone())));
+            plain.set_iterations(SCRAM_ITERATIONS);
+            let mut tls = plain.clone();
             if let Some(pem) = cert_pem
-                && let Err(e) = scram.configure_certificate(pem)
+                && let Err(e) = tls.configure_certificate(pem)
             {
                 warn!(error = %e, "SCRAM channel binding unavailable for this certificate");
             }
-            scram
+            Scram { plain, tls }
         });
         Self {
             coordinator,
@@ -127,6 +137,11 @@ impl StartupHandler for Startup {
                 save_startup_parameters_to_metadata(client, &startup);
                 match &self.scram {
                     Some(scram) => {
+                        let scram = if client.is_secure() {
+                            &scram.tls
+                        } else {
+                            &scram.plain
+                        };
                         self.driver
                             .begin_authentication(client, scram.create())
                             .await?
@@ -144,7 +159,22 @@ impl StartupHandler for Startup {
                 }
             }
             PgWireFrontendMessage::PasswordMessageFamily(message) => {
-                self.driver.advance_authentication(client, message).await?
+                match self.driver.advance_authentication(client, message).await {
+                    Ok(outcome) => outcome,
+                    // pgwire leaves the user out of the message.
+                    Err(PgWireError::InvalidPassword(_)) => {
+                        let user = client.metadata().get(METADATA_USER).cloned();
+                        let error = ServerError::new(
+                            SqlState::InvalidPassword,
+                            format!(
+                                "password authentication failed for user \"{}\"",
+                                user.unwrap_or_default()
+                            ),
+                        );
+                        return Err(fatal(error));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             _ => return Ok(()),
         };

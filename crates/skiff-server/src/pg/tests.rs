@@ -339,6 +339,11 @@ async fn pg_scram_rejects_a_wrong_password() {
         .err()
         .unwrap();
     assert_eq!(code(&wrong), Some(&PgState::INVALID_PASSWORD), "{wrong:?}");
+    let message = wrong.as_db_error().map(|e| e.message().to_string());
+    assert_eq!(
+        message.as_deref(),
+        Some("password authentication failed for user \"skiff\"")
+    );
     let stranger = try_connect(cluster.pg, "eve", Some("secret"))
         .await
         .err()
