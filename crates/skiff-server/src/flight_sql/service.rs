@@ -26,7 +26,8 @@ use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use datafusion::execution::SendableRecordBatchStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
@@ -37,7 +38,7 @@ use tracing::{debug, warn};
 use super::metadata;
 use super::params::{flight_schema, param_schema, read_rows, schema_bytes};
 use super::sessions::{Conn, Registry, StreamingGuard, query_of};
-use crate::coordinator::{Coordinator, StatementResult};
+use crate::coordinator::{ClientSession, Coordinator, StatementResult};
 use crate::error::{Result, ServerError, SqlState, to_status};
 
 /// The user of sessions that did not name one (no users configured).
@@ -94,9 +95,21 @@ impl FlightSqlFrontDoor {
         let Some(peer) = peer else {
             return Err(denied("the client's address is unknown"));
         };
-        self.registry.anonymous(peer, || {
-            self.coordinator.open_session(ANONYMOUS, Some(peer))
-        })
+        self.registry
+            .anonymous(peer, || self.open_session(ANONYMOUS, Some(peer)))
+    }
+
+    /// Open a coordinator session; at the connection limit, first make room
+    /// by closing a session whose client is gone.
+    fn open_session(&self, user: &str, peer: Option<SocketAddr>) -> Result<ClientSession> {
+        match self.coordinator.open_session(user, peer) {
+            Err(e)
+                if e.state == SqlState::TooManyConnections && self.registry.reclaim_detached() =>
+            {
+                self.coordinator.open_session(user, peer)
+            }
+            opened => opened,
+        }
     }
 
     /// Who a handshake authenticates: the verified user, or without users
@@ -212,13 +225,22 @@ fn bearer(metadata: &MetadataMap) -> Result<Option<&str>> {
         .map(str::trim))
 }
 
+/// Basic credentials are standard base64, with or without the padding:
+/// Go's Flight client (the ADBC driver) leaves it out.
+const BASIC_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
 /// The `authorization: Basic ...` user and password of a handshake.
-fn basic(metadata: &MetadataMap) -> Result<Option<(String, String)>> {
+pub(super) fn basic(metadata: &MetadataMap) -> Result<Option<(String, String)>> {
     let Some(encoded) = authorization(metadata)?.and_then(|v| strip_scheme(v, "Basic")) else {
         return Ok(None);
     };
     let malformed = || denied("malformed basic credentials");
-    let decoded = STANDARD.decode(encoded.trim()).map_err(|_| malformed())?;
+    let decoded = BASIC_BASE64
+        .decode(encoded.trim())
+        .map_err(|_| malformed())?;
     let text = String::from_utf8(decoded).map_err(|_| malformed())?;
     let (user, password) = text.split_once(':').ok_or_else(malformed)?;
     Ok(Some((user.to_string(), password.to_string())))
@@ -322,7 +344,7 @@ impl FlightSqlService for FlightSqlFrontDoor {
         let peer = request.remote_addr();
         let credentials = basic(request.metadata()).map_err(status)?;
         let user = self.authenticate(credentials, peer).map_err(status)?;
-        let session = self.coordinator.open_session(&user, peer).map_err(status)?;
+        let session = self.open_session(&user, peer).map_err(status)?;
         let token = self.registry.open_token(session, peer);
         debug!(%user, peer = ?peer, "Flight SQL session opened");
         let header = MetadataValue::try_from(format!("Bearer {token}"))

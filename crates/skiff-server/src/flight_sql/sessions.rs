@@ -237,6 +237,29 @@ impl Registry {
         }
     }
 
+    /// Close the token session that has been detached (no live TCP
+    /// connection) the longest and has nothing streaming or parked; false
+    /// when there is none. Called when the connection limit is reached, so
+    /// that clients which connect once per query are not refused because
+    /// of sessions waiting out [`SESSION_DETACHED_IDLE_MAX`].
+    pub(super) fn reclaim_detached(&self) -> bool {
+        let busy: Vec<u64> = lock(&self.results).values().map(|p| p.session).collect();
+        let reclaimed = {
+            let mut tokens = lock(&self.tokens);
+            let oldest = tokens
+                .iter()
+                .filter(|(_, conn)| {
+                    conn.attached.load(Ordering::SeqCst) == 0
+                        && conn.streaming.load(Ordering::SeqCst) == 0
+                        && !busy.contains(&conn.session.id())
+                })
+                .min_by_key(|(_, conn)| *lock(&conn.last_used))
+                .map(|(token, _)| token.clone());
+            oldest.and_then(|token| tokens.remove(&token))
+        };
+        reclaimed.is_some()
+    }
+
     /// Close expired sessions and drop unclaimed results.
     pub(super) fn sweep(&self) {
         self.sweep_at(Instant::now());

@@ -396,6 +396,8 @@ async fn connection_limit_is_reported() {
         ..Limits::default()
     };
     let cluster = cluster(skiff_user(), limits).await;
+    // (A closed connection's session makes room: see
+    // `detached_sessions_make_room_at_the_limit`.)
     let _first = signed_in(&cluster).await;
     let mut second = client(cluster.flight).await;
     let error = second
@@ -532,4 +534,38 @@ fn anonymous_sessions_end_with_their_connection() {
     assert_eq!(first.session.id(), again.session.id());
     registry.connection_closed(peer);
     assert_eq!(registry.counts(), (0, 0, 0));
+}
+
+#[test]
+fn basic_credentials_with_or_without_padding() {
+    use tonic::metadata::MetadataMap;
+    let mut metadata = MetadataMap::new();
+    // "skiff:nope" in standard base64 needs padding; Go's client omits it.
+    for encoded in ["c2tpZmY6bm9wZQ==", "c2tpZmY6bm9wZQ"] {
+        metadata.insert("authorization", format!("Basic {encoded}").parse().unwrap());
+        let (user, password) = super::service::basic(&metadata).unwrap().unwrap();
+        assert_eq!((user.as_str(), password.as_str()), ("skiff", "nope"));
+    }
+    metadata.insert("authorization", "Basic !!!".parse().unwrap());
+    assert!(super::service::basic(&metadata).is_err());
+    metadata.insert("authorization", "Bearer abc".parse().unwrap());
+    assert!(super::service::basic(&metadata).unwrap().is_none());
+}
+
+#[test]
+fn detached_sessions_make_room_at_the_limit() {
+    let registry = Registry::default();
+    let gone: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+    let live: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+    let detached = registry.open_token(session(1), Some(gone));
+    let attached = registry.open_token(session(2), Some(live));
+    assert!(
+        !registry.reclaim_detached(),
+        "every session still has its connection"
+    );
+    registry.connection_closed(gone);
+    assert!(registry.reclaim_detached());
+    assert!(registry.by_token(&detached, None).is_err());
+    assert!(registry.by_token(&attached, None).is_ok());
+    assert!(!registry.reclaim_detached());
 }
