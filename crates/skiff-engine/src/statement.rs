@@ -94,6 +94,29 @@ pub fn is_complete(text: &str) -> bool {
 
 /// Byte offsets of the semicolons outside quotes and comments.
 fn top_level_semicolons(script: &str) -> Vec<usize> {
+    top_level(script, b';')
+}
+
+/// `sql` with positional `?` placeholders (JDBC, ODBC, ADBC) numbered as
+/// DataFusion's `$1`, `$2`, ...; `?` inside quotes and comments stays.
+pub fn number_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
+    let marks = top_level(sql, b'?');
+    if marks.is_empty() {
+        return std::borrow::Cow::Borrowed(sql);
+    }
+    let mut out = String::with_capacity(sql.len() + 2 * marks.len());
+    let mut start = 0;
+    for (n, at) in marks.into_iter().enumerate() {
+        out.push_str(&sql[start..at]);
+        out.push_str(&format!("${}", n + 1));
+        start = at + 1;
+    }
+    out.push_str(&sql[start..]);
+    std::borrow::Cow::Owned(out)
+}
+
+/// Byte offsets of `wanted` outside quotes and comments.
+fn top_level(script: &str, wanted: u8) -> Vec<usize> {
     let bytes = script.as_bytes();
     let mut found = Vec::new();
     let mut i = 0;
@@ -109,7 +132,7 @@ fn top_level_semicolons(script: &str) -> Vec<usize> {
             b'$' if bytes.get(i + 1) == Some(&b'$') => {
                 i = find(bytes, i + 2, b"$$").map_or(bytes.len(), |n| n + 2)
             }
-            b';' => {
+            b if b == wanted => {
                 found.push(i);
                 i += 1;
             }
@@ -173,6 +196,18 @@ fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positional_placeholders_are_numbered() {
+        assert_eq!(
+            number_placeholders("SELECT a FROM t WHERE a = ? AND b = '?' AND c > ? -- ?"),
+            "SELECT a FROM t WHERE a = $1 AND b = '?' AND c > $2 -- ?"
+        );
+        assert!(matches!(
+            number_placeholders("SELECT $1"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn classifies_explain_pipelines() {

@@ -200,7 +200,8 @@ impl Coordinator {
                 plan: None,
             });
         }
-        let plan = session.ctx.state().create_logical_plan(sql).await?;
+        let numbered = skiff_engine::statement::number_placeholders(sql);
+        let plan = session.ctx.state().create_logical_plan(&numbered).await?;
         let types = plan.get_parameter_types()?;
         let mut param_types = Vec::with_capacity(types.len());
         for n in 1..=types.len() {

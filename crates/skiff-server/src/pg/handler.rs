@@ -68,6 +68,10 @@ pub(super) enum Local {
     /// A `SET` DataFusion rejected.
     IgnoredSet,
     Discard,
+    /// `DEALLOCATE [PREPARE] name|ALL` (psycopg sends it on rollback):
+    /// protocol-level statements are the client's to reuse or replace, so
+    /// there is nothing to free here.
+    Deallocate(&'static str),
 }
 
 impl Local {
@@ -79,6 +83,7 @@ impl Local {
             Local::Savepoint(tag) => tag,
             Local::IgnoredSet => "SET",
             Local::Discard => "DISCARD ALL",
+            Local::Deallocate(tag) => tag,
         }
     }
 
@@ -121,6 +126,17 @@ pub(super) fn classify(sql: &str) -> Kind {
         "SAVEPOINT" => Kind::Local(Local::Savepoint("SAVEPOINT")),
         "RELEASE" => Kind::Local(Local::Savepoint("RELEASE")),
         "DISCARD" => Kind::Local(Local::Discard),
+        "DEALLOCATE" => {
+            let mut name = words.next().unwrap_or_default();
+            if name.eq_ignore_ascii_case("PREPARE") {
+                name = words.next().unwrap_or_default();
+            }
+            if name.eq_ignore_ascii_case("ALL") {
+                Kind::Local(Local::Deallocate("DEALLOCATE ALL"))
+            } else {
+                Kind::Local(Local::Deallocate("DEALLOCATE"))
+            }
+        }
         "SET" | "RESET" => {
             let mut name = words.next().unwrap_or_default();
             if name.eq_ignore_ascii_case("SESSION") || name.eq_ignore_ascii_case("LOCAL") {
@@ -690,6 +706,14 @@ mod tests {
         assert_eq!(classify("  START TRANSACTION"), Kind::Local(Local::Begin));
         assert_eq!(classify("-- done\ncommit"), Kind::Local(Local::Commit));
         assert_eq!(classify("ROLLBACK"), Kind::Local(Local::Rollback));
+        assert_eq!(
+            classify("DEALLOCATE ALL"),
+            Kind::Local(Local::Deallocate("DEALLOCATE ALL"))
+        );
+        assert_eq!(
+            classify("deallocate prepare _pg3_0"),
+            Kind::Local(Local::Deallocate("DEALLOCATE"))
+        );
         assert_eq!(
             classify("rollback to savepoint a"),
             Kind::Local(Local::Savepoint("ROLLBACK"))

@@ -1,7 +1,11 @@
 //! TPC-H answers through the front doors match DuckDB's golden answers.
 
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use futures::TryStreamExt;
 use skiff_gen::Benchmark;
-use skiff_testkit::{Expected, Row, compare, dataset, load_golden, queries, repo_root};
+use skiff_testkit::{
+    Expected, Row, compare, dataset, load_golden, queries, render_rows, repo_root,
+};
 
 use crate::support::{Options, Server};
 
@@ -40,29 +44,96 @@ async fn run_pg(
     Ok(results)
 }
 
+/// Rows and column count of every statement of `sql` through Flight SQL.
+async fn run_flight(
+    client: &mut FlightSqlServiceClient<tonic::transport::Channel>,
+    sql: &str,
+) -> Result<Vec<(Vec<Row>, usize)>, String> {
+    let mut results = Vec::new();
+    for statement in skiff_engine::statement::split_statements(sql) {
+        let info = client
+            .execute(statement.to_string(), None)
+            .await
+            .map_err(|e| e.to_string())?;
+        let columns = info
+            .clone()
+            .try_decode_schema()
+            .map_err(|e| e.to_string())?
+            .fields()
+            .len();
+        let mut batches = Vec::new();
+        for endpoint in info.endpoint {
+            let Some(ticket) = endpoint.ticket else {
+                continue;
+            };
+            let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
+            batches.extend(
+                stream
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        results.push((render_rows(&batches), columns));
+    }
+    Ok(results)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_through_flight_sql_matches_duckdb() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.flight))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = FlightSqlServiceClient::new(channel);
+    let mut failures = Vec::new();
+    let all = queries("tpch");
+    for (query, sql) in &all {
+        let outcome = check(query, run_flight(&mut client, sql).await);
+        if let Err(reason) = outcome {
+            failures.push(format!("{query}: {reason}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}/{} TPC-H queries through Flight SQL differ from DuckDB:\n{}\nserver log:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+}
+
+/// Judge one query file's results against its golden answers.
+fn check(query: &str, results: Result<Vec<(Vec<Row>, usize)>, String>) -> Result<(), String> {
+    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
+    match load_golden(&golden_dir, query)? {
+        Expected::Error(duckdb) => Err(format!("unexpected golden error {duckdb}")),
+        Expected::Answers(answers) => {
+            let results = results.map_err(|e| format!("skiff failed: {e}"))?;
+            answers.iter().try_for_each(|golden| {
+                let (rows, columns) = results
+                    .get(golden.statement - 1)
+                    .ok_or_else(|| format!("no statement {}", golden.statement))?;
+                compare(golden, rows.clone(), *columns)
+                    .map_err(|e| format!("statement {}: {e}", golden.statement))
+            })
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_through_postgres_matches_duckdb() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let client = server.pg().await;
-    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
     let mut failures = Vec::new();
     let all = queries("tpch");
     for (query, sql) in &all {
-        let outcome = match load_golden(&golden_dir, query) {
-            Err(e) => Err(e),
-            Ok(Expected::Error(duckdb)) => Err(format!("unexpected golden error {duckdb}")),
-            Ok(Expected::Answers(answers)) => match run_pg(&client, sql).await {
-                Err(e) => Err(format!("skiff failed: {e}")),
-                Ok(results) => answers.iter().try_for_each(|golden| {
-                    let (rows, columns) = results
-                        .get(golden.statement - 1)
-                        .ok_or_else(|| format!("no statement {}", golden.statement))?;
-                    compare(golden, rows.clone(), *columns)
-                        .map_err(|e| format!("statement {}: {e}", golden.statement))
-                }),
-            },
-        };
+        let outcome = check(query, run_pg(&client, sql).await);
         if let Err(reason) = outcome {
             failures.push(format!("{query}: {reason}"));
         }
