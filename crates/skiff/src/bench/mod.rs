@@ -405,19 +405,35 @@ fn write_results(
     measurements: &[Measurement],
     engines: &[BenchEngine],
 ) -> Result<Vec<String>, BenchError> {
+    let stem = format!("{}-sf{}", bench_slug(args.benchmark), args.sf);
+    let mut csv = Vec::new();
+    report::write_csv(&mut csv, measurements).map_err(|source| BenchError::Write {
+        path: dir.join(format!("{stem}.csv")),
+        source,
+    })?;
+    publish(dir, &stem, &csv, |png| {
+        plot::draw(png, title, measurements, engines)
+    })
+}
+
+/// Write `STEM-<timestamp>.csv` and `.png` (drawn by `draw`) into `dir`,
+/// plus `STEM-latest.*` copies; returns the paths written.
+fn publish(
+    dir: &Path,
+    stem: &str,
+    csv_bytes: &[u8],
+    draw: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<Vec<String>, BenchError> {
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| BenchError::Write { path, source }
     };
     fs::create_dir_all(dir).map_err(write_err(dir))?;
-    let stem = format!("{}-sf{}", bench_slug(args.benchmark), args.sf);
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     let csv = dir.join(format!("{stem}-{stamp}.csv"));
-    let mut bytes = Vec::new();
-    report::write_csv(&mut bytes, measurements).map_err(write_err(&csv))?;
-    fs::write(&csv, bytes).map_err(write_err(&csv))?;
+    fs::write(&csv, csv_bytes).map_err(write_err(&csv))?;
     let png = dir.join(format!("{stem}-{stamp}.png"));
-    plot::draw(&png, title, measurements, engines).map_err(|message| BenchError::Plot {
+    draw(&png).map_err(|message| BenchError::Plot {
         path: png.clone(),
         message,
     })?;

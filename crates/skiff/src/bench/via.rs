@@ -19,7 +19,7 @@ use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
 use super::report::{self, Measurement};
-use super::{BenchError, QueryFile, Setup, bench_slug, measure_all};
+use super::{BenchError, QueryFile, Setup, bench_slug, measure_all, publish};
 use crate::cli::{BenchArgs, BenchEngine, Via};
 use crate::remote::{Credentials, FlightConn, PgConn};
 
@@ -330,14 +330,7 @@ fn write(
     latencies: &[Latency],
     throughputs: &[Throughput],
 ) -> Result<Vec<String>, BenchError> {
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BenchError::Write { path, source }
-    };
-    fs::create_dir_all(dir).map_err(write_err(dir))?;
     let stem = format!("{}-sf{}-via-{via}", bench_slug(args.benchmark), args.sf);
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let csv = dir.join(format!("{stem}-{stamp}.csv"));
     let mut text =
         String::from("kind,query,clients,embedded_ms,server_ms,rows,queries_per_min,error\n");
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
@@ -366,20 +359,9 @@ fn write(
             }
         ));
     }
-    fs::write(&csv, text).map_err(write_err(&csv))?;
-    let png = dir.join(format!("{stem}-{stamp}.png"));
-    plot(&png, title, via, latencies, throughputs).map_err(|message| BenchError::Plot {
-        path: png.clone(),
-        message,
-    })?;
-    let mut written = Vec::new();
-    for (file, extension) in [(&csv, "csv"), (&png, "png")] {
-        let latest = dir.join(format!("{stem}-latest.{extension}"));
-        fs::copy(file, &latest).map_err(write_err(&latest))?;
-        written.push(file.display().to_string());
-        written.push(latest.display().to_string());
-    }
-    Ok(written)
+    publish(dir, &stem, text.as_bytes(), |png| {
+        plot(png, title, via, latencies, throughputs)
+    })
 }
 
 fn plot(
