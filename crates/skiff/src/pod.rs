@@ -376,11 +376,9 @@ fn print_targets(points: &[BenchPoint]) {
 /// architecture and protocol (timing runs only).
 mod figure {
     use std::path::Path;
-    use std::sync::OnceLock;
 
     use plotters::coord::Shift;
     use plotters::prelude::*;
-    use plotters::style::{FontStyle, register_font};
     use skiff_pod::{Arch, BenchPoint, CcProtocol, RunReport};
 
     const PANEL_PX: (u32, u32) = (620, 420);
@@ -393,20 +391,6 @@ mod figure {
             Arch::PashaStatic => RGBColor(60, 150, 60),
             Arch::PashaDynamic => RGBColor(140, 60, 170),
         }
-    }
-
-    /// plotters looks fonts up by family name; register the embedded DejaVu
-    /// once per process (a fresh Debian has no system fonts).
-    fn fonts() -> Result<(), String> {
-        static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
-        REGISTERED
-            .get_or_init(|| {
-                let invalid = |_| "the embedded DejaVu font is invalid".to_string();
-                register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-                    .map_err(invalid)?;
-                register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold()).map_err(invalid)
-            })
-            .clone()
     }
 
     type Metric = (&'static str, &'static str, fn(&RunReport) -> f64);
@@ -429,7 +413,7 @@ mod figure {
     ];
 
     pub fn draw(path: &Path, points: &[BenchPoint]) -> Result<(), String> {
-        fonts()?;
+        crate::bench::plot::fonts()?;
         let timing: Vec<&RunReport> = points
             .iter()
             .filter(|p| !p.correctness)

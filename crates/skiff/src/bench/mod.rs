@@ -8,7 +8,7 @@
 
 pub mod child;
 mod duckdb;
-mod plot;
+pub(crate) mod plot;
 mod report;
 mod via;
 

@@ -364,6 +364,9 @@ fn write(
     })
 }
 
+/// A bar series: label, colour, value, x offset within a query's slot.
+type Series<'a> = (&'a str, RGBColor, fn(&Latency) -> Option<f64>, f64);
+
 fn plot(
     path: &Path,
     title: &str,
@@ -406,7 +409,7 @@ fn plot(
         .y_desc("ms")
         .draw()
         .map_err(e)?;
-    let series: [(&str, RGBColor, fn(&Latency) -> Option<f64>, f64); 2] = [
+    let series: [Series; 2] = [
         ("embedded", RGBColor(230, 120, 20), |l| l.embedded_ms, 0.1),
         (via, RGBColor(40, 100, 190), |l| l.server_ms, 0.5),
     ];
