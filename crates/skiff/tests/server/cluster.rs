@@ -60,7 +60,7 @@ async fn killed_worker_fails_only_its_query_and_cancel_stops_the_other() {
     let other_client = server.pg().await;
     let victim = tokio::runtime::Handle::current()
         .spawn(async move { victim_client.simple_query(LONG_QUERY).await.map(|_| ()) });
-    let both = eventually(
+    eventually(
         Duration::from_secs(30),
         "the first query to run",
         || async {
@@ -69,7 +69,6 @@ async fn killed_worker_fails_only_its_query_and_cancel_stops_the_other() {
         },
     )
     .await;
-    let _ = both;
     let other = tokio::runtime::Handle::current()
         .spawn(async move { other_client.simple_query(LONG_QUERY).await.map(|_| ()) });
     let queries = eventually(Duration::from_secs(30), "both queries to run", || async {
