@@ -405,3 +405,46 @@ async fn wrong_password_is_rejected() {
         .expect("query");
     assert_eq!(rows[0][0].as_deref(), Some("5"));
 }
+
+/// `skiff ctl` shows the system tables from a terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_lists_workers_and_queries_and_cancels() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    simple_rows(&client, "SELECT count(*) FROM orders")
+        .await
+        .expect("query");
+    let ctl = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .arg("ctl")
+            .arg("--coordinator")
+            .arg(server.flight.to_string())
+            .args(["--format", "csv"])
+            .args(args)
+            .output()
+            .expect("run skiff ctl")
+    };
+    let workers = ctl(&["workers"]);
+    assert!(workers.status.success(), "{workers:?}");
+    let text = String::from_utf8_lossy(&workers.stdout);
+    let alive_workers = text
+        .lines()
+        .filter(|l| l.contains(",worker,") && l.contains(",alive,"))
+        .count();
+    assert_eq!(alive_workers, 2, "{text}");
+    let queries = ctl(&["queries"]);
+    assert!(queries.status.success(), "{queries:?}");
+    let text = String::from_utf8_lossy(&queries.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("finished") && l.contains("FROM orders")),
+        "{text}"
+    );
+    let cancel = ctl(&["cancel", "999999"]);
+    assert!(!cancel.status.success());
+    assert!(
+        String::from_utf8_lossy(&cancel.stderr).contains("not running"),
+        "{cancel:?}"
+    );
+}
