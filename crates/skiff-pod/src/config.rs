@@ -85,6 +85,18 @@ pub struct PodConfig {
     pub auditor: bool,
     pub seed: u64,
     pub launch: Launch,
+    /// Kill a host mid-run and restart it (partial failure, durability).
+    pub fault: Option<HostFault>,
+}
+
+/// A host [`crate::run`] kills with SIGKILL `kill_after` into the run and
+/// restarts (`--recover`) `restart_after` later. Needs host processes and an
+/// architecture that survives a host failure ((c), (d)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostFault {
+    pub host: u16,
+    pub kill_after: Duration,
+    pub restart_after: Duration,
 }
 
 impl PodConfig {
@@ -109,6 +121,7 @@ impl PodConfig {
             auditor: false,
             seed: 0x5eed,
             launch: Launch::Threads,
+            fault: None,
         }
     }
 
@@ -178,6 +191,31 @@ impl PodConfig {
             return bad(format!(
                 "dynamic slots per host must be {DYNAMIC_SLOTS_MIN}..={DYNAMIC_SLOTS_MAX}, not {n}"
             ));
+        }
+        if let Some(f) = &self.fault {
+            self.validate_fault(f)?;
+        }
+        Ok(())
+    }
+
+    fn validate_fault(&self, f: &HostFault) -> Result<()> {
+        if !self.arch.survives_host_failure() {
+            return Err(PodError::NotImplemented(format!(
+                "killing a host in {}: only (c) and (d) survive a host failure",
+                self.arch.name()
+            )));
+        }
+        if self.launch == Launch::Threads {
+            return Err(PodError::Config(
+                "killing a host needs host processes, not threads".into(),
+            ));
+        }
+        if f.host >= self.hosts || f.kill_after + f.restart_after >= self.duration {
+            return Err(PodError::Config(format!(
+                "kill host {} after {:?} and restart it {:?} later: needs a host below {} \
+                 and both within the run's {:?}",
+                f.host, f.kill_after, f.restart_after, self.hosts, self.duration
+            )));
         }
         Ok(())
     }

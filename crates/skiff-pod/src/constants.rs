@@ -83,6 +83,18 @@ pub const DYNAMIC_COOL_SWEEP_MAX: u32 = 512;
 /// may have moved it back.
 pub const DYNAMIC_ASKS_MAX: u32 = 3;
 
+/// Bytes of one write-ahead-log record: every after-image of a transaction
+/// plus 20 bytes per row. NewOrder writes ~40 rows (~3.3 KiB); Payment with
+/// bad credit ~800 bytes. The same bound as the undo log, with headroom.
+pub const WAL_RECORD_BYTES_MAX: usize = 2 * TXN_UNDO_BYTES_MAX;
+/// Rows one transaction may write into pod memory (its undo entries kept in
+/// pod memory for survivors, `recovery`). NewOrder writes 34 at most.
+pub const TXN_POD_UNDO_ENTRIES_MAX: usize = 128;
+/// A host's lease: survivors consider it dead once its heartbeat is this old
+/// and its process is gone.
+pub const LEASE_MS: u64 = 400;
+/// Interval of the heartbeat and of the survivors' lease check.
+pub const LEASE_BEAT_MS: u64 = 100;
 /// A NewOrder holds at most this many stock rows at once.
 const ORDER_LINES_PER_ORDER_MAX_FOR_SLOTS: u64 = 15;
 

@@ -330,6 +330,20 @@ impl<'m> CxlAccess<'m> {
         self.write_bytes(coherence, off, bytemuck::bytes_of(value));
     }
 
+    /// Writes this host's own area of the shared region (its transaction
+    /// slots, `recovery`): nobody else reads it while the host lives, so no
+    /// validity bits; each line counts as written back.
+    pub(crate) fn write_own(&mut self, off: u64, src: &[u8]) {
+        self.touch_range(off, src.len() as u64, LINE_DIRTY, false);
+        self.pod.write_bytes(off, src);
+    }
+
+    /// A word of this host's own area (see [`CxlAccess::write_own`]).
+    pub(crate) fn own_word(&mut self, off: u64) -> &'m AtomicU64 {
+        self.touch_range(off, 8, LINE_DIRTY, false);
+        self.pod.atomic_u64(off)
+    }
+
     /// Writes raw bytes (undo images) at `off` in the shared region.
     pub(crate) fn write_bytes(&mut self, coherence: Coherence<'_>, off: u64, src: &[u8]) {
         let stale = self.is_stale(coherence);

@@ -17,6 +17,7 @@ use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header::{Control, state};
 use crate::layout::Array;
+use crate::lease::{self, HostRecord};
 use crate::memory::{Parts, PodMemory};
 use crate::remote;
 use crate::stats::ProtocolCounters;
@@ -27,6 +28,8 @@ use crate::tpcc::neworder::new_order;
 use crate::tpcc::payment::payment;
 use crate::tpcc::random::Rng;
 use crate::txn::{Txn, TxnError, TxnResult, age_now};
+use crate::wal::{Wal, wal_path};
+use std::sync::atomic::AtomicBool;
 
 /// How long a host waits for the start signal before giving up.
 const HOST_START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -41,18 +44,23 @@ const AUDIT_PAUSE: Duration = Duration::from_millis(1);
 pub struct HostArgs {
     pub shm_path: PathBuf,
     pub host: u16,
+    /// The host crashed and is restarting: rebuild its partition from the
+    /// logs and rejoin the running pod (`--recover`).
+    pub recover: bool,
 }
 
 impl HostArgs {
-    /// Parses `--shm PATH --host N` (what [`crate::Launch::Processes`]
-    /// appends), ignoring nothing else.
+    /// Parses `--shm PATH --host N [--recover]` (what
+    /// [`crate::Launch::Processes`] appends), ignoring nothing else.
     pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<HostArgs> {
         let mut shm = None;
         let mut host = None;
+        let mut recover = false;
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
             match a.to_str() {
                 Some("--shm") => shm = it.next().map(PathBuf::from),
+                Some("--recover") => recover = true,
                 Some("--host") => {
                     host = it
                         .next()
@@ -62,7 +70,11 @@ impl HostArgs {
             }
         }
         match (shm, host) {
-            (Some(shm_path), Some(host)) => Ok(HostArgs { shm_path, host }),
+            (Some(shm_path), Some(host)) => Ok(HostArgs {
+                shm_path,
+                host,
+                recover,
+            }),
             _ => Err(PodError::Config("a host needs --shm PATH --host N".into())),
         }
     }
@@ -72,9 +84,17 @@ impl HostArgs {
 /// statistics (or its error) go to its slot in the coherent region, so the
 /// coordinator learns the outcome even from a process it cannot join.
 pub fn host_main(args: &HostArgs) -> Result<()> {
-    let mem = PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?;
+    let mem = if args.recover {
+        PodMemory::open_restarting(&args.shm_path, args.host)?
+    } else {
+        PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?
+    };
     let control = mem.control();
-    let result = run_host(&mem, args.host);
+    let result = if args.recover {
+        rejoin(&mem, args.host)
+    } else {
+        run_host(&mem, args.host)
+    };
     let raw = match &result {
         Ok((stats, elapsed)) => HostStatsRaw::from_stats(stats, elapsed.as_nanos() as u64),
         Err(e) => HostStatsRaw::failed(&e.to_string()),
@@ -110,6 +130,8 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     } else {
         None
     };
+    let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
+    HostRecord::of(mem, host).announce();
     Control::count_in(control.hosts_ready);
     let started = futex::wait_until(
         control.run_state,
@@ -123,19 +145,59 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
         // Stopped or failed before the start: nothing to run.
         Some(_) => return Ok((WorkerStats::default(), Duration::ZERO)),
     }
+    run_workers(mem, host, &wal, listener.as_ref(), Instant::now())
+}
+
+/// A restarted host: takes its record back (reclaiming its previous
+/// incarnation's pod locks and writes if no survivor did), rebuilds its
+/// partition from the initial population and every host's log, opens its
+/// log after the last durable record and, if the run is still on, runs
+/// its workers until the stop.
+fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
+    mem.params().arch.require_implemented()?;
+    if !mem.params().arch.survives_host_failure() {
+        return Err(PodError::NotImplemented(format!(
+            "restarting a host in {}: only (c) and (d) recover from a host failure",
+            mem.params().arch.name()
+        )));
+    }
+    lease::take_over(mem, host, Instant::now() + HOST_START_TIMEOUT)?;
+    let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
+    let started = Instant::now();
+    let (records, rows) = crate::recovery::rebuild_partition(mem, host)?;
+    HostRecord::of(mem, host).note_rebuilt(started.elapsed(), records, rows);
+    HostRecord::of(mem, host).announce();
+    if mem.control().state() != state::RUNNING {
+        return Ok((WorkerStats::default(), Duration::ZERO));
+    }
     let start = Instant::now();
+    run_workers(mem, host, &wal, None, start)
+}
+
+/// Runs the host's workers (and auditor, mover, participants, lease
+/// thread) from `start` until the stop signal.
+fn run_workers(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    listener: Option<&std::net::TcpListener>,
+    start: Instant,
+) -> Result<(WorkerStats, Duration)> {
     let hard_stop = start + Duration::from_millis(mem.params().duration_ms) + HOST_STOP_GRACE;
     let workers = mem.params().workers_per_host;
+    let lease_stop = AtomicBool::new(false);
     let mut total = WorkerStats::default();
     let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
+        let lease_stop = &lease_stop;
+        let lease = s.spawn(move || lease::lease_thread(mem, host, lease_stop));
         let handles: Vec<_> = (0..workers)
-            .map(|w| s.spawn(move || worker(mem, host, w, hard_stop)))
+            .map(|w| s.spawn(move || worker(mem, host, wal, w, hard_stop)))
             .collect();
         let auditor = mem
             .params()
             .auditor
-            .then(|| s.spawn(move || auditor(mem, host, hard_stop)));
-        let participants = participants(s, mem, host, listener.as_ref(), hard_stop);
+            .then(|| s.spawn(move || auditor(mem, host, wal, hard_stop)));
+        let participants = participants(s, mem, host, wal, listener, hard_stop);
         let mover = (mem.layout.dynamic_slots() > 0).then(|| {
             std::thread::Builder::new()
                 .name(format!("pod-mover-{host}"))
@@ -154,11 +216,23 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
         if let Some(p) = participants {
             out.push(join(host, p));
         }
+        lease_stop.store(true, std::sync::atomic::Ordering::Release);
+        let lease = lease.join().unwrap_or_else(|_| {
+            Err(PodError::HostFailed {
+                host,
+                reason: "the lease thread panicked".into(),
+            })
+        });
+        out.push(lease.map(|()| WorkerStats::default()));
         out
     });
     for r in results {
         total.merge(&r?);
     }
+    let log = wal.counters();
+    total.protocol.log_records += log.records;
+    total.protocol.log_bytes += log.bytes;
+    total.protocol.log_flushes += log.flushes;
     Ok((total, start.elapsed()))
 }
 
@@ -181,6 +255,7 @@ fn participants<'s, 'm: 's>(
     s: &'s std::thread::Scope<'s, '_>,
     mem: &'m PodMemory,
     host: u16,
+    wal: &'s Wal,
     listener: Option<&'s std::net::TcpListener>,
     hard_stop: Instant,
 ) -> Option<std::thread::ScopedJoinHandle<'s, Result<WorkerStats>>> {
@@ -204,7 +279,7 @@ fn participants<'s, 'm: 's>(
             let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> = match listener {
                 Some(l) => {
                     let stream = remote::accept(l, hard_stop).map_err(failed)?;
-                    Box::new(move || remote::serve(mem, host, remote::TcpServe(stream)))
+                    Box::new(move || remote::serve(mem, host, wal, remote::TcpServe(stream)))
                 }
                 None => {
                     let others: Vec<u16> = (0..p.hosts).filter(|&g| g != host).collect();
@@ -212,7 +287,7 @@ fn participants<'s, 'm: 's>(
                     let k = (i % p.workers_per_host as usize) as u16;
                     Box::new(move || {
                         let ch = remote::PodChannel::open(mem, g, k, host, hard_stop);
-                        remote::serve(mem, host, ch)
+                        remote::serve(mem, host, wal, ch)
                     })
                 }
             };
@@ -283,7 +358,13 @@ fn execute(
     Ok(Outcome::Abandoned)
 }
 
-fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<WorkerStats> {
+fn worker(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    id: u16,
+    hard_stop: Instant,
+) -> Result<WorkerStats> {
     let params = mem.params();
     let inputs = InputGen {
         warehouses: params.warehouses,
@@ -295,6 +376,8 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
     let home = home_warehouses(mem.layout.warehouses_of(host), params.workers_per_host, id);
     let control = mem.control();
     let mut txn = Txn::for_worker(mem, host, id);
+    txn.attach_log(wal, true);
+    let record = HostRecord::of(mem, host);
     if mem.layout.shared_nothing() {
         txn.connect_remote(hard_stop)
             .map_err(|reason| PodError::HostFailed { host, reason })?;
@@ -310,7 +393,7 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
         let w = home[rng.uniform(0, home.len() as u64 - 1) as usize];
         let now = unix_now();
         let started = Instant::now();
-        let (outcome, counters, latency, remote) =
+        let (outcome, counters, latency, remote, kind) =
             if rng.uniform(1, 100) <= params.new_order_pct as u64 {
                 let input = inputs.new_order(&mut rng, w);
                 let o = execute(&mut txn, &control, &mut stats.new_order, |t| {
@@ -321,6 +404,7 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
                     &mut stats.new_order,
                     &mut stats.new_order_latency,
                     !input.all_local(),
+                    0,
                 )
             } else {
                 let input = inputs.payment(&mut rng, w);
@@ -332,10 +416,13 @@ fn worker(mem: &PodMemory, host: u16, id: u16, hard_stop: Instant) -> Result<Wor
                     &mut stats.payment,
                     &mut stats.payment_latency,
                     input.c_w_id != input.w_id,
+                    1,
                 )
             };
         match outcome {
             Ok(Outcome::Committed) => {
+                // Durable: what a client of this terminal would be told.
+                record.reported(kind);
                 counters.committed += 1;
                 counters.remote += remote as u64;
                 latency.record(started.elapsed().as_nanos() as u64);
@@ -405,7 +492,7 @@ fn home_warehouses(range: std::ops::RangeInclusive<u32>, workers: u16, id: u16) 
 /// Audits W_YTD = sum(D_YTD) round-robin over the warehouses this host can
 /// reach: all of them when WAREHOUSE and DISTRICT are in pod memory, its own
 /// otherwise. Counts only audit outcomes (it is an observer, not load).
-fn auditor(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
+fn auditor(mem: &PodMemory, host: u16, wal: &Wal, hard_stop: Instant) -> Result<WorkerStats> {
     let layout = &mem.layout;
     let shared = layout.place_of(Array::Warehouse) == Place::Pod
         && layout.place_of(Array::District) == Place::Pod;
@@ -417,6 +504,7 @@ fn auditor(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats
     let control = mem.control();
     // The auditor's mailbox (in (e)) follows the workers'.
     let mut txn = Txn::for_worker(mem, host, mem.params().workers_per_host);
+    txn.attach_log(wal, true);
     let mut stats = WorkerStats::default();
     let mut next = host as usize;
     while control.state() == state::RUNNING && Instant::now() < hard_stop {

@@ -39,7 +39,7 @@ pub(crate) enum Array {
     StockDist,
 }
 
-const ARRAYS: [Array; 12] = [
+pub(crate) const ARRAYS: [Array; 12] = [
     Array::Warehouse,
     Array::District,
     Array::Customer,
@@ -175,6 +175,16 @@ struct RemoteExtents {
     ports: u64,
 }
 
+/// The coherent region's global recovery words: the GSN counter (`wal`).
+pub(crate) const RECOVERY_GLOBAL_BYTES: u64 = 64;
+/// One host's record: lease, liveness, reclaim figures, reported commits.
+pub(crate) const HOST_RECORD_BYTES: u64 = 128;
+/// One transaction slot in the shared region: a 64-byte header, the undo
+/// entries, the before-images.
+pub(crate) const TXN_SLOT_BYTES: u64 = 64
+    + crate::constants::TXN_POD_UNDO_ENTRIES_MAX as u64 * 16
+    + crate::constants::TXN_UNDO_BYTES_MAX as u64;
+
 /// One request mailbox: a cache line of the coherent region.
 pub(crate) const MAILBOX_BYTES: u64 = 64;
 
@@ -207,6 +217,12 @@ pub(crate) struct Layout {
     /// 0 when every table is in pod memory (no partition files).
     pub part_bytes: u64,
     pub host_stats_off: u64,
+    /// Coherent: the GSN counter, then one [`HOST_RECORD_BYTES`] record per
+    /// host (lease, liveness, reported commits; `lease`).
+    pub recovery_off: u64,
+    /// Shared region: one transaction slot (undo images for survivors,
+    /// `recovery`) per worker and auditor of every host.
+    pub txn_slots_off: u64,
     dynamic: DynamicExtents,
     remote: RemoteExtents,
     pub hash: u64,
@@ -233,7 +249,9 @@ impl Layout {
         let w = params.warehouses as u64;
         let w_per_host = w.div_ceil(params.hosts as u64);
 
-        let stats_bytes = crate::constants::HOSTS_MAX as u64 * HOST_STATS_BYTES;
+        let stats_bytes = crate::constants::HOSTS_MAX as u64 * HOST_STATS_BYTES
+            + RECOVERY_GLOBAL_BYTES
+            + crate::constants::HOSTS_MAX as u64 * HOST_RECORD_BYTES;
         if params.orders_per_district == 0 {
             params.orders_per_district = Self::fitting_orders(&params, &placement, stats_bytes)?;
         }
@@ -247,6 +265,7 @@ impl Layout {
         let coherent_start = HEADER_BYTES;
         let mut coherent = Bump(coherent_start);
         let host_stats_off = coherent.take(stats_bytes);
+        let recovery_off = host_stats_off + crate::constants::HOSTS_MAX as u64 * HOST_STATS_BYTES;
         let mut part = Bump(HEADER_BYTES);
         let counts = (cap, w, w_per_host);
         let locks = place_locks(&placement, counts, &mut coherent, &mut part);
@@ -276,6 +295,8 @@ impl Layout {
         let shared_start = (coherent_start + params.coherent_bytes).next_multiple_of(4096);
         let mut shared = Bump(shared_start);
         let arrays = place_arrays(&placement, counts, &mut shared, &mut part);
+        let txn_slots = params.hosts as u64 * (params.workers_per_host as u64 + 1);
+        let txn_slots_off = shared.take(txn_slots * TXN_SLOT_BYTES);
         if params.dynamic_slots > 0 {
             for a in ARRAYS {
                 if movable(params.arch, a.group()) {
@@ -315,6 +336,8 @@ impl Layout {
             pod_bytes: shared_start + shared_bytes,
             part_bytes,
             host_stats_off,
+            recovery_off,
+            txn_slots_off,
             dynamic,
             remote,
             hash: 0,
@@ -371,6 +394,9 @@ impl Layout {
             self.part_bytes,
             self.host_stats_off,
             HOST_STATS_BYTES,
+            self.recovery_off,
+            self.txn_slots_off,
+            TXN_SLOT_BYTES,
         ] {
             h.add(x);
         }
@@ -389,6 +415,63 @@ impl Layout {
             h.add(x);
         }
         h.0
+    }
+
+    /// Rows of `array` per warehouse (per pod for ITEM).
+    pub(crate) fn rows_of(&self, array: Array) -> u64 {
+        array.rows(self.params.orders_per_district as u64)
+    }
+
+    /// Host `host`'s record in the coherent region (`lease`).
+    pub(crate) fn host_record(&self, host: u16) -> u64 {
+        assert!((host as usize) < crate::constants::HOSTS_MAX);
+        self.recovery_off + RECOVERY_GLOBAL_BYTES + host as u64 * HOST_RECORD_BYTES
+    }
+
+    /// The transaction slot of worker `worker` (the auditor is
+    /// `workers_per_host`) of `host`, in the shared region.
+    pub(crate) fn txn_slot(&self, host: u16, worker: u16) -> u64 {
+        let per = self.params.workers_per_host as u64 + 1;
+        assert!(host < self.params.hosts && (worker as u64) < per);
+        self.txn_slots_off + (host as u64 * per + worker as u64) * TXN_SLOT_BYTES
+    }
+
+    /// Every range of lock words in the coherent region (tables placed in
+    /// pod memory, and (e)'s slot words): what a survivor scans for a dead
+    /// host's locks. Directory words, mailboxes and the rest are not lock
+    /// words and are not in it.
+    ///
+    /// `orders_used(w, d)`, when given, bounds the ORDER and NEW_ORDER words
+    /// scanned per district to the first that many slots (the rest were
+    /// never locked); with a run's default capacity most words are unused.
+    pub(crate) fn pod_lock_ranges(
+        &self,
+        orders_used: Option<&dyn Fn(u32, u64) -> u64>,
+    ) -> Vec<std::ops::Range<u64>> {
+        let cap = self.params.orders_per_district as u64;
+        let w = self.params.warehouses as u64;
+        let mut out = Vec::new();
+        for t in LOCK_TABLES {
+            let e = self.locks[t as usize];
+            let orders = matches!(t, LockTable::Order | LockTable::NewOrder);
+            match (e.place, orders_used) {
+                (Some(Place::Pod), Some(used)) if orders => {
+                    for wh in 1..=self.params.warehouses {
+                        for d in 0..DISTRICTS_PER_WAREHOUSE as u64 {
+                            let first = self.lock(t, wh, d * cap).off;
+                            out.push(first..first + used(wh, d).min(cap) * 8);
+                        }
+                    }
+                }
+                (Some(Place::Pod), _) => out.push(e.base..e.base + t.array().rows(cap) * w * 8),
+                _ => {}
+            }
+            if self.movable(t) {
+                let base = self.dynamic.slot_locks[t as usize];
+                out.push(base..base + self.dynamic.slots * self.params.hosts as u64 * 8);
+            }
+        }
+        out
     }
 
     pub(crate) fn warehouses_of(&self, host: u16) -> std::ops::RangeInclusive<u32> {

@@ -6,7 +6,8 @@
 //! two-phase locking; the shared-nothing baselines (a) and (b) send a
 //! transaction's remote part to its owner and commit with 2PC.
 //!
-//! This crate owns the pod files (`/dev/shm/...` and `.hostN` partitions),
+//! This crate owns the pod files (`/dev/shm/...`, `.hostN` partitions, their
+//! `.wal` logs and `.ckpt` checkpoints),
 //! the TPC-C schema, loader, NewOrder/Payment, the consistency check and the
 //! emulated-CXL accounting. It knows nothing of SQL, DataFusion or Flight,
 //! and nothing else in Skiff depends on its internals.
@@ -34,9 +35,11 @@
 //! All five architectures run: (a)/(b) shared nothing with two-phase commit
 //! over TCP / pod-memory channels (`remote`), (c) shared-everything, (d)
 //! Pasha static, (e) Pasha dynamic (`dynamic`); under NO_WAIT or WAIT_DIE.
-//! [`bench`] runs the Figure 3 sweep. See `docs/pod.md` for the design and
-//! for what is not built yet (Delivery/OrderStatus/StockLevel, logging and
-//! recovery, leases).
+//! [`bench`] runs the Figure 3 sweep. Every host logs its commits (`wal`,
+//! group commit); in (c) and (d) a host killed mid-run is reclaimed by a
+//! survivor (`lease`, `recovery`) and restarts from its checkpoint and the
+//! logs ([`PodConfig::fault`]). See `docs/pod.md` for the design and for
+//! what is not built yet.
 
 mod arch;
 mod bench;
@@ -49,8 +52,10 @@ mod futex;
 mod header;
 mod host;
 mod layout;
+mod lease;
 mod lockword;
 mod memory;
+mod recovery;
 mod region;
 mod remote;
 mod report;
@@ -58,16 +63,20 @@ mod run;
 mod stats;
 mod tpcc;
 mod txn;
+mod wal;
 
 use std::path::Path;
 
 pub use arch::{Arch, CcProtocol};
 pub use bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
-pub use config::{CheckConfig, HostCommand, Launch, PodConfig};
+pub use config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
 pub use cxl::{CxlCounters, CxlModel};
 pub use error::PodError;
 pub use host::{HostArgs, host_main};
-pub use report::{AuditReport, Modeled, MovementReport, RunReport, TxnReport};
+pub use lease::ReclaimFacts;
+pub use report::{
+    AuditReport, FaultReport, LogReport, Modeled, MovementReport, RunReport, TxnReport,
+};
 pub use run::{LoadReport, load, run};
 pub use tpcc::check::{CheckReport, ConditionReport, RowCounts};
 

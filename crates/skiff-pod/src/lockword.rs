@@ -179,10 +179,57 @@ pub(crate) fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
 }
 
 /// [`try_lock_shared`] recording the requester's WAIT_DIE age.
+#[cfg(test)]
 pub(crate) fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Result<(), Conflict> {
+    try_lock_shared_as(word, Reader::Count, my_age)
+}
+
+/// How a shared holder counts in the readers field: on a private word as
+/// one of a count; on a pod word as its host's bit, so a survivor can
+/// release a dead host's shared locks exactly (`lease`). A host then holds
+/// a pod tuple shared at most once: a second reader of the same host
+/// conflicts, as a writer would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    Count,
+    Host(u16),
+}
+
+impl Reader {
+    /// What this holder adds to (and later subtracts from) the word.
+    fn unit(self) -> u64 {
+        match self {
+            Reader::Count => READER_ONE,
+            Reader::Host(h) => host_bit(h) << 16,
+        }
+    }
+
+    /// Whether `word` holds this reader already (only a host bit can tell).
+    fn present(self, word: u64) -> bool {
+        matches!(self, Reader::Host(_)) && word & self.unit() != 0
+    }
+}
+
+/// The reader kind of a word in pod memory (`pod`) or a partition.
+pub(crate) fn reader_unit(pod: bool, host: u16) -> Reader {
+    if pod {
+        Reader::Host(host)
+    } else {
+        Reader::Count
+    }
+}
+
+/// Takes a shared lock as `unit` ([`reader_unit`]) unless the word is held
+/// exclusively (or moved), or by this host already on a pod word.
+pub(crate) fn try_lock_shared_as<W: AtomicWord>(
+    word: &W,
+    reader: Reader,
+    my_age: u32,
+) -> Result<(), Conflict> {
+    let unit = reader.unit();
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
-        if current & (EXCLUSIVE | MOVED) != 0 {
+        if current & (EXCLUSIVE | MOVED) != 0 || reader.present(current) {
             return Err(Conflict);
         }
         assert!(
@@ -194,7 +241,7 @@ pub(crate) fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Resu
         } else {
             oldest(age(current), my_age)
         };
-        let new = with_age(current, a) + READER_ONE;
+        let new = with_age(current, a) + unit;
         // Acquire: the holder's reads of the tuple must see the last writer's
         // stores, released by its unlock.
         match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
@@ -239,18 +286,31 @@ pub(crate) fn try_lock_exclusive_aged<W: AtomicWord>(
 
 /// Turns the caller's shared lock into an exclusive one if it is the only
 /// reader. The caller must hold a shared lock on `word`.
+#[cfg(test)]
 pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+    try_upgrade_as(word, host, Reader::Count)
+}
+
+/// [`try_upgrade`] of a shared lock taken as `unit`.
+pub(crate) fn try_upgrade_as<W: AtomicWord>(
+    word: &W,
+    host: u16,
+    reader: Reader,
+) -> Result<(), Conflict> {
     let owner_bits = (host as u64) << OWNER_SHIFT;
+    let unit = reader.unit();
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
         assert!(
-            current & (EXCLUSIVE | MOVED) == 0 && readers(current) >= 1,
+            current & (EXCLUSIVE | MOVED) == 0
+                && readers(current) >= 1
+                && (reader == Reader::Count || reader.present(current)),
             "upgrade without a shared lock"
         );
-        if readers(current) != 1 {
+        if current & READERS_MASK != unit {
             return Err(Conflict);
         }
-        let new = (current - READER_ONE) | EXCLUSIVE | owner_bits;
+        let new = (current - unit) | EXCLUSIVE | owner_bits;
         match word.compare_exchange_weak(current, new, Acquire, Relaxed) {
             Ok(_) => return Ok(()),
             Err(seen) => current = seen,
@@ -261,17 +321,26 @@ pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conf
 
 /// Releases one shared lock. Returns whether a WAIT_DIE waiter asked to be
 /// woken (the caller wakes it; the bit is cleared here).
+#[cfg(test)]
 pub(crate) fn unlock_shared<W: AtomicWord>(word: &W) -> bool {
+    unlock_shared_as(word, Reader::Count)
+}
+
+/// Releases a shared lock taken as `reader` ([`reader_unit`]).
+pub(crate) fn unlock_shared_as<W: AtomicWord>(word: &W, reader: Reader) -> bool {
+    let unit = reader.unit();
     // One CAS for both changes: a word must never be free with WAITERS set.
     // Not bounded: a release cannot fail, and each failed CAS means another
     // thread's operation on the word succeeded (lock-free).
     let mut current = word.load(Relaxed);
     loop {
         assert!(
-            current & (EXCLUSIVE | MOVED) == 0 && readers(current) >= 1,
+            current & (EXCLUSIVE | MOVED) == 0
+                && readers(current) >= 1
+                && (reader == Reader::Count || reader.present(current)),
             "unlock_shared of {current:#x}"
         );
-        let new = (current - READER_ONE) & !WAITERS;
+        let new = (current - unit) & !WAITERS;
         match word.compare_exchange_weak(current, new, AcqRel, Relaxed) {
             Ok(_) => return current & WAITERS != 0,
             Err(seen) => current = seen,
@@ -292,6 +361,33 @@ pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) -> bool {
         "unlock_exclusive by host {host} of {previous:#x}"
     );
     previous & WAITERS != 0
+}
+
+/// Releases whatever dead host `host` holds on a pod word: its exclusive
+/// lock, or its shared lock (its reader bit). Returns `None` if it held
+/// nothing here, else whether a WAIT_DIE waiter asked to be woken. Only the
+/// survivor that claimed the dead host's recovery calls it (`lease`), so the
+/// holder cannot release concurrently.
+pub(crate) fn release_dead<W: AtomicWord>(word: &W, host: u16) -> Option<bool> {
+    let reader = Reader::Host(host);
+    let unit = reader.unit();
+    let mut current = word.load(Acquire);
+    loop {
+        if current & MOVED != 0 {
+            return None;
+        }
+        let new = if current & EXCLUSIVE != 0 && owner(current) == host {
+            current & !(EXCLUSIVE | OWNER_MASK | WAITERS)
+        } else if current & EXCLUSIVE == 0 && reader.present(current) {
+            (current - unit) & !WAITERS
+        } else {
+            return None;
+        };
+        match word.compare_exchange_weak(current, new, AcqRel, Relaxed) {
+            Ok(_) => return Some(current & WAITERS != 0),
+            Err(seen) => current = seen,
+        }
+    }
 }
 
 /// WAIT_DIE: asks the next releaser of `word` to wake its waiters, if the
@@ -398,6 +494,31 @@ mod tests {
         try_lock_exclusive_aged(&w, 1, 90).unwrap();
         assert_eq!(age(w.load(Relaxed)), 90);
         unlock_exclusive(&w, 1);
+    }
+
+    #[test]
+    fn pod_readers_are_host_bits_that_a_survivor_can_release() {
+        let w = AtomicU64::new(0);
+        let (h0, h3) = (reader_unit(true, 0), reader_unit(true, 3));
+        try_lock_shared_as(&w, h0, 1).unwrap();
+        // Host 0's bit is READER_ONE's position: a second host-0 reader must
+        // still conflict, not count.
+        assert_eq!(try_lock_shared_as(&w, h0, 1), Err(Conflict));
+        try_lock_shared_as(&w, h3, 1).unwrap();
+        assert_eq!(try_upgrade_as(&w, 3, h3), Err(Conflict));
+        assert_eq!(release_dead(&w, 5), None);
+        assert_eq!(release_dead(&w, 0), Some(false));
+        try_upgrade_as(&w, 3, h3).unwrap();
+        assert_eq!(release_dead(&w, 0), None);
+        let seen = w.load(Relaxed);
+        assert!(ask_for_wake(&w, seen));
+        assert_eq!(release_dead(&w, 3), Some(true));
+        assert_eq!(w.load(Relaxed) & !AGE_MASK, 0);
+        // Private words count readers.
+        let c = reader_unit(false, 0);
+        try_lock_shared_as(&w, c, 1).unwrap();
+        try_lock_shared_as(&w, c, 1).unwrap();
+        assert_eq!(readers(w.load(Relaxed)), 2);
     }
 
     #[test]

@@ -72,6 +72,28 @@ impl PodMemory {
         Ok(PodMemory { pod, parts, layout })
     }
 
+    /// Maps the pod for host `host` restarting after a crash: its old
+    /// partition was its private memory and is gone, so the file is
+    /// replaced by a zeroed one (`recovery::rebuild_partition` fills it
+    /// from the checkpoint and the logs).
+    pub(crate) fn open_restarting(path: &Path, host: u16) -> Result<PodMemory> {
+        let pod = Mapping::open(path, true)?;
+        let layout = header::read_pod_header(&pod)?;
+        let hosts = layout.params.hosts;
+        if host >= hosts {
+            return Err(PodError::Config(format!(
+                "host {host} of a {hosts}-host pod"
+            )));
+        }
+        let mut parts: Vec<Option<Mapping>> = (0..hosts).map(|_| None).collect();
+        if layout.has_partitions() {
+            let part = Mapping::create(&header::part_path(path, host), layout.part_bytes)?;
+            header::write_part_header(&part, &layout, host);
+            parts[host as usize] = Some(part);
+        }
+        Ok(PodMemory { pod, parts, layout })
+    }
+
     pub(crate) fn control(&self) -> Control<'_> {
         Control::of(&self.pod)
     }
@@ -131,6 +153,8 @@ pub(crate) fn remove_files(path: &Path) -> Result<()> {
     remove(path)?;
     for h in 0..HOSTS_MAX as u16 {
         remove(&header::part_path(path, h))?;
+        remove(&crate::wal::wal_path(path, h))?;
+        remove(&crate::recovery::checkpoint_path(path, h))?;
     }
     Ok(())
 }

@@ -373,8 +373,16 @@ impl Serve for PodChannel<'_> {
 /// Serves one coordinator worker until it closes the link: LOCK, PREPARE,
 /// COMMIT and ABORT on this host's partition. Returns the messages it
 /// answered.
-pub(crate) fn serve(mem: &PodMemory, host: u16, mut link: impl Serve) -> Result<u64, String> {
+pub(crate) fn serve<'m>(
+    mem: &'m PodMemory,
+    host: u16,
+    wal: &'m crate::wal::Wal,
+    mut link: impl Serve,
+) -> Result<u64, String> {
     let mut txn = Txn::for_worker(mem, host, 0);
+    // The owner logs what it writes for remote coordinators; shared nothing
+    // writes only partitions, so no transaction slot.
+    txn.attach_log(wal, false);
     let (mut request, mut reply) = (Vec::new(), Msg::default());
     let mut answered = 0;
     while link.recv(&mut request)?.is_some() {

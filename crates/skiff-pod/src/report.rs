@@ -47,6 +47,53 @@ pub struct AuditReport {
     pub violations: u64,
 }
 
+/// The hosts' write-ahead logs.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LogReport {
+    pub records: u64,
+    pub bytes: u64,
+    /// Group-commit flushes (one write + fdatasync each).
+    pub flushes: u64,
+    /// records / flushes.
+    pub records_per_flush: f64,
+}
+
+/// A host killed mid-run (SIGKILL), reclaimed by a survivor and restarted.
+/// Times are seconds since the kill unless named otherwise.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FaultReport {
+    pub host: u16,
+    /// Seconds after the start.
+    pub killed_at_s: f64,
+    pub restarted_at_s: Option<f64>,
+    /// When a survivor found the lease expired, and finished reclaiming.
+    pub detected_s: Option<f64>,
+    pub reclaimed_s: Option<f64>,
+    pub reclaim: crate::lease::ReclaimFacts,
+    /// Commits reported by the other hosts per second: in the second
+    /// before the kill, between kill and reclaim, between reclaim and
+    /// restart, and after the restart.
+    pub survivors_per_s_before: f64,
+    pub survivors_per_s_until_reclaimed: f64,
+    pub survivors_per_s_until_restart: f64,
+    pub survivors_per_s_after_restart: f64,
+    /// Commits the other hosts reported from the end of the reclaim to the
+    /// end of the run.
+    pub survivors_committed_after_reclaim: u64,
+    /// Commits the restarted host reported after its restart.
+    pub restarted_host_committed: u64,
+    /// Per host: commits reported (durable, all incarnations) of NewOrder,
+    /// Payment, Delivery, OrderStatus, StockLevel.
+    pub reported: Vec<[u64; crate::lease::REPORTED_KINDS]>,
+    /// Per host, read from the pod after the run: orders and history rows
+    /// its districts gained (each committed NewOrder adds one order, each
+    /// Payment one history row; only the owner writes them).
+    pub orders_created: Vec<u64>,
+    pub payments_created: Vec<u64>,
+    /// (seconds since start, commits reported so far per host), every 100 ms.
+    pub timeline: Vec<(f64, Vec<u64>)>,
+}
+
 /// Pasha dynamic's data movement (zero elsewhere).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct MovementReport {
@@ -108,6 +155,11 @@ pub struct RunReport {
     /// WAIT_DIE waits for an older transaction's lock.
     pub lock_waits: u64,
     pub movement: MovementReport,
+    /// Write-ahead log: records, bytes and group-commit flushes, summed
+    /// over hosts (the killed incarnation of a host's excluded).
+    pub log: LogReport,
+    /// What happened around a killed host (`PodConfig::fault`).
+    pub fault: Option<FaultReport>,
     /// Set when a host stopped the run before its duration (a full table).
     pub ended_early: Option<String>,
 }
@@ -219,6 +271,13 @@ impl RunReport {
                 moved_back: p.moved_back,
                 busy: p.busy,
             },
+            log: LogReport {
+                records: p.log_records,
+                bytes: p.log_bytes,
+                flushes: p.log_flushes,
+                records_per_flush: p.log_records as f64 / p.log_flushes.max(1) as f64,
+            },
+            fault: None,
             ended_early: f.ended_early,
         }
     }
@@ -294,9 +353,57 @@ impl fmt::Display for RunReport {
                 self.audit.committed, self.audit.aborted, self.audit.violations
             )?;
         }
+        write!(
+            f,
+            "\n  log: {} records, {:.1} MB, {} flushes ({:.2} records per flush)",
+            self.log.records,
+            self.log.bytes as f64 / 1e6,
+            self.log.flushes,
+            self.log.records_per_flush
+        )?;
+        if let Some(k) = &self.fault {
+            fmt_fault(f, k)?;
+        }
         if let Some(why) = &self.ended_early {
             write!(f, "\n  ended early: {why}")?;
         }
         Ok(())
     }
+}
+
+fn fmt_fault(f: &mut fmt::Formatter<'_>, k: &FaultReport) -> fmt::Result {
+    let secs = |x: Option<f64>| x.map_or("never".to_string(), |s| format!("{s:.2} s"));
+    write!(
+        f,
+        "\n  host {} killed at {:.2} s; lease expiry seen after {}, reclaimed after {} \
+         by host {} ({} txns undone, {} kept, {} locks released)",
+        k.host,
+        k.killed_at_s,
+        secs(k.detected_s),
+        secs(k.reclaimed_s),
+        k.reclaim.by,
+        k.reclaim.txns_undone,
+        k.reclaim.txns_kept,
+        k.reclaim.locks_released
+    )?;
+    write!(
+        f,
+        "\n  restarted at {}; rebuilt its partition in {:.1} ms from {} log records \
+         ({} rows redone); committed {} after rejoining",
+        k.restarted_at_s
+            .map_or("never".to_string(), |s| format!("{s:.2} s")),
+        k.reclaim.rebuild_us as f64 / 1e3,
+        k.reclaim.rebuild_log_records,
+        k.reclaim.rebuild_rows,
+        k.restarted_host_committed
+    )?;
+    write!(
+        f,
+        "\n  survivors committed/s: {:.0} before, {:.0} until reclaimed, {:.0} until restart, \
+         {:.0} after",
+        k.survivors_per_s_before,
+        k.survivors_per_s_until_reclaimed,
+        k.survivors_per_s_until_restart,
+        k.survivors_per_s_after_restart
+    )
 }

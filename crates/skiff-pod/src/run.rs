@@ -6,12 +6,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Launch, Params, PodConfig};
+use crate::config::{HostFault, Launch, Params, PodConfig};
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header::state;
 use crate::host::{HostArgs, host_main};
+use crate::lease::{HostRecord, mono_ms};
 use crate::memory::PodMemory;
+use crate::report::FaultReport;
 use crate::report::{RunFacts, RunReport};
 use crate::stats::{
     HOST_STATS_BYTES, HOST_STATUS_FAILED, HOST_STATUS_OK, HostStatsRaw, WorkerStats,
@@ -50,6 +52,8 @@ fn create_and_load(cfg: &PodConfig) -> Result<(PodMemory, LoadReport)> {
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_secs().max(1));
     crate::tpcc::load::load(&mem, now)?;
+    // A restarted host starts over from its partition as loaded.
+    crate::recovery::write_checkpoints(&mem)?;
     mem.control().set_state(state::LOADED);
     let report = LoadReport {
         load_s: started.elapsed().as_secs_f64(),
@@ -106,6 +110,21 @@ impl Host {
             let _ = c.kill();
         }
     }
+
+    /// SIGKILLs a host process and reaps it, so its pid is gone (what
+    /// survivors check before reclaiming it).
+    fn crash(&mut self, host: u16) -> Result<()> {
+        match self {
+            Host::Process(c) => {
+                c.kill()
+                    .map_err(|e| PodError::io(format!("kill host {host}"), e))?;
+                c.wait()
+                    .map_err(|e| PodError::io(format!("reap host {host}"), e))?;
+                Ok(())
+            }
+            Host::Thread(_) => Err(PodError::Config("cannot kill a host thread".into())),
+        }
+    }
 }
 
 /// Loads a pod, runs the workload on `cfg.hosts` hosts for `cfg.duration`,
@@ -115,7 +134,7 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
     let mut hosts = Vec::with_capacity(cfg.hosts as usize);
     let driven = (|| {
         for h in 0..cfg.hosts {
-            hosts.push(launch(cfg, h)?);
+            hosts.push(launch(cfg, h, false)?);
         }
         drive(&mem, cfg, &mut hosts)
     })();
@@ -134,11 +153,11 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
             joined = r;
         }
     }
-    let (stats, elapsed, ended_early) = driven?;
+    let (stats, elapsed, ended_early, fault) = driven?;
     joined?;
     mem.control().set_state(state::DONE);
     let p = mem.params();
-    Ok(RunReport::build(
+    let mut report = RunReport::build(
         RunFacts {
             arch: p.arch,
             cc: p.cc,
@@ -153,13 +172,16 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
             ended_early,
         },
         &stats,
-    ))
+    );
+    report.fault = fault.map(|f| f.report(&mem));
+    Ok(report)
 }
 
-fn launch(cfg: &PodConfig, host: u16) -> Result<Host> {
+fn launch(cfg: &PodConfig, host: u16, recover: bool) -> Result<Host> {
     let args = HostArgs {
         shm_path: cfg.shm_path.clone(),
         host,
+        recover,
     };
     match &cfg.launch {
         Launch::Threads => {
@@ -176,6 +198,7 @@ fn launch(cfg: &PodConfig, host: u16) -> Result<Host> {
                 .arg(&cfg.shm_path)
                 .arg("--host")
                 .arg(host.to_string())
+                .args(recover.then_some("--recover"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -244,17 +267,23 @@ fn slot(mem: &PodMemory, h: u16) -> HostStatsRaw {
         .read(mem.layout.host_stats_off + h as u64 * HOST_STATS_BYTES)
 }
 
-type Driven = (WorkerStats, Duration, Option<String>);
+type Driven = (WorkerStats, Duration, Option<String>, Option<FaultLog>);
 
 fn drive(mem: &PodMemory, cfg: &PodConfig, hosts: &mut [Host]) -> Result<Driven> {
     let control = mem.control();
     await_hosts(mem, control.hosts_ready, hosts, Phase::Ready)?;
     let start = Instant::now();
     control.set_state(state::RUNNING);
-    // Sleep for the duration, or until a host stops the run early.
-    futex::wait_until(control.run_state, start + cfg.duration, cfg.duration, |s| {
-        s != state::RUNNING
-    });
+    let fault = match cfg.fault {
+        // Sleep for the duration, or until a host stops the run early.
+        None => {
+            futex::wait_until(control.run_state, start + cfg.duration, cfg.duration, |s| {
+                s != state::RUNNING
+            });
+            None
+        }
+        Some(f) => Some(drive_fault(mem, cfg, f, hosts, start)?),
+    };
     control.request_stop("");
     let elapsed = start.elapsed();
     await_hosts(mem, control.hosts_done, hosts, Phase::Finished)?;
@@ -276,5 +305,181 @@ fn drive(mem: &PodMemory, cfg: &PodConfig, hosts: &mut [Host]) -> Result<Driven>
             }
         }
     }
-    Ok((total, elapsed, control.stop_reason()))
+    Ok((total, elapsed, control.stop_reason(), fault))
+}
+
+/// Interval of the fault timeline's samples.
+const TIMELINE_TICK: Duration = Duration::from_millis(100);
+
+/// What [`drive_fault`] saw, turned into a [`FaultReport`] after the run.
+struct FaultLog {
+    fault: HostFault,
+    start: Instant,
+    killed: Instant,
+    killed_ms: u64,
+    restarted: Option<Instant>,
+    timeline: Vec<(f64, Vec<u64>)>,
+}
+
+fn reported_total(mem: &PodMemory, h: u16) -> u64 {
+    HostRecord::of(mem, h).reported_counts().iter().sum()
+}
+
+/// Runs the duration with host `f.host` SIGKILLed at `f.kill_after` and
+/// restarted (`--recover`) `f.restart_after` later, sampling every host's
+/// reported commits every [`TIMELINE_TICK`].
+fn drive_fault(
+    mem: &PodMemory,
+    cfg: &PodConfig,
+    f: HostFault,
+    hosts: &mut [Host],
+    start: Instant,
+) -> Result<FaultLog> {
+    let control = mem.control();
+    let end = start + cfg.duration;
+    let mut log = FaultLog {
+        fault: f,
+        start,
+        killed: start,
+        killed_ms: 0,
+        restarted: None,
+        timeline: Vec::new(),
+    };
+    let mut killed = false;
+    loop {
+        let now = Instant::now();
+        let counts = (0..cfg.hosts).map(|h| reported_total(mem, h)).collect();
+        log.timeline.push(((now - start).as_secs_f64(), counts));
+        if now >= end || control.state() != state::RUNNING {
+            break;
+        }
+        if !killed && now >= start + f.kill_after {
+            hosts[f.host as usize].crash(f.host)?;
+            (log.killed, log.killed_ms, killed) = (Instant::now(), mono_ms(), true);
+        }
+        if killed && log.restarted.is_none() && now >= log.killed + f.restart_after {
+            hosts[f.host as usize] = launch(cfg, f.host, true)?;
+            log.restarted = Some(Instant::now());
+        }
+        futex::wait(
+            control.run_state,
+            state::RUNNING,
+            TIMELINE_TICK.min(end - now),
+        );
+    }
+    if !killed {
+        return Err(PodError::HostFailed {
+            host: f.host,
+            reason: "the run ended before the host was to be killed".into(),
+        });
+    }
+    if log.restarted.is_none() {
+        // The run ended early: restart anyway, so the host recovers.
+        hosts[f.host as usize] = launch(cfg, f.host, true)?;
+        log.restarted = Some(Instant::now());
+    }
+    Ok(log)
+}
+
+impl FaultLog {
+    fn report(self, mem: &PodMemory) -> FaultReport {
+        let f = self.fault;
+        let rec = HostRecord::of(mem, f.host);
+        let reclaim = rec.reclaim_facts();
+        let since_kill = |ms: u64| (ms > 0).then(|| ms.saturating_sub(self.killed_ms) as f64 / 1e3);
+        let at = |i: Instant| (i - self.start).as_secs_f64();
+        let killed_s = at(self.killed);
+        let reclaimed_s = since_kill(reclaim.done_at_ms);
+        let restarted_s = self.restarted.map(at);
+        let survivors = |counts: &Vec<u64>| -> u64 {
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(h, _)| *h != f.host as usize)
+                .map(|(_, c)| *c)
+                .sum()
+        };
+        // Survivors' commit rate between two instants (seconds since start).
+        let rate = |from: f64, to: f64| -> f64 {
+            let pick = |t: f64| {
+                self.timeline
+                    .iter()
+                    .rev()
+                    .find(|(s, _)| *s <= t)
+                    .or(self.timeline.first())
+                    .map_or((0.0, 0), |(s, c)| (*s, survivors(c)))
+            };
+            let ((t0, c0), (t1, c1)) = (pick(from), pick(to));
+            if t1 > t0 {
+                c1.saturating_sub(c0) as f64 / (t1 - t0)
+            } else {
+                0.0
+            }
+        };
+        let last = self.timeline.last().map_or(0.0, |(t, _)| *t);
+        let reclaimed_at = reclaimed_s.map_or(last, |s| killed_s + s);
+        let restart_at = restarted_s.unwrap_or(last);
+        let host_at = |t: f64| {
+            self.timeline
+                .iter()
+                .rev()
+                .find(|(s, _)| *s <= t)
+                .map_or(0, |(_, c)| c[f.host as usize])
+        };
+        let survivors_at = |t: f64| {
+            self.timeline
+                .iter()
+                .rev()
+                .find(|(s, _)| *s <= t)
+                .map_or(0, |(_, c)| survivors(c))
+        };
+        let survivors_end = self.timeline.last().map_or(0, |(_, c)| survivors(c));
+        let hosts = mem.params().hosts;
+        let (orders_created, payments_created) = (0..hosts).map(|h| created(mem, h)).unzip();
+        FaultReport {
+            host: f.host,
+            killed_at_s: killed_s,
+            restarted_at_s: restarted_s,
+            detected_s: since_kill(reclaim.detected_at_ms),
+            reclaimed_s,
+            reclaim,
+            survivors_per_s_before: rate(killed_s - 1.0, killed_s),
+            survivors_per_s_until_reclaimed: rate(killed_s, reclaimed_at),
+            survivors_per_s_until_restart: rate(reclaimed_at, restart_at),
+            survivors_per_s_after_restart: rate(restart_at, last),
+            survivors_committed_after_reclaim: match reclaimed_s {
+                Some(_) => survivors_end.saturating_sub(survivors_at(reclaimed_at)),
+                None => 0,
+            },
+            restarted_host_committed: reported_total(mem, f.host)
+                .saturating_sub(host_at(restart_at)),
+            reported: (0..hosts)
+                .map(|h| HostRecord::of(mem, h).reported_counts())
+                .collect(),
+            orders_created,
+            payments_created,
+            timeline: self.timeline,
+        }
+    }
+}
+
+/// Orders and history rows host `h`'s districts gained since the load
+/// (D_NEXT_O_ID and D_NEXT_H_SLOT past their initial values).
+fn created(mem: &PodMemory, h: u16) -> (u64, u64) {
+    use crate::layout::Array;
+    use crate::tpcc::schema::{
+        CUSTOMERS_PER_DISTRICT, DISTRICTS_PER_WAREHOUSE, District, ORDERS_PER_DISTRICT_INITIAL,
+    };
+    let (mut orders, mut payments) = (0, 0);
+    for w in mem.layout.warehouses_of(h) {
+        for d in 0..DISTRICTS_PER_WAREHOUSE as u64 {
+            let loc = mem.layout.row(Array::District, w, d);
+            let row: District = mem.mapping_of(loc, h).read(loc.off);
+            orders += row
+                .d_next_o_id
+                .saturating_sub(ORDERS_PER_DISTRICT_INITIAL + 1) as u64;
+            payments += row.d_next_h_slot.saturating_sub(CUSTOMERS_PER_DISTRICT) as u64;
+        }
+    }
+    (orders, payments)
 }

@@ -143,6 +143,11 @@ pub(crate) struct ProtocolCounters {
     pub moved_in: u64,
     pub moved_back: u64,
     pub busy: u64,
+    /// Write-ahead log: records, bytes, and group-commit flushes (write +
+    /// fdatasync; records / flushes is the mean group size).
+    pub log_records: u64,
+    pub log_bytes: u64,
+    pub log_flushes: u64,
 }
 
 impl ProtocolCounters {
@@ -154,6 +159,9 @@ impl ProtocolCounters {
         self.moved_in += o.moved_in;
         self.moved_back += o.moved_back;
         self.busy += o.busy;
+        self.log_records += o.log_records;
+        self.log_bytes += o.log_bytes;
+        self.log_flushes += o.log_flushes;
     }
 }
 

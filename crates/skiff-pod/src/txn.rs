@@ -33,7 +33,9 @@ use crate::header::state;
 use crate::layout::{Array, Loc, LockTable};
 use crate::lockword::{self, Conflict, Mode};
 use crate::memory::PodMemory;
+use crate::recovery::{self, TxnSlot};
 use crate::remote::{self, Coordinator, RemoteError};
+use crate::wal::{Redo, Wal};
 
 /// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
 const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -106,6 +108,18 @@ pub(crate) struct Txn<'m> {
     coordinator: Option<Coordinator<'m>>,
     /// A transport failure during commit or abort: the run must stop.
     fatal: Option<String>,
+    /// The host's log; `None` in unit tests that test no durability.
+    wal: Option<&'m Wal>,
+    /// Undo images of pod rows for survivors (`recovery`); `None` for
+    /// contexts that never write pod memory (participants of (a), (b)).
+    slot: Option<TxnSlot>,
+    /// After-images of every row written, for the log.
+    redo: Redo,
+    /// The attempt wrote a row in pod memory (its log record needs a GSN).
+    wrote_pod: bool,
+    /// Attempts begun by this context: with host and worker, the id of the
+    /// current attempt in the log and in its transaction slot.
+    attempts: u64,
 }
 
 /// The current WAIT_DIE age: a microsecond-ish clock shared by every process
@@ -145,7 +159,26 @@ impl<'m> Txn<'m> {
             side: TxnSideCounters::default(),
             coordinator: None,
             fatal: None,
+            wal: None,
+            slot: None,
+            redo: Redo::default(),
+            wrote_pod: false,
+            attempts: 0,
         }
+    }
+
+    /// Logs every commit to `wal` (group commit, durable before any lock is
+    /// released); with `pod_writes`, also keeps undo images of pod rows in
+    /// this worker's transaction slot for survivors.
+    pub(crate) fn attach_log(&mut self, wal: &'m Wal, pod_writes: bool) {
+        assert!(!self.active);
+        self.wal = Some(wal);
+        self.slot =
+            pod_writes.then(|| TxnSlot::new(self.mem.layout.txn_slot(self.host, self.worker)));
+    }
+
+    fn txn_id(&self) -> u64 {
+        (self.host as u64) << 56 | (self.worker as u64) << 40 | (self.attempts & ((1 << 40) - 1))
     }
 
     /// (a), (b): connects this worker to every other host's participants.
@@ -204,6 +237,9 @@ impl<'m> Txn<'m> {
         self.cxl.begin();
         self.age = age;
         self.active = true;
+        self.attempts += 1;
+        self.redo.clear();
+        self.wrote_pod = false;
     }
 
     /// Takes `mode` on tuple `idx` of `table` for warehouse `w`, or fails with
@@ -226,8 +262,10 @@ impl<'m> Txn<'m> {
                     "upgrade of a remote lock on {table:?} {w}/{idx} is not supported"
                 )));
             }
-            let word = self.word(self.held[i].word);
-            lockword::try_upgrade(word, self.host).map_err(|_| TxnError::Conflict)?;
+            let loc = self.held[i].word;
+            let unit = lockword::reader_unit(loc.place == Place::Pod, self.host);
+            let word = self.word(loc);
+            lockword::try_upgrade_as(word, self.host, unit).map_err(|_| TxnError::Conflict)?;
             self.held[i].mode = Mode::Exclusive;
             return Ok(());
         }
@@ -370,10 +408,11 @@ impl<'m> Txn<'m> {
     /// Acquires the word at `loc` under the concurrency-control protocol.
     fn acquire(&mut self, loc: Loc, mode: Mode) -> Result<(), Conflict> {
         let word = self.word(loc);
+        let unit = lockword::reader_unit(loc.place == Place::Pod, self.host);
         let mut deadline = None;
         loop {
             let got = match mode {
-                Mode::Shared => lockword::try_lock_shared_aged(word, self.age),
+                Mode::Shared => lockword::try_lock_shared_as(word, unit, self.age),
                 Mode::Exclusive => lockword::try_lock_exclusive_aged(word, self.host, self.age),
             };
             if got.is_ok() || self.cc == CcProtocol::NoWait {
@@ -411,8 +450,9 @@ impl<'m> Txn<'m> {
     /// Releases the word at `loc` held in `mode`, waking WAIT_DIE waiters.
     fn unlock(&mut self, loc: Loc, mode: Mode) {
         let word = self.word(loc);
+        let unit = lockword::reader_unit(loc.place == Place::Pod, self.host);
         let waiters = match mode {
-            Mode::Shared => lockword::unlock_shared(word),
+            Mode::Shared => lockword::unlock_shared_as(word, unit),
             Mode::Exclusive => lockword::unlock_exclusive(word, self.host),
         };
         if waiters {
@@ -519,6 +559,10 @@ impl<'m> Txn<'m> {
             return;
         }
         let loc = self.row(array, w, idx, held);
+        if self.wal.is_some() {
+            self.redo.push(array, w, idx, value);
+        }
+        self.wrote_pod |= loc.place == Place::Pod;
         let len = value.len();
         let start = self.undo_bytes.len();
         assert!(
@@ -531,6 +575,13 @@ impl<'m> Txn<'m> {
                 let c = self.coherence(held);
                 self.cxl
                     .read_bytes(c, loc.off, &mut self.undo_bytes[start..]);
+                if let (Some(slot), Some(h)) = (self.slot.as_mut(), held) {
+                    let id = (self.host as u64) << 56
+                        | (self.worker as u64) << 40
+                        | (self.attempts & ((1 << 40) - 1));
+                    let before = &self.undo_bytes[start..];
+                    slot.save(&mut self.cxl, id, loc.off, h.word.off, before);
+                }
                 self.cxl.write_bytes(c, loc.off, value);
                 held.map(|h| h.word)
             }
@@ -583,9 +634,72 @@ impl<'m> Txn<'m> {
             self.abort();
             return;
         }
+        if let Err(e) = self.log_commit() {
+            // Not durable: the transaction did not commit. Undo it; the
+            // host stops (a log that cannot be written cannot go on).
+            self.fatal = Some(e);
+            self.abort();
+            return;
+        }
+        if let Some(slot) = self.slot.as_mut() {
+            slot.clear(&mut self.cxl);
+        }
         self.undo.clear();
         self.undo_bytes.clear();
         self.release();
+    }
+
+    /// Test: the host dies right after its commit record is appended and
+    /// waited for (`durable`) or just appended, with every lock still held
+    /// and its transaction slot still `COMMITTING`. The context is left
+    /// unusable (leak it with `std::mem::forget`).
+    #[cfg(test)]
+    pub(crate) fn crash_while_committing(&mut self) {
+        let wal = self.wal.expect("a log");
+        let id = self.txn_id();
+        let off = self.mem.layout.recovery_off;
+        let gsn = wal.next_seq(Some(self.cxl.lock_word(off)));
+        let (slot, cxl) = (&self.slot, &mut self.cxl);
+        let end = wal.append(&self.redo, id, gsn, |start, end| {
+            if let Some(slot) = slot {
+                slot.committing(cxl, start, end);
+            }
+        });
+        wal.wait_durable(end).expect("durable");
+    }
+
+    /// Appends the redo record (GSN taken under every lock) and waits until
+    /// it is durable. Read-only transactions log nothing.
+    fn log_commit(&mut self) -> Result<(), String> {
+        let Some(wal) = self.wal else {
+            return Ok(());
+        };
+        if self.redo.is_empty() {
+            return Ok(());
+        }
+        let id = self.txn_id();
+        // (e): other hosts write this host's movable rows while they are
+        // moved, so every record is ordered globally, unless no other host
+        // exists.
+        let layout = &self.mem.layout;
+        let global = self.wrote_pod || (layout.dynamic_slots() > 0 && layout.params.hosts > 1);
+        let gsn = if global {
+            let off = self.mem.layout.recovery_off;
+            debug_assert!(std::ptr::eq(
+                recovery::gsn_word(self.mem),
+                self.mem.pod.atomic_u64(off)
+            ));
+            wal.next_seq(Some(self.cxl.lock_word(off)))
+        } else {
+            wal.next_seq(None)
+        };
+        let (slot, cxl) = (&self.slot, &mut self.cxl);
+        let end = wal.append(&self.redo, id, gsn, |start, end| {
+            if let Some(slot) = slot {
+                slot.committing(cxl, start, end);
+            }
+        });
+        wal.wait_durable(end)
     }
 
     /// Restores every before-image, newest first, then releases the locks.
@@ -602,6 +716,9 @@ impl<'m> Txn<'m> {
                 }
                 _ => self.local(u.loc).write_bytes(u.loc.off, bytes),
             }
+        }
+        if let Some(slot) = self.slot.as_mut() {
+            slot.clear(&mut self.cxl);
         }
         self.undo_bytes.clear();
         self.release();

@@ -326,3 +326,84 @@ fn eight_hosts_pasha_dynamic_and_shared_nothing_slow() {
         run_and_check(&cfg);
     }
 }
+
+/// Kills host `killed` with SIGKILL mid-run, restarts it, and checks what
+/// durability and partial failure promise: survivors reclaimed the dead
+/// host's locks and kept committing, the restarted host rebuilt its
+/// partition and committed again, no commit a host reported was lost, and
+/// all twelve conditions hold.
+fn kill_and_restart(tag: &str, arch: Arch, cc: CcProtocol, killed: u16) -> RunReport {
+    let pod = Pod::new(tag);
+    let mut cfg = config(&pod, arch, 2, 4, 1);
+    cfg.cc = cc;
+    cfg.launch = processes();
+    cfg.auditor = false;
+    cfg.multi_warehouse_pct = 60.0;
+    // The restarted host rebuilds its partition (two warehouses loaded
+    // again, then the logs replayed) before it rejoins: seconds in a debug
+    // build, so the run leaves it room.
+    cfg.duration = Duration::from_millis(5_500);
+    cfg.fault = Some(skiff_pod::HostFault {
+        host: killed,
+        kill_after: Duration::from_millis(800),
+        restart_after: Duration::from_millis(1_200),
+    });
+    let report = skiff_pod::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
+    eprintln!("{report}");
+    let check = skiff_pod::check(&CheckConfig {
+        shm_path: cfg.shm_path.clone(),
+    })
+    .unwrap();
+    eprintln!("{check}");
+    assert!(check.passed(), "{check}");
+    let f = report.fault.clone().expect("a fault report");
+    // A survivor (not the restarted host itself) reclaimed the dead host.
+    assert!(f.reclaimed_s.is_some(), "{report}");
+    assert_ne!(f.reclaim.by, killed as u32, "{report}");
+    // Survivors kept committing after the reclaim.
+    assert!(f.survivors_committed_after_reclaim > 0, "{report}");
+    // The restarted host rejoined and committed.
+    assert!(f.restarted_host_committed > 0, "{report}");
+    // No reported commit was lost: each NewOrder a host reported is an
+    // order in its districts, each Payment a history row.
+    for h in 0..2 {
+        assert!(
+            f.orders_created[h] >= f.reported[h][0],
+            "host {h}: {report}"
+        );
+        assert!(
+            f.payments_created[h] >= f.reported[h][1],
+            "host {h}: {report}"
+        );
+    }
+    report
+}
+
+#[test]
+fn killed_host_in_pasha_static_recovers_and_loses_nothing() {
+    kill_and_restart("kill-d", Arch::PashaStatic, CcProtocol::NoWait, 1);
+}
+
+#[test]
+fn killed_host_in_shared_everything_under_wait_die_recovers_and_loses_nothing() {
+    kill_and_restart("kill-c", Arch::SharedEverything, CcProtocol::WaitDie, 0);
+}
+
+#[test]
+fn a_fault_needs_processes_and_an_architecture_that_survives_it() {
+    let pod = Pod::new("fault-refused");
+    let mut cfg = config(&pod, Arch::PashaDynamic, 2, 2, 1);
+    cfg.fault = Some(skiff_pod::HostFault {
+        host: 1,
+        kill_after: Duration::from_millis(100),
+        restart_after: Duration::from_millis(100),
+    });
+    cfg.launch = processes();
+    assert!(matches!(
+        skiff_pod::run(&cfg),
+        Err(PodError::NotImplemented(_))
+    ));
+    cfg.arch = Arch::PashaStatic;
+    cfg.launch = Launch::Threads;
+    assert!(matches!(skiff_pod::run(&cfg), Err(PodError::Config(_))));
+}

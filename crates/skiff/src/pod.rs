@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use skiff_pod::{
-    Arch, BenchConfig, BenchPoint, CcProtocol, CheckConfig, HostArgs, HostCommand, Launch,
-    PodConfig, PodError,
+    Arch, BenchConfig, BenchPoint, CcProtocol, CheckConfig, HostArgs, HostCommand, HostFault,
+    Launch, PodConfig, PodError,
 };
 
 use crate::cli::parse_bytes;
@@ -78,6 +78,17 @@ pub struct PodRunArgs {
     /// Keep the pod files after the run (for `skiff pod check`).
     #[arg(long)]
     pub keep: bool,
+    /// Partial failure: SIGKILL this host mid-run ((c) and (d) only); the
+    /// survivors reclaim its locks, and it restarts and recovers from the
+    /// logs.
+    #[arg(long, requires = "kill_after")]
+    pub kill_host: Option<u16>,
+    /// Seconds into the run when --kill-host is killed.
+    #[arg(long, requires = "kill_host")]
+    pub kill_after: Option<f64>,
+    /// Seconds after the kill when the host restarts (default 2).
+    #[arg(long, requires = "kill_host")]
+    pub restart_after: Option<f64>,
 }
 
 #[derive(Args, Debug)]
@@ -120,7 +131,7 @@ pub enum PodCliError {
     Pod(#[from] PodError),
     #[error("the consistency check failed (see the report above)")]
     CheckFailed,
-    #[error("bad --duration {0}: seconds must be a positive number")]
+    #[error("bad duration {0}: seconds must be a non-negative number")]
     Duration(f64),
     #[error("{} of the benchmark's runs failed the consistency check", .0)]
     BenchCheckFailed(usize),
@@ -157,6 +168,14 @@ fn run_pod(args: &PodRunArgs) -> Result<(), PodCliError> {
     config.coherent_bytes = args.coherent_bytes as u64;
     config.cxl.latency_ratio = args.latency_ratio;
     config.launch = launch(args.threads)?;
+    if let (Some(host), Some(after)) = (args.kill_host, args.kill_after) {
+        let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|_| PodCliError::Duration(s));
+        config.fault = Some(HostFault {
+            host,
+            kill_after: secs(after)?,
+            restart_after: secs(args.restart_after.unwrap_or(2.0))?,
+        });
+    }
     let outcome = skiff_pod::run(&config)
         .map_err(PodCliError::from)
         .and_then(|report| {

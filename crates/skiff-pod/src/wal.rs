@@ -1,0 +1,539 @@
+//! A host's write-ahead log: `PATH.hostN.wal`, redo only, with group commit.
+//!
+//! A record is every row a transaction wrote, as full after-images addressed
+//! logically — (array, warehouse, row index), never a pod offset — with a
+//! sequence number taken while the transaction still holds every lock:
+//!
+//! - a transaction that wrote a row in pod memory (which other hosts may
+//!   write too), or any transaction in (e) (whose private rows other hosts
+//!   write while moved), takes the next global sequence number (GSN), a
+//!   counter in the coherent region;
+//! - one that wrote only its host's private rows, which no other host
+//!   writes, takes the highest GSN its host has used, with no coherent
+//!   access; among equal numbers, log order (one host's log) decides.
+//!
+//! Two transactions that wrote the same row thus carry numbers in their
+//! commit order, so replaying logs is "for each row, the image with the
+//! highest number, the later one in its log on a tie", in any order of
+//! logs, any number of times (`recovery`).
+//!
+//! ```text
+//! record  = [payload_len u32][magic u32][checksum u64][payload]
+//! payload = [txn_id u64][gsn u64][entries u32] entry*
+//! entry   = [array u8][0 u8; 3][w u32][idx u64][len u32] bytes[len]
+//! ```
+//!
+//! Group commit is leader/follower: a committer appends its record to the
+//! in-memory tail under the log mutex; the first committer that finds no
+//! flush in progress writes the whole tail and syncs it, for everyone who
+//! appended meanwhile; the others sleep on a condition variable until the
+//! durable offset passes their record. No extra thread: with one worker per
+//! host a dedicated flusher would add two thread hops per commit on a
+//! 2-core machine; with several workers, records pile up behind a flush in
+//! progress and go out in one write and one `fdatasync`.
+//!
+//! A transaction releases its locks only after its record is durable, so no
+//! host ever reads a write that a crash could still take back.
+//!
+//! The tail holds at most one record per thread of the host (a committer
+//! appends one record, then waits), so it needs no bound of its own beyond
+//! `WAL_RECORD_BYTES_MAX` per record.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::AcqRel;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::constants::WAL_RECORD_BYTES_MAX;
+use crate::error::{PodError, Result};
+use crate::layout::{ARRAYS, Array};
+
+const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
+const RECORD_HEAD_BYTES: usize = 16;
+const PAYLOAD_HEAD_BYTES: usize = 20;
+const ENTRY_HEAD_BYTES: usize = 20;
+
+/// `PATH.hostN.wal`: the log of host `host`.
+pub(crate) fn wal_path(pod_path: &Path, host: u16) -> PathBuf {
+    let mut s = pod_path.as_os_str().to_owned();
+    s.push(format!(".host{host}.wal"));
+    s.into()
+}
+
+/// FNV-1a over bytes: detects a torn tail, not an adversary.
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A transaction's redo entries while it runs (encoded as it writes).
+#[derive(Default)]
+pub(crate) struct Redo {
+    bytes: Vec<u8>,
+    entries: u32,
+}
+
+impl Redo {
+    pub(crate) fn push(&mut self, array: Array, w: u32, idx: u64, image: &[u8]) {
+        self.bytes.push(array as u8);
+        self.bytes.extend_from_slice(&[0; 3]);
+        self.bytes.extend_from_slice(&w.to_le_bytes());
+        self.bytes.extend_from_slice(&idx.to_le_bytes());
+        self.bytes
+            .extend_from_slice(&(image.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(image);
+        self.entries += 1;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.entries = 0;
+    }
+
+    /// The whole record for transaction `txn_id` with sequence `gsn`.
+    fn encode(&self, txn_id: u64, gsn: u64, out: &mut Vec<u8>) {
+        let payload_len = PAYLOAD_HEAD_BYTES + self.bytes.len();
+        let start = out.len();
+        out.extend_from_slice(&(payload_len as u32).to_le_bytes());
+        out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&txn_id.to_le_bytes());
+        out.extend_from_slice(&gsn.to_le_bytes());
+        out.extend_from_slice(&self.entries.to_le_bytes());
+        out.extend_from_slice(&self.bytes);
+        let sum = checksum(&out[start + RECORD_HEAD_BYTES..]);
+        out[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
+    }
+
+    fn record_bytes(&self) -> usize {
+        RECORD_HEAD_BYTES + PAYLOAD_HEAD_BYTES + self.bytes.len()
+    }
+}
+
+/// One row image of a record.
+pub(crate) struct Entry<'a> {
+    pub array: Array,
+    pub w: u32,
+    pub idx: u64,
+    pub image: &'a [u8],
+}
+
+/// A decoded record.
+pub(crate) struct Record<'a> {
+    pub txn_id: u64,
+    pub gsn: u64,
+    payload: &'a [u8],
+    entries: u32,
+}
+
+impl<'a> Record<'a> {
+    /// The entries; `Err` names the first malformed one (log bytes are data).
+    pub(crate) fn entries(&self) -> std::result::Result<Vec<Entry<'a>>, String> {
+        let mut out = Vec::with_capacity(self.entries as usize);
+        let mut at = PAYLOAD_HEAD_BYTES;
+        let p = self.payload;
+        for i in 0..self.entries {
+            let head = p
+                .get(at..at + ENTRY_HEAD_BYTES)
+                .ok_or_else(|| format!("entry {i} past the record"))?;
+            let array = ARRAYS
+                .get(head[0] as usize)
+                .copied()
+                .ok_or_else(|| format!("entry {i}: no array {}", head[0]))?;
+            let w = u32::from_le_bytes(head[4..8].try_into().unwrap_or_default());
+            let idx = u64::from_le_bytes(head[8..16].try_into().unwrap_or_default());
+            let len = u32::from_le_bytes(head[16..20].try_into().unwrap_or_default()) as usize;
+            at += ENTRY_HEAD_BYTES;
+            let image = p
+                .get(at..at + len)
+                .ok_or_else(|| format!("entry {i}: image past the record"))?;
+            if len as u64 != array.row_bytes() {
+                return Err(format!("entry {i}: {len} bytes for a {array:?} row"));
+            }
+            at += len;
+            out.push(Entry {
+                array,
+                w,
+                idx,
+                image,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Decodes the record at the start of `bytes`: `None` if it is incomplete or
+/// its checksum fails (a torn tail), else the record and its length.
+fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
+    let head = bytes.get(..RECORD_HEAD_BYTES)?;
+    let len = u32::from_le_bytes(head[0..4].try_into().ok()?) as usize;
+    let magic = u32::from_le_bytes(head[4..8].try_into().ok()?);
+    let sum = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    if magic != RECORD_MAGIC || !(PAYLOAD_HEAD_BYTES..=WAL_RECORD_BYTES_MAX).contains(&len) {
+        return None;
+    }
+    let payload = bytes.get(RECORD_HEAD_BYTES..RECORD_HEAD_BYTES + len)?;
+    if checksum(payload) != sum {
+        return None;
+    }
+    let record = Record {
+        txn_id: u64::from_le_bytes(payload[0..8].try_into().ok()?),
+        gsn: u64::from_le_bytes(payload[8..16].try_into().ok()?),
+        entries: u32::from_le_bytes(payload[16..20].try_into().ok()?),
+        payload,
+    };
+    Some((record, RECORD_HEAD_BYTES + len))
+}
+
+/// Reads the log at `path` from the start, calling `f` on each valid record
+/// with its end offset, and returns where the valid prefix ends (a torn or
+/// garbled tail ends it). A missing file is an empty log.
+pub(crate) fn read_log(
+    path: &Path,
+    mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
+) -> Result<u64> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(PodError::io(path, e)),
+    };
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut buf = Vec::with_capacity(WAL_RECORD_BYTES_MAX + RECORD_HEAD_BYTES);
+    let mut at = 0u64;
+    loop {
+        buf.resize(RECORD_HEAD_BYTES, 0);
+        if read_full(&mut r, &mut buf, path)? < RECORD_HEAD_BYTES {
+            return Ok(at);
+        }
+        let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len > WAL_RECORD_BYTES_MAX {
+            return Ok(at);
+        }
+        buf.resize(RECORD_HEAD_BYTES + len, 0);
+        if read_full(&mut r, &mut buf[RECORD_HEAD_BYTES..], path)? < len {
+            return Ok(at);
+        }
+        let Some((record, n)) = decode(&buf) else {
+            return Ok(at);
+        };
+        at += n as u64;
+        f(&record, at)?;
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8], path: &Path) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(PodError::io(path, e)),
+        }
+    }
+    Ok(n)
+}
+
+/// Whether the log at `path` holds a valid record of transaction `txn_id`
+/// exactly at `start..end` — how a survivor learns whether a dead host's
+/// transaction committed. The dead host's file no longer changes.
+pub(crate) fn holds_record(path: &Path, start: u64, end: u64, txn_id: u64) -> Result<bool> {
+    if end <= start || end - start > (WAL_RECORD_BYTES_MAX + RECORD_HEAD_BYTES) as u64 {
+        return Ok(false);
+    }
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(PodError::io(path, e)),
+    };
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| PodError::io(path, e))?;
+    let mut buf = vec![0u8; (end - start) as usize];
+    if read_full(&mut file, &mut buf, path)? < buf.len() {
+        return Ok(false);
+    }
+    Ok(decode(&buf).is_some_and(|(r, n)| n == buf.len() && r.txn_id == txn_id))
+}
+
+/// What a host's log did (for the report).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WalCounters {
+    pub records: u64,
+    pub bytes: u64,
+    /// Writes + syncs: records / flushes is the group-commit batch size.
+    pub flushes: u64,
+}
+
+struct Tail {
+    /// Records appended but not yet written.
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    buf_start: u64,
+    /// Everything before this offset is written and synced.
+    durable: u64,
+    flushing: bool,
+    /// A write or sync failed: nothing after `durable` will ever be.
+    failed: Option<String>,
+    counters: WalCounters,
+}
+
+/// An open log of this host, appended by every thread of the host.
+pub(crate) struct Wal {
+    path: PathBuf,
+    file: File,
+    sync: bool,
+    tail: Mutex<Tail>,
+    flushed: Condvar,
+    /// The highest sequence number this host has logged or taken.
+    last_seq: AtomicU64,
+}
+
+impl Wal {
+    /// Opens (or creates) the log at `path` for appending after its valid
+    /// prefix; a torn tail from a crash is cut off. `sync`: fdatasync each
+    /// group (on /dev/shm it costs nothing, and a file there survives a
+    /// process crash but not the machine's).
+    pub(crate) fn open(path: &Path, sync: bool) -> Result<Wal> {
+        let mut last_seq = 0;
+        let end = read_log(path, |r, _| {
+            last_seq = last_seq.max(r.gsn);
+            Ok(())
+        })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| PodError::io(path, e))?;
+        file.set_len(end).map_err(|e| PodError::io(path, e))?;
+        let mut wal = Wal {
+            path: path.to_path_buf(),
+            file,
+            sync,
+            tail: Mutex::new(Tail {
+                buf: Vec::with_capacity(1 << 16),
+                buf_start: end,
+                durable: end,
+                flushing: false,
+                failed: None,
+                counters: WalCounters::default(),
+            }),
+            flushed: Condvar::new(),
+            last_seq: AtomicU64::new(last_seq),
+        };
+        wal.file
+            .seek(SeekFrom::Start(end))
+            .map_err(|e| PodError::io(path, e))?;
+        Ok(wal)
+    }
+
+    /// The sequence number of a commit: `global` (the GSN counter, for a
+    /// transaction that must be ordered against other hosts) is advanced;
+    /// otherwise the host's highest number so far is reused.
+    pub(crate) fn next_seq(&self, global: Option<&AtomicU64>) -> u64 {
+        match global {
+            Some(g) => {
+                let seq = g.fetch_add(1, AcqRel) + 1;
+                self.last_seq.fetch_max(seq, AcqRel);
+                seq
+            }
+            None => self.last_seq.load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tail> {
+        // A thread that panicked holding the mutex left the tail consistent
+        // (every change is a single push or field store): keep going.
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends transaction `txn_id`'s record; `placed(start, end)` runs
+    /// under the log mutex before any flush can write the record (the
+    /// transaction publishes where its record will be, for survivors).
+    /// Returns the record's end offset, for [`Wal::wait_durable`].
+    pub(crate) fn append(
+        &self,
+        redo: &Redo,
+        txn_id: u64,
+        gsn: u64,
+        placed: impl FnOnce(u64, u64),
+    ) -> u64 {
+        let n = redo.record_bytes();
+        assert!(
+            n <= WAL_RECORD_BYTES_MAX,
+            "WAL record of {n} bytes over {WAL_RECORD_BYTES_MAX}"
+        );
+        let mut t = self.lock();
+        let start = t.buf_start + t.buf.len() as u64;
+        let end = start + n as u64;
+        placed(start, end);
+        redo.encode(txn_id, gsn, &mut t.buf);
+        debug_assert_eq!(t.buf_start + t.buf.len() as u64, end);
+        t.counters.records += 1;
+        t.counters.bytes += n as u64;
+        end
+    }
+
+    /// Returns once everything before `end` is durable, flushing the tail
+    /// itself if no other thread is (group commit's leader).
+    pub(crate) fn wait_durable(&self, end: u64) -> std::result::Result<(), String> {
+        let mut t = self.lock();
+        loop {
+            if t.durable >= end {
+                return Ok(());
+            }
+            if let Some(e) = &t.failed {
+                return Err(e.clone());
+            }
+            if t.flushing {
+                t = self.flushed.wait(t).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            t.flushing = true;
+            let batch = std::mem::take(&mut t.buf);
+            let upto = t.buf_start + batch.len() as u64;
+            t.buf_start = upto;
+            drop(t);
+            let written = self.write_batch(&batch);
+            t = self.lock();
+            t.flushing = false;
+            match written {
+                Ok(()) => {
+                    t.durable = upto;
+                    t.counters.flushes += 1;
+                }
+                Err(e) => t.failed = Some(e),
+            }
+            if t.buf.is_empty() {
+                // Keep the allocation for the next batch.
+                let mut batch = batch;
+                batch.clear();
+                t.buf = batch;
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    fn write_batch(&self, batch: &[u8]) -> std::result::Result<(), String> {
+        let mut f = &self.file;
+        f.write_all(batch)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        if self.sync {
+            self.file
+                .sync_data()
+                .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn counters(&self) -> WalCounters {
+        self.lock().counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::tests::TempShm;
+
+    fn redo_of(n: u8) -> Redo {
+        let mut r = Redo::default();
+        let row = vec![n; Array::NewOrder.row_bytes() as usize];
+        r.push(Array::NewOrder, 1, n as u64, &row);
+        r.push(Array::NewOrder, 2, 7, &row);
+        r
+    }
+
+    #[test]
+    fn records_round_trip_and_a_torn_tail_is_cut() {
+        let shm = TempShm::new("wal-roundtrip");
+        let path = wal_path(&shm.0, 0);
+        let mut ends = Vec::new();
+        {
+            let wal = Wal::open(&path, true).unwrap();
+            for i in 0..5u8 {
+                let mut at = (0, 0);
+                let end = wal.append(&redo_of(i), 100 + i as u64, 10 + i as u64, |s, e| {
+                    at = (s, e)
+                });
+                assert_eq!(at.1, end);
+                wal.wait_durable(end).unwrap();
+                ends.push(at);
+            }
+            assert_eq!(wal.counters().records, 5);
+            assert!(wal.counters().flushes >= 1);
+        }
+        assert!(holds_record(&path, ends[2].0, ends[2].1, 102).unwrap());
+        assert!(!holds_record(&path, ends[2].0, ends[2].1, 103).unwrap());
+        // Tear the last record: it is gone, the rest stays.
+        let len = std::fs::metadata(&path).unwrap().len();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 3).unwrap();
+        assert!(!holds_record(&path, ends[4].0, ends[4].1, 104).unwrap());
+        let mut seen = Vec::new();
+        let end = read_log(&path, |r, _| {
+            let e = r.entries().unwrap();
+            assert_eq!(e.len(), 2);
+            assert_eq!(e[0].idx, r.txn_id - 100);
+            assert!(e[1].image.iter().all(|&b| b == (r.txn_id - 100) as u8));
+            seen.push(r.gsn);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![10, 11, 12, 13]);
+        assert_eq!(end, ends[3].1);
+        // Reopening cuts the torn tail and appends after the valid prefix.
+        let wal = Wal::open(&path, false).unwrap();
+        let end = wal.append(&redo_of(9), 109, 19, |s, _| assert_eq!(s, ends[3].1));
+        wal.wait_durable(end).unwrap();
+        let mut n = 0;
+        read_log(&path, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 5);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn concurrent_committers_share_flushes() {
+        let shm = TempShm::new("wal-group");
+        let path = wal_path(&shm.0, 1);
+        let wal = Wal::open(&path, true).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let wal = &wal;
+                s.spawn(move || {
+                    for i in 0..200u64 {
+                        let end = wal.append(&redo_of(t), t as u64 * 1000 + i, i, |_, _| {});
+                        wal.wait_durable(end).unwrap();
+                    }
+                });
+            }
+        });
+        let c = wal.counters();
+        assert_eq!(c.records, 800);
+        assert!(c.flushes <= 800);
+        let mut n = 0;
+        read_log(&path, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 800);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
