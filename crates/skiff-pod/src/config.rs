@@ -18,6 +18,61 @@ use crate::cxl::CxlModel;
 use crate::error::{PodError, Result};
 use crate::tpcc::random::{NurandConstants, Rng};
 
+/// The transaction mix of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Mix {
+    /// NewOrder and Payment only, `new_order_pct` NewOrders (the Pasha
+    /// paper's workload; nothing is delivered).
+    NewOrderPayment,
+    /// The full TPC-C mix of clause 5.2.3 at its minimum shares: 45%
+    /// NewOrder, 43% Payment, 4% each OrderStatus, Delivery, StockLevel.
+    Standard,
+}
+
+impl Mix {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::NewOrderPayment => "new-order-payment",
+            Mix::Standard => "standard",
+        }
+    }
+
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Mix::NewOrderPayment => 1,
+            Mix::Standard => 2,
+        }
+    }
+
+    pub(crate) fn from_code(code: u64) -> Option<Mix> {
+        match code {
+            1 => Some(Mix::NewOrderPayment),
+            2 => Some(Mix::Standard),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Mix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = PodError;
+
+    fn from_str(s: &str) -> Result<Mix> {
+        match s {
+            "new-order-payment" | "np" => Ok(Mix::NewOrderPayment),
+            "standard" => Ok(Mix::Standard),
+            _ => Err(PodError::Config(format!(
+                "unknown mix {s:?}: new-order-payment (np) or standard"
+            ))),
+        }
+    }
+}
+
 /// How [`crate::run`] starts host processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Launch {
@@ -62,7 +117,9 @@ pub struct PodConfig {
     /// How long transactions run, after load and host start-up.
     pub duration: Duration,
     pub workers_per_host: u16,
-    /// Percentage of transactions that are NewOrder; the rest are Payment.
+    pub mix: Mix,
+    /// With [`Mix::NewOrderPayment`]: percentage of transactions that are
+    /// NewOrder; the rest are Payment.
     pub new_order_pct: u8,
     /// "Multi-warehouse %": the nominal share of NewOrders that touch a remote
     /// warehouse. 10 is the TPC-C default (each order line's supplier is
@@ -111,6 +168,7 @@ impl PodConfig {
             cc: CcProtocol::NoWait,
             duration: Duration::from_secs(10),
             workers_per_host: 1,
+            mix: Mix::NewOrderPayment,
             new_order_pct: 50,
             multi_warehouse_pct: 10.0,
             coherent_bytes: 256 << 20,
@@ -239,6 +297,8 @@ pub(crate) struct Params {
     #[serde(skip)]
     pub cc: CcProtocol,
     pub workers_per_host: u16,
+    #[serde(skip)]
+    pub mix: Mix,
     pub new_order_pct: u8,
     pub multi_warehouse_pct: f64,
     pub orders_per_district: u32,
@@ -266,6 +326,7 @@ impl Params {
             arch: cfg.arch,
             cc: cfg.cc,
             workers_per_host: cfg.workers_per_host,
+            mix: cfg.mix,
             new_order_pct: cfg.new_order_pct,
             multi_warehouse_pct: cfg.multi_warehouse_pct,
             orders_per_district: cfg.orders_per_district_max.unwrap_or(0),

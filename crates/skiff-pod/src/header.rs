@@ -31,7 +31,7 @@ use crate::tpcc::random::NurandConstants;
 pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
 pub(crate) const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
 /// Bump on any change of header, layout or row format.
-pub(crate) const FORMAT_VERSION: u64 = 2;
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 /// Run states in `run_state`.
 pub(crate) mod state {
@@ -102,6 +102,7 @@ struct PodHeaderFixed {
     coherent_bytes: u64,
     shared_bytes: u64,
     dynamic_slots: u64,
+    mix: u64,
 }
 
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -146,6 +147,7 @@ pub(crate) fn write_pod_header(pod: &Mapping, layout: &Layout) {
         coherent_bytes: p.coherent_bytes,
         shared_bytes: layout.shared.end - layout.shared.start,
         dynamic_slots: p.dynamic_slots as u64,
+        mix: p.mix.code(),
     };
     pod.write(0, &fixed);
     let c = Control::of(pod);
@@ -244,6 +246,8 @@ fn params_from(h: &PodHeaderFixed) -> std::result::Result<Params, String> {
             1,
             crate::constants::WORKERS_PER_HOST_MAX as u64,
         )? as u16,
+        mix: crate::config::Mix::from_code(h.mix)
+            .ok_or_else(|| format!("mix {} unknown", h.mix))?,
         new_order_pct: in_range("new_order_pct", h.new_order_pct, 0, 100)? as u8,
         multi_warehouse_pct: mwp,
         orders_per_district: in_range(

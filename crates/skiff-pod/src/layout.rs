@@ -30,6 +30,7 @@ pub(crate) enum Array {
     Customer,
     CustomerData,
     CustomerName,
+    CustomerLastOrder,
     History,
     Order,
     NewOrder,
@@ -39,12 +40,13 @@ pub(crate) enum Array {
     StockDist,
 }
 
-pub(crate) const ARRAYS: [Array; 12] = [
+pub(crate) const ARRAYS: [Array; 13] = [
     Array::Warehouse,
     Array::District,
     Array::Customer,
     Array::CustomerData,
     Array::CustomerName,
+    Array::CustomerLastOrder,
     Array::History,
     Array::Order,
     Array::NewOrder,
@@ -80,7 +82,9 @@ impl Array {
             Array::Warehouse => TableGroup::Warehouse,
             // HISTORY is appended under its district's lock, so it lives
             // where the district does.
-            Array::District | Array::History => TableGroup::District,
+            // So is each customer's latest order (NewOrder writes it under
+            // the district's lock).
+            Array::District | Array::History | Array::CustomerLastOrder => TableGroup::District,
             Array::Customer | Array::CustomerData => TableGroup::Customer,
             Array::CustomerName => TableGroup::NameIndex,
             Array::Order | Array::NewOrder | Array::OrderLine => TableGroup::Order,
@@ -96,6 +100,7 @@ impl Array {
             Array::Customer => size_of::<Customer>(),
             Array::CustomerData => size_of::<CustomerData>(),
             Array::CustomerName => size_of::<CustomerNameEntry>(),
+            Array::CustomerLastOrder => size_of::<CustomerLastOrder>(),
             Array::History => size_of::<History>(),
             Array::Order => size_of::<Order>(),
             Array::NewOrder => size_of::<NewOrder>(),
@@ -112,9 +117,10 @@ impl Array {
         match self {
             Array::Warehouse => 1,
             Array::District => districts,
-            Array::Customer | Array::CustomerData | Array::CustomerName => {
-                districts * CUSTOMERS_PER_DISTRICT as u64
-            }
+            Array::Customer
+            | Array::CustomerData
+            | Array::CustomerName
+            | Array::CustomerLastOrder => districts * CUSTOMERS_PER_DISTRICT as u64,
             Array::History | Array::Order | Array::NewOrder => districts * orders_per_district,
             Array::OrderLine => districts * orders_per_district * ORDER_LINES_PER_ORDER_MAX as u64,
             Array::Item => ITEMS as u64,
@@ -659,6 +665,9 @@ impl Layout {
             Array::Warehouse => Some((LockTable::Warehouse, idx)),
             Array::District => Some((LockTable::District, idx)),
             Array::History => Some((LockTable::District, idx / cap)),
+            Array::CustomerLastOrder => {
+                Some((LockTable::District, idx / CUSTOMERS_PER_DISTRICT as u64))
+            }
             Array::Customer | Array::CustomerData => Some((LockTable::Customer, idx)),
             Array::Order => Some((LockTable::Order, idx)),
             Array::NewOrder => Some((LockTable::NewOrder, idx)),

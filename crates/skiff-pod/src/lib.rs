@@ -69,7 +69,7 @@ use std::path::Path;
 
 pub use arch::{Arch, CcProtocol};
 pub use bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
-pub use config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
+pub use config::{CheckConfig, HostCommand, HostFault, Launch, Mix, PodConfig};
 pub use cxl::{CxlCounters, CxlModel};
 pub use error::PodError;
 pub use host::{HostArgs, host_main};

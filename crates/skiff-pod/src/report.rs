@@ -121,10 +121,16 @@ pub struct RunReport {
     pub load_s: f64,
     /// Seconds between the start and the stop signal.
     pub elapsed_s: f64,
+    pub mix: crate::config::Mix,
     pub new_order: TxnReport,
     pub payment: TxnReport,
+    /// Zero unless the mix is [`crate::Mix::Standard`]. Delivery counts
+    /// business transactions (ten districts each).
+    pub order_status: TxnReport,
+    pub delivery: TxnReport,
+    pub stock_level: TxnReport,
     pub audit: AuditReport,
-    /// NewOrder + Payment commits.
+    /// Commits of every transaction type.
     pub committed: u64,
     pub aborted: u64,
     pub committed_per_s: f64,
@@ -212,15 +218,26 @@ pub(crate) struct RunFacts {
     pub elapsed_s: f64,
     pub cxl_model: CxlModel,
     pub ended_early: Option<String>,
+    pub mix: crate::config::Mix,
 }
 
 impl RunReport {
     pub(crate) fn build(f: RunFacts, s: &WorkerStats) -> RunReport {
-        let committed = s.new_order.committed + s.payment.committed;
-        let aborted = s.new_order.aborted + s.payment.aborted;
+        let kinds = [
+            &s.new_order,
+            &s.payment,
+            &s.order_status,
+            &s.delivery,
+            &s.stock_level,
+        ];
+        let committed: u64 = kinds.iter().map(|k| k.committed).sum();
+        let aborted: u64 = kinds.iter().map(|k| k.aborted).sum();
         let attempts = committed + aborted + s.new_order.rolled_back;
         let mut all = s.new_order_latency.clone();
         all.merge(&s.payment_latency);
+        all.merge(&s.order_status_latency);
+        all.merge(&s.delivery_latency);
+        all.merge(&s.stock_level_latency);
         let per_s = |n: f64, secs: f64| if secs > 0.0 { n / secs } else { 0.0 };
         let delay_s = f.cxl_model.delay_ns(&s.cxl) / 1e9;
         let workers = (f.hosts as f64 * f.workers_per_host as f64).max(1.0);
@@ -229,6 +246,7 @@ impl RunReport {
         RunReport {
             arch: f.arch,
             cc: f.cc,
+            mix: f.mix,
             hosts: f.hosts,
             warehouses: f.warehouses,
             workers_per_host: f.workers_per_host,
@@ -238,6 +256,9 @@ impl RunReport {
             elapsed_s: f.elapsed_s,
             new_order: TxnReport::new(&s.new_order, &s.new_order_latency),
             payment: TxnReport::new(&s.payment, &s.payment_latency),
+            order_status: TxnReport::new(&s.order_status, &s.order_status_latency),
+            delivery: TxnReport::new(&s.delivery, &s.delivery_latency),
+            stock_level: TxnReport::new(&s.stock_level, &s.stock_level_latency),
             audit: AuditReport {
                 committed: s.audit.committed,
                 aborted: s.audit.aborted,
@@ -287,15 +308,26 @@ impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} {}: {} hosts x {} workers, {} warehouses, multi-warehouse {}%",
+            "{} {} ({} mix): {} hosts x {} workers, {} warehouses, multi-warehouse {}%",
             self.arch,
             self.cc,
+            self.mix,
             self.hosts,
             self.workers_per_host,
             self.warehouses,
             self.multi_warehouse_pct
         )?;
-        for (name, t) in [("NewOrder", &self.new_order), ("Payment", &self.payment)] {
+        let kinds = [
+            ("NewOrder", &self.new_order),
+            ("Payment", &self.payment),
+            ("OrderSt.", &self.order_status),
+            ("Delivery", &self.delivery),
+            ("StockLvl", &self.stock_level),
+        ];
+        for (i, (name, t)) in kinds.into_iter().enumerate() {
+            if i >= 2 && t.committed + t.aborted + t.gave_up == 0 {
+                continue;
+            }
             write!(
                 f,
                 "  {name:<8} committed {:>9}  aborted {:>8}  rolled back {:>6}  remote {:>7}",

@@ -170,6 +170,7 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
             elapsed_s: elapsed.as_secs_f64(),
             cxl_model: p.cxl,
             ended_early,
+            mix: p.mix,
         },
         &stats,
     );

@@ -170,9 +170,17 @@ impl ProtocolCounters {
 pub(crate) struct WorkerStats {
     pub new_order: TxnCounters,
     pub payment: TxnCounters,
+    pub order_status: TxnCounters,
+    /// Business transactions: all ten districts delivered (each district is
+    /// one database transaction; its conflicts count in `aborted`).
+    pub delivery: TxnCounters,
+    pub stock_level: TxnCounters,
     pub audit: AuditCounters,
     pub new_order_latency: Histogram,
     pub payment_latency: Histogram,
+    pub order_status_latency: Histogram,
+    pub delivery_latency: Histogram,
+    pub stock_level_latency: Histogram,
     pub cxl: CxlCounters,
     pub cpu_ns: u64,
     pub protocol: ProtocolCounters,
@@ -182,6 +190,12 @@ impl WorkerStats {
     pub(crate) fn merge(&mut self, o: &WorkerStats) {
         self.new_order.add(&o.new_order);
         self.payment.add(&o.payment);
+        self.order_status.add(&o.order_status);
+        self.delivery.add(&o.delivery);
+        self.stock_level.add(&o.stock_level);
+        self.order_status_latency.merge(&o.order_status_latency);
+        self.delivery_latency.merge(&o.delivery_latency);
+        self.stock_level_latency.merge(&o.stock_level_latency);
         self.audit.committed += o.audit.committed;
         self.audit.aborted += o.audit.aborted;
         self.audit.violations += o.audit.violations;
@@ -207,6 +221,9 @@ pub(crate) struct HostStatsRaw {
     pub cpu_ns: u64,
     pub new_order: TxnCounters,
     pub payment: TxnCounters,
+    pub order_status: TxnCounters,
+    pub delivery: TxnCounters,
+    pub stock_level: TxnCounters,
     pub audit: AuditCounters,
     pub cxl: [u64; 5],
     pub protocol: ProtocolCounters,
@@ -214,6 +231,9 @@ pub(crate) struct HostStatsRaw {
     pub error: [u8; HOST_ERROR_BYTES_MAX],
     pub new_order_latency: [u64; LATENCY_BUCKETS],
     pub payment_latency: [u64; LATENCY_BUCKETS],
+    pub order_status_latency: [u64; LATENCY_BUCKETS],
+    pub delivery_latency: [u64; LATENCY_BUCKETS],
+    pub stock_level_latency: [u64; LATENCY_BUCKETS],
 }
 
 pub(crate) const HOST_STATS_BYTES: u64 = size_of::<HostStatsRaw>().next_multiple_of(64) as u64;
@@ -226,6 +246,9 @@ impl HostStatsRaw {
             cpu_ns: s.cpu_ns,
             new_order: s.new_order,
             payment: s.payment,
+            order_status: s.order_status,
+            delivery: s.delivery,
+            stock_level: s.stock_level,
             audit: s.audit,
             cxl: s.cxl.to_array(),
             protocol: s.protocol,
@@ -233,6 +256,9 @@ impl HostStatsRaw {
             error: [0; HOST_ERROR_BYTES_MAX],
             new_order_latency: *s.new_order_latency.as_slice(),
             payment_latency: *s.payment_latency.as_slice(),
+            order_status_latency: *s.order_status_latency.as_slice(),
+            delivery_latency: *s.delivery_latency.as_slice(),
+            stock_level_latency: *s.stock_level_latency.as_slice(),
         }
     }
 
@@ -255,9 +281,15 @@ impl HostStatsRaw {
         WorkerStats {
             new_order: self.new_order,
             payment: self.payment,
+            order_status: self.order_status,
+            delivery: self.delivery,
+            stock_level: self.stock_level,
             audit: self.audit,
             new_order_latency: Histogram::from_slice(&self.new_order_latency),
             payment_latency: Histogram::from_slice(&self.payment_latency),
+            order_status_latency: Histogram::from_slice(&self.order_status_latency),
+            delivery_latency: Histogram::from_slice(&self.delivery_latency),
+            stock_level_latency: Histogram::from_slice(&self.stock_level_latency),
             cxl: CxlCounters::from_array(self.cxl),
             cpu_ns: self.cpu_ns,
             protocol: self.protocol,

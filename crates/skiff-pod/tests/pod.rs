@@ -332,10 +332,17 @@ fn eight_hosts_pasha_dynamic_and_shared_nothing_slow() {
 /// host's locks and kept committing, the restarted host rebuilt its
 /// partition and committed again, no commit a host reported was lost, and
 /// all twelve conditions hold.
-fn kill_and_restart(tag: &str, arch: Arch, cc: CcProtocol, killed: u16) -> RunReport {
+fn kill_and_restart(
+    tag: &str,
+    arch: Arch,
+    cc: CcProtocol,
+    mix: skiff_pod::Mix,
+    killed: u16,
+) -> RunReport {
     let pod = Pod::new(tag);
     let mut cfg = config(&pod, arch, 2, 4, 1);
     cfg.cc = cc;
+    cfg.mix = mix;
     cfg.launch = processes();
     cfg.auditor = false;
     cfg.multi_warehouse_pct = 60.0;
@@ -381,12 +388,22 @@ fn kill_and_restart(tag: &str, arch: Arch, cc: CcProtocol, killed: u16) -> RunRe
 
 #[test]
 fn killed_host_in_pasha_static_recovers_and_loses_nothing() {
-    kill_and_restart("kill-d", Arch::PashaStatic, CcProtocol::NoWait, 1);
+    // The full mix: Delivery and the rest are recovered too.
+    let mix = skiff_pod::Mix::Standard;
+    let report = kill_and_restart("kill-d", Arch::PashaStatic, CcProtocol::NoWait, mix, 1);
+    assert!(report.delivery.committed > 0, "{report}");
 }
 
 #[test]
 fn killed_host_in_shared_everything_under_wait_die_recovers_and_loses_nothing() {
-    kill_and_restart("kill-c", Arch::SharedEverything, CcProtocol::WaitDie, 0);
+    let mix = skiff_pod::Mix::NewOrderPayment;
+    kill_and_restart(
+        "kill-c",
+        Arch::SharedEverything,
+        CcProtocol::WaitDie,
+        mix,
+        0,
+    );
 }
 
 #[test]
@@ -406,4 +423,26 @@ fn a_fault_needs_processes_and_an_architecture_that_survives_it() {
     cfg.arch = Arch::PashaStatic;
     cfg.launch = Launch::Threads;
     assert!(matches!(skiff_pod::run(&cfg), Err(PodError::Config(_))));
+}
+
+/// The full TPC-C mix (45/43/4/4/4) in every architecture, hosts as
+/// processes, remote-heavy: all five transaction types commit and the
+/// twelve conditions hold (10, 11 and 12 now with deliveries).
+#[test]
+fn standard_mix_runs_every_architecture_consistently() {
+    for arch in Arch::ALL {
+        let pod = Pod::new(&format!("mix-{}", arch.letter()));
+        let mut cfg = config(&pod, arch, 2, 2, 1);
+        cfg.mix = skiff_pod::Mix::Standard;
+        cfg.multi_warehouse_pct = 60.0;
+        cfg.launch = processes();
+        let report = run_and_check(&cfg);
+        for (name, t) in [
+            ("OrderStatus", &report.order_status),
+            ("Delivery", &report.delivery),
+            ("StockLevel", &report.stock_level),
+        ] {
+            assert!(t.committed > 0, "{name}: {report}");
+        }
+    }
 }

@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use skiff_pod::{
     Arch, BenchConfig, BenchPoint, CcProtocol, CheckConfig, HostArgs, HostCommand, HostFault,
-    Launch, PodConfig, PodError,
+    Launch, Mix, PodConfig, PodError,
 };
 
 use crate::cli::parse_bytes;
 
 #[derive(Subcommand, Debug)]
 pub enum PodCommand {
-    /// Load TPC-C into a new pod, run NewOrder/Payment on H hosts, report,
-    /// then check the twelve consistency conditions.
+    /// Load TPC-C into a new pod, run NewOrder/Payment (or the standard mix)
+    /// on H hosts, report, then check the twelve consistency conditions.
     Run(PodRunArgs),
     /// Check the twelve TPC-C consistency conditions of a pod kept with --keep.
     Check(PodCheckArgs),
@@ -47,6 +47,11 @@ pub struct PodRunArgs {
     /// Concurrency control: no-wait or wait-die.
     #[arg(long, default_value = "no-wait")]
     pub cc: String,
+    /// Transaction mix: new-order-payment (50/50, the Pasha paper's) or
+    /// standard (TPC-C's 45/43/4/4/4 with OrderStatus, Delivery and
+    /// StockLevel).
+    #[arg(long, default_value = "new-order-payment")]
+    pub mix: String,
     /// Pasha dynamic: shared-region slots per host and movable table.
     #[arg(long)]
     pub dynamic_slots: Option<u32>,
@@ -159,6 +164,7 @@ fn run_pod(args: &PodRunArgs) -> Result<(), PodCliError> {
     let mut config = PodConfig::new(&path, args.hosts, args.warehouses);
     config.arch = args.arch.parse::<Arch>()?;
     config.cc = args.cc.parse::<CcProtocol>()?;
+    config.mix = args.mix.parse::<Mix>()?;
     config.dynamic_slots_per_host = args.dynamic_slots;
     config.auditor = args.auditor;
     config.duration = Duration::try_from_secs_f64(args.duration)

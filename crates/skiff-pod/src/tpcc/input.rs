@@ -45,6 +45,26 @@ pub(crate) struct PaymentInput {
     pub amount_cents: i64,
 }
 
+#[derive(Clone, Debug)]
+pub(crate) struct OrderStatusInput {
+    pub w_id: u32,
+    pub d_id: u32,
+    pub customer: CustomerKey,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeliveryInput {
+    pub w_id: u32,
+    pub o_carrier_id: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StockLevelInput {
+    pub w_id: u32,
+    pub d_id: u32,
+    pub threshold: u32,
+}
+
 /// Generates inputs for one worker.
 pub(crate) struct InputGen {
     pub warehouses: u32,
@@ -97,13 +117,7 @@ impl InputGen {
         } else {
             (w_id, d_id)
         };
-        let customer = if rng.uniform(1, 100) <= 60 {
-            let mut name = [0u8; 16];
-            last_name(rng.nurand(255, 0, 999, self.nurand.c_last_run), &mut name);
-            CustomerKey::LastName(name)
-        } else {
-            CustomerKey::Id(rng.nurand(1023, 1, CUSTOMERS_PER_DISTRICT, self.nurand.c_id))
-        };
+        let customer = self.customer_key(rng);
         PaymentInput {
             w_id,
             d_id,
@@ -111,6 +125,46 @@ impl InputGen {
             c_d_id,
             customer,
             amount_cents: rng.uniform(100, 500_000) as i64,
+        }
+    }
+
+    /// Clause 2.6.1: a customer of the home warehouse, by last name 60% of
+    /// the time.
+    pub(crate) fn order_status(&self, rng: &mut Rng, w_id: u32) -> OrderStatusInput {
+        let d_id = rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE);
+        OrderStatusInput {
+            w_id,
+            d_id,
+            customer: self.customer_key(rng),
+        }
+    }
+
+    /// Clause 2.7.1: a carrier of 1..=10.
+    pub(crate) fn delivery(&self, rng: &mut Rng, w_id: u32) -> DeliveryInput {
+        DeliveryInput {
+            w_id,
+            o_carrier_id: rng.uniform_u32(1, 10),
+        }
+    }
+
+    /// Clause 2.8.1: a threshold of 10..=20. The spec fixes the district per
+    /// terminal; a worker stands for all ten terminals of its warehouses.
+    pub(crate) fn stock_level(&self, rng: &mut Rng, w_id: u32) -> StockLevelInput {
+        StockLevelInput {
+            w_id,
+            d_id: rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE),
+            threshold: rng.uniform_u32(10, 20),
+        }
+    }
+
+    /// By last name (NURand(255, 0, 999)) 60% of the time, else by id.
+    fn customer_key(&self, rng: &mut Rng) -> CustomerKey {
+        if rng.uniform(1, 100) <= 60 {
+            let mut name = [0u8; 16];
+            last_name(rng.nurand(255, 0, 999, self.nurand.c_last_run), &mut name);
+            CustomerKey::LastName(name)
+        } else {
+            CustomerKey::Id(rng.nurand(1023, 1, CUSTOMERS_PER_DISTRICT, self.nurand.c_id))
         }
     }
 }

@@ -143,6 +143,7 @@ fn load_district(mem: &PodMemory, rng: &mut Rng, w: u32, d_id: u32) {
     d.d_tax = rng.uniform_u32(0, 2_000);
     d.d_ytd = D_YTD_INITIAL;
     d.d_next_o_id = ORDERS_PER_DISTRICT_INITIAL + 1;
+    d.d_next_delivery_o_id = FIRST_UNDELIVERED_O_ID;
     // One HISTORY row per customer below.
     d.d_next_h_slot = CUSTOMERS_PER_DISTRICT;
     put(mem, Array::District, w, keys::district(d_id), &d);
@@ -279,6 +280,9 @@ fn load_orders(mem: &PodMemory, rng: &mut Rng, w: u32, d_id: u32, now: u64) {
                 &ol,
             );
         }
+        let last = CustomerLastOrder { o_id, _pad: 0 };
+        let c_idx = keys::customer(d_id, order.o_c_id);
+        put(mem, Array::CustomerLastOrder, w, c_idx, &last);
         if !delivered {
             let no = NewOrder {
                 no_o_id: o_id,

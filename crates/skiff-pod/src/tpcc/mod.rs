@@ -1,14 +1,18 @@
-//! TPC-C (NewOrder + Payment, the Pasha paper's workload): schema, loader,
-//! inputs, the transactions, the auditor and the consistency check.
+//! TPC-C: schema, loader, inputs, the five transactions (NewOrder and
+//! Payment, the Pasha paper's workload, plus OrderStatus, Delivery and
+//! StockLevel for the standard mix), the auditor and the consistency check.
 
 pub(crate) mod audit;
 pub(crate) mod check;
+pub(crate) mod delivery;
 pub(crate) mod input;
 pub(crate) mod load;
 pub(crate) mod neworder;
+pub(crate) mod order_status;
 pub(crate) mod payment;
 pub mod random;
 pub mod schema;
+pub(crate) mod stock_level;
 
 /// Row indexes within one warehouse's arrays: TPC-C keys are dense, so the
 /// position of a row is its primary index.

@@ -135,6 +135,11 @@ fn insert_order(
         _pad: 0,
     };
     txn.put(Array::NewOrder, w, o_slot, &new_order);
+    // The customer's latest order, for OrderStatus (under the district's
+    // exclusive lock, which covers it).
+    let last = CustomerLastOrder { o_id, _pad: 0 };
+    let c_idx = keys::customer(input.d_id, input.c_id);
+    txn.put(Array::CustomerLastOrder, w, c_idx, &last);
     Ok(())
 }
 

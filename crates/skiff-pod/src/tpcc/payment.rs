@@ -90,7 +90,12 @@ pub(crate) fn payment(
 /// Clause 2.5.2.2: of the district's customers with this last name, sorted
 /// by C_FIRST, the one at position ceil(n / 2). Reads the immutable
 /// last-name index with two binary searches.
-fn by_last_name(txn: &mut Txn<'_>, c_w: u32, c_d: u32, name: &[u8; 16]) -> TxnResult<u32> {
+pub(crate) fn by_last_name(
+    txn: &mut Txn<'_>,
+    c_w: u32,
+    c_d: u32,
+    name: &[u8; 16],
+) -> TxnResult<u32> {
     let start = keys::name_index_start(c_d);
     let n = CUSTOMERS_PER_DISTRICT as u64;
     let entry = |txn: &mut Txn<'_>, i: u64| -> CustomerNameEntry {

@@ -55,13 +55,28 @@ pub struct District {
     /// has no key; its rows are appended under this district's lock (Payment
     /// holds it to update D_YTD anyway).
     pub d_next_h_slot: u32,
+    /// Not a spec column: the oldest order Delivery has not delivered (the
+    /// smallest NO_O_ID while NEW_ORDER is not empty). Delivery advances it
+    /// under this district's lock, so it never scans for the oldest order.
+    pub d_next_delivery_o_id: u32,
     pub d_name: [u8; 10],
     pub d_street_1: [u8; 20],
     pub d_street_2: [u8; 20],
     pub d_city: [u8; 20],
     pub d_state: [u8; 2],
     pub d_zip: [u8; 9],
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 7],
+}
+
+/// Not a spec table: per customer, the O_ID of its latest order (OrderStatus
+/// reads it instead of scanning the district's orders). Written by NewOrder
+/// and covered by the district's lock, which NewOrder holds exclusively to
+/// take the O_ID anyway.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct CustomerLastOrder {
+    pub o_id: u32,
+    pub _pad: u32,
 }
 
 /// CUSTOMER without C_DATA.
@@ -218,7 +233,9 @@ mod tests {
     #[test]
     fn row_sizes_are_stable() {
         assert_eq!(size_of::<Warehouse>(), 104);
-        assert_eq!(size_of::<District>(), 112);
+        // 112 until D_NEXT_DELIVERY_O_ID (format version 3).
+        assert_eq!(size_of::<District>(), 120);
+        assert_eq!(size_of::<CustomerLastOrder>(), 8);
         assert_eq!(size_of::<Customer>(), 184);
         assert_eq!(size_of::<CustomerData>(), 500);
         assert_eq!(size_of::<CustomerNameEntry>(), 36);

@@ -552,3 +552,167 @@ fn audit_under_payments(arch: Arch, hosts: u16) {
         report.rows.history
     );
 }
+
+use crate::tpcc::delivery::deliver_district;
+use crate::tpcc::input::{DeliveryInput, OrderStatusInput, StockLevelInput};
+use crate::tpcc::order_status::order_status;
+use crate::tpcc::stock_level::stock_level;
+
+/// Delivery of one district, clause 2.7.4.2: the oldest undelivered order
+/// (2,101 after the load) loses its NEW_ORDER row, gets its carrier and its
+/// lines' delivery date; the customer is charged its total. A district with
+/// nothing to deliver is skipped. Then all twelve conditions hold.
+#[test]
+fn delivery_delivers_the_oldest_order_per_spec() {
+    let (_shm, mem) = loaded("delivery", Arch::PashaStatic, 1, 1);
+    let cap = mem.params().orders_per_district;
+    let slot = keys::order(cap, 3, FIRST_UNDELIVERED_O_ID);
+    let order: Order = read(&mem, Array::Order, 1, slot);
+    let c_before: Customer = read(&mem, Array::Customer, 1, keys::customer(3, order.o_c_id));
+    let total: i64 = (1..=order.o_ol_cnt)
+        .map(|n| read::<OrderLine>(&mem, Array::OrderLine, 1, keys::order_line(slot, n)).ol_amount)
+        .sum();
+    let input = DeliveryInput {
+        w_id: 1,
+        o_carrier_id: 7,
+    };
+    let mut txn = Txn::new(&mem, 0);
+    txn.begin(0);
+    assert_eq!(
+        deliver_district(&mut txn, &input, 3, 9_999),
+        Ok(Some(FIRST_UNDELIVERED_O_ID))
+    );
+    txn.commit();
+
+    let no: NewOrder = read(&mem, Array::NewOrder, 1, slot);
+    assert_eq!(no.no_o_id, 0, "the NEW_ORDER row is deleted");
+    let o: Order = read(&mem, Array::Order, 1, slot);
+    assert_eq!(o.o_carrier_id, 7);
+    for n in 1..=o.o_ol_cnt {
+        let ol: OrderLine = read(&mem, Array::OrderLine, 1, keys::order_line(slot, n));
+        assert_eq!(ol.ol_delivery_d, 9_999);
+    }
+    let c: Customer = read(&mem, Array::Customer, 1, keys::customer(3, order.o_c_id));
+    assert_eq!(c.c_balance, c_before.c_balance + total);
+    assert_eq!(c.c_delivery_cnt, c_before.c_delivery_cnt + 1);
+    let d: District = read(&mem, Array::District, 1, keys::district(3));
+    assert_eq!(d.d_next_delivery_o_id, FIRST_UNDELIVERED_O_ID + 1);
+    let report = check_pod(&mem);
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.rows.new_order, 9_000 - 1);
+
+    // Deliver everything left in district 5: then it is skipped.
+    for o_id in FIRST_UNDELIVERED_O_ID..=ORDERS_PER_DISTRICT_INITIAL {
+        txn.begin(0);
+        assert_eq!(deliver_district(&mut txn, &input, 5, 1), Ok(Some(o_id)));
+        txn.commit();
+    }
+    txn.begin(0);
+    assert_eq!(deliver_district(&mut txn, &input, 5, 1), Ok(None));
+    txn.commit();
+    let report = check_pod(&mem);
+    assert!(report.passed(), "{report}");
+}
+
+/// OrderStatus, clause 2.6.2.2: the customer's latest order — the loaded
+/// one, then the one a NewOrder just inserted — with its lines.
+#[test]
+fn order_status_reads_the_customers_latest_order() {
+    let (_shm, mem) = loaded("orderstatus", Arch::SharedEverything, 1, 1);
+    let cap = mem.params().orders_per_district;
+    let by_id = OrderStatusInput {
+        w_id: 1,
+        d_id: 2,
+        customer: CustomerKey::Id(77),
+    };
+    let mut txn = Txn::new(&mem, 0);
+    txn.begin(0);
+    let out = order_status(&mut txn, &by_id).unwrap();
+    txn.commit();
+    let loaded_order: Order = read(&mem, Array::Order, 1, keys::order(cap, 2, out.o_id));
+    assert_eq!(loaded_order.o_c_id, 77);
+    assert!(out.o_id <= ORDERS_PER_DISTRICT_INITIAL);
+    assert_eq!(out.lines, loaded_order.o_ol_cnt);
+
+    txn.begin(0);
+    let placed = new_order(&mut txn, &order_input(1, 2, 77, &[(3, 1, 2), (9, 1, 4)]), 5).unwrap();
+    txn.commit();
+    txn.begin(0);
+    let out = order_status(&mut txn, &by_id).unwrap();
+    txn.commit();
+    assert_eq!(
+        (out.c_id, out.o_id, out.lines, out.o_carrier_id),
+        (77, placed.o_id, 2, 0)
+    );
+    let item = |i| read::<Item>(&mem, Array::Item, 1, keys::item(i)).i_price;
+    assert_eq!(out.amount, 2 * item(3) + 4 * item(9));
+    let c: Customer = read(&mem, Array::Customer, 1, keys::customer(2, 77));
+    assert_eq!(out.c_balance, c.c_balance);
+
+    // By last name: the customer the name index picks, and its order.
+    let by_name = OrderStatusInput {
+        w_id: 1,
+        d_id: 2,
+        customer: CustomerKey::LastName(c.c_last),
+    };
+    txn.begin(0);
+    let out = order_status(&mut txn, &by_name).unwrap();
+    txn.commit();
+    let named: Customer = read(&mem, Array::Customer, 1, keys::customer(2, out.c_id));
+    assert_eq!(named.c_last, c.c_last);
+    let o: Order = read(&mem, Array::Order, 1, keys::order(cap, 2, out.o_id));
+    assert_eq!(o.o_c_id, out.c_id);
+}
+
+/// StockLevel, clause 2.8.2.2, against a count from the rows themselves.
+#[test]
+fn stock_level_counts_distinct_low_items_of_the_last_20_orders() {
+    let (_shm, mem) = loaded("stocklevel", Arch::PashaStatic, 1, 1);
+    let cap = mem.params().orders_per_district;
+    let mut txn = Txn::new(&mem, 0);
+    // Orders that repeat item 11 and lower its stock.
+    for _ in 0..3 {
+        txn.begin(0);
+        new_order(
+            &mut txn,
+            &order_input(1, 6, 5, &[(11, 1, 9), (12, 1, 1)]),
+            5,
+        )
+        .unwrap();
+        txn.commit();
+    }
+    for threshold in [10, 15, 20, 100] {
+        let d: District = read(&mem, Array::District, 1, keys::district(6));
+        let mut items = std::collections::BTreeSet::new();
+        for o_id in d.d_next_o_id - 20..d.d_next_o_id {
+            let slot = keys::order(cap, 6, o_id);
+            let o: Order = read(&mem, Array::Order, 1, slot);
+            for n in 1..=o.o_ol_cnt {
+                items.insert(
+                    read::<OrderLine>(&mem, Array::OrderLine, 1, keys::order_line(slot, n)).ol_i_id,
+                );
+            }
+        }
+        let want = items
+            .iter()
+            .filter(|&&i| {
+                read::<Stock>(&mem, Array::Stock, 1, keys::stock(i)).s_quantity < threshold
+            })
+            .count() as u32;
+        txn.begin(0);
+        let got = stock_level(
+            &mut txn,
+            &StockLevelInput {
+                w_id: 1,
+                d_id: 6,
+                threshold,
+            },
+        )
+        .unwrap();
+        txn.commit();
+        assert_eq!(got, want, "threshold {threshold}");
+        if threshold == 100 {
+            assert!(got > 0);
+        }
+    }
+}
