@@ -141,6 +141,8 @@ struct Throughput {
     queries: usize,
     wall_ms: f64,
     errors: usize,
+    /// The first few error messages, to say what went wrong.
+    messages: Vec<String>,
 }
 
 impl Throughput {
@@ -214,6 +216,9 @@ pub async fn run(
             result.per_minute(),
             result.errors
         );
+        for message in &result.messages {
+            eprintln!("  error: {message}");
+        }
         throughputs.push(result);
     }
     let text = summary(title, via_name, &latencies, &throughputs);
@@ -243,31 +248,80 @@ async fn throughput(
     for client in 0..clients {
         let mut conn = Conn::open(via, server).await;
         let order: Vec<String> = (0..scripts.len())
-            .map(|i| scripts[(i + client * 7) % scripts.len()].1.clone())
+            .map(|i| own_views(&scripts[(i + client * 7) % scripts.len()].1, client))
             .collect();
         tasks.spawn(async move {
-            let Ok(conn) = conn.as_mut() else {
-                return order.len();
+            let conn = match conn.as_mut() {
+                Ok(conn) => conn,
+                Err(e) => return vec![e.clone(); order.len()],
             };
-            let mut errors = 0;
+            let mut errors = Vec::new();
             for script in &order {
-                if conn.run(script).await.is_err() {
-                    errors += 1;
+                if let Err(e) = conn.run(script).await {
+                    errors.push(e);
                 }
             }
             errors
         });
     }
     let mut errors = 0;
+    let mut messages = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        errors += done.unwrap_or(scripts.len());
+        let failed = done.unwrap_or_else(|e| vec![format!("client task failed: {e}")]);
+        errors += failed.len();
+        messages.extend(failed.into_iter().take(3 - messages.len().min(3)));
     }
     Throughput {
         clients,
         queries: clients * scripts.len(),
         wall_ms: start.elapsed().as_secs_f64() * 1000.0,
         errors,
+        messages,
     }
+}
+
+/// `script` with the views it creates renamed for `client`: the catalog is
+/// shared, so concurrent clients running TPC-H q15 would otherwise create
+/// and drop the same view under each other.
+fn own_views(script: &str, client: usize) -> String {
+    let lower = script.to_ascii_lowercase();
+    let mut names = Vec::new();
+    let mut rest = lower.as_str();
+    while let Some(at) = rest.find("create view ") {
+        rest = &rest[at + "create view ".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.push(name);
+        }
+    }
+    let mut out = script.to_string();
+    for name in names {
+        out = replace_word(&out, &name, &format!("{name}_client{client}"));
+    }
+    out
+}
+
+/// Replace whole-word, case-insensitive occurrences of `word`.
+fn replace_word(text: &str, word: &str, with: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (at, _) in lower.match_indices(word) {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + word.len()..].chars().next();
+        if before.is_some_and(is_ident) || after.is_some_and(is_ident) || at < last {
+            continue;
+        }
+        out.push_str(&text[last..at]);
+        out.push_str(with);
+        last = at + word.len();
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 fn fmt_ms(ms: Option<f64>) -> String {
@@ -463,4 +517,21 @@ fn plot(
         .draw_series(points.iter().map(|&p| Circle::new(p, 4, blue.filled())))
         .map_err(e)?;
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_client_gets_its_own_views() {
+        let q15 = "create view revenue0 (supplier_no) as select 1;\n\
+                   select * from Revenue0 r, revenue01;\ndrop view revenue0;";
+        assert_eq!(
+            own_views(q15, 3),
+            "create view revenue0_client3 (supplier_no) as select 1;\n\
+             select * from revenue0_client3 r, revenue01;\ndrop view revenue0_client3;"
+        );
+        assert_eq!(own_views("select 1", 3), "select 1");
+    }
 }
