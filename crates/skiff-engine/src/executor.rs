@@ -9,6 +9,7 @@
 //!
 //! Dropping the result stream cancels everything still running.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,6 +32,7 @@ use datafusion::physical_plan::{
 };
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
+use tokio::sync::watch;
 
 use crate::options::SkiffOptions;
 use crate::pipeline::{FilterFeed, PipelineGraph, PipelineId};
@@ -54,11 +56,36 @@ impl Progress {
     }
 }
 
+/// Where the driver stands with respect to a pause point
+/// ([`QueryExecution::pause_after`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// Pipelines run (or the driver has not started).
+    Running,
+    /// Stopped at the pause point: `finished` pipelines done, none running.
+    Paused { finished: usize },
+    /// The driver ended: every pipeline but the result ran, or it failed or
+    /// was cancelled.
+    Ended,
+}
+
+/// Marks the driver ended however it stops.
+struct EndOnDrop<'a>(&'a watch::Sender<Pause>);
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(Pause::Ended);
+    }
+}
+
 /// One execution of one query's pipeline graph.
 pub struct QueryExecution {
     graph: Arc<PipelineGraph>,
     store: Arc<IntermediateStore>,
     task_ctx: Arc<TaskContext>,
+    /// Pipelines to finish before scheduling stops; `None` runs freely.
+    pause_limit: watch::Sender<Option<usize>>,
+    pause_state: watch::Sender<Pause>,
 }
 
 impl std::fmt::Debug for QueryExecution {
@@ -101,6 +128,8 @@ impl QueryExecution {
             graph,
             store,
             task_ctx,
+            pause_limit: watch::channel(None).0,
+            pause_state: watch::channel(Pause::Running).0,
         })
     }
 
@@ -150,6 +179,8 @@ impl QueryExecution {
 
     /// Run every pipeline but the result pipeline.
     async fn run_to_result(self: Arc<Self>) -> Result<()> {
+        // Also when the driver fails or is cancelled with the stream.
+        let _ended = EndOnDrop(&self.pause_state);
         let result = self.graph.result().id;
         let mut waiting: Vec<usize> = self
             .graph
@@ -157,25 +188,87 @@ impl QueryExecution {
             .iter()
             .map(|p| p.inputs.len())
             .collect();
+        // Ready pipelines in id order, so that a pause point is reproducible.
+        let mut ready: VecDeque<PipelineId> = self
+            .graph
+            .pipelines()
+            .iter()
+            .filter(|p| p.id != result && p.inputs.is_empty())
+            .map(|p| p.id)
+            .collect();
         let mut running = FuturesUnordered::new();
-        for pipeline in self.graph.pipelines() {
-            if pipeline.id != result && waiting[pipeline.id.0] == 0 {
-                running.push(self.spawn_pipeline(pipeline.id).join_unwind());
+        let mut finished = 0;
+        loop {
+            while let Some(&next) = ready.front() {
+                if !self.may_start(finished + running.len()) {
+                    break;
+                }
+                ready.pop_front();
+                running.push(self.spawn_pipeline(next).join_unwind());
             }
-        }
-        while let Some(finished) = running.next().await {
-            let id = finished.map_err(join_error)??;
+            let Some(done) = running.next().await else {
+                if self.pause_reached(finished) {
+                    self.wait_resumed(finished).await;
+                    continue;
+                }
+                // Nothing runs and nothing may start: all but the result ran.
+                debug_assert!(ready.is_empty());
+                return Ok(());
+            };
+            let id = done.map_err(join_error)??;
+            finished += 1;
             self.store.finish(id, OutputSize::default())?;
             self.bind_subqueries(id).await?;
             self.feed_filters(id).await?;
             for reader in self.graph.readers(id) {
                 waiting[reader.0] -= 1;
                 if waiting[reader.0] == 0 && reader != result {
-                    running.push(self.spawn_pipeline(reader).join_unwind());
+                    ready.push_back(reader);
                 }
             }
         }
-        Ok(())
+    }
+
+    /// Stop scheduling once `finished` pipelines have finished: pipelines
+    /// already running go on, no new one starts (also not the result
+    /// pipeline) until [`resume`](Self::resume). Call before
+    /// [`execute`](Self::execute) for an exact pause point; [`paused`]
+    /// (Self::paused) awaits it. While a pause point is set, at most
+    /// `finished` pipelines are ever started, so the state at the pause is
+    /// exactly that of `finished` pipelines done and none running.
+    pub fn pause_after(&self, finished: usize) {
+        self.pause_limit.send_replace(Some(finished));
+    }
+
+    /// Clear the pause point; a paused driver goes on.
+    pub fn resume(&self) {
+        self.pause_limit.send_replace(None);
+    }
+
+    /// Wait until the driver is paused (nothing running) or has ended.
+    pub async fn paused(&self) -> Pause {
+        let mut state = self.pause_state.subscribe();
+        match state.wait_for(|s| *s != Pause::Running).await {
+            Ok(state) => *state,
+            // The sender lives in `self`.
+            Err(_) => Pause::Ended,
+        }
+    }
+
+    fn may_start(&self, started: usize) -> bool {
+        self.pause_limit.borrow().is_none_or(|k| started < k)
+    }
+
+    fn pause_reached(&self, finished: usize) -> bool {
+        self.pause_limit.borrow().is_some_and(|k| finished >= k)
+    }
+
+    async fn wait_resumed(&self, finished: usize) {
+        self.pause_state.send_replace(Pause::Paused { finished });
+        let mut limit = self.pause_limit.subscribe();
+        // The sender lives in `self`, so this only ends by a change.
+        let _ = limit.wait_for(|l| l.is_none_or(|k| k > finished)).await;
+        self.pause_state.send_replace(Pause::Running);
     }
 
     /// Store the values of the scalar subqueries pipeline `id` computes, so

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod engine;
 pub mod executor;
 pub mod explain;
+pub mod migrated;
 pub mod options;
 pub mod pipeline;
 pub mod scan;
@@ -18,7 +19,8 @@ pub mod statement;
 pub mod store;
 
 pub use engine::{Engine, EngineConfig, QueryOutput, memory_pool};
-pub use executor::{Progress, QueryExecution};
+pub use executor::{Pause, Progress, QueryExecution};
+pub use migrated::{MigratedState, MigratedStateExec, MigratedTable};
 pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};
 pub use store::{IntermediateStore, QueryState};

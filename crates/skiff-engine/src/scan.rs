@@ -58,6 +58,11 @@ impl IntermediateScanExec {
     pub fn pipeline(&self) -> PipelineId {
         self.pipeline
     }
+
+    /// The planner's estimate of the replaced subtree's output.
+    pub fn statistics(&self) -> &Arc<Statistics> {
+        &self.statistics
+    }
 }
 
 /// The planner's estimate of `plan`'s whole output.

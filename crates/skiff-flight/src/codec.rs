@@ -5,40 +5,128 @@
 
 use std::sync::Arc;
 
-use datafusion::common::{Result, not_impl_err};
+use arrow::datatypes::Schema;
+use datafusion::common::{Result, Statistics, internal_datafusion_err, not_impl_err};
 use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::{EquivalenceProperties, LexOrdering};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::{ExecutionPlan, PlanProperties};
 use datafusion_proto::bytes::{
     physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
 };
-use datafusion_proto::physical_plan::{
-    DeduplicatingProtoConverter, PhysicalExtensionCodec, PhysicalProtoConverterExtension,
+use datafusion_proto::physical_plan::from_proto::{
+    parse_physical_sort_exprs, parse_protobuf_partitioning,
 };
+use datafusion_proto::physical_plan::to_proto::{
+    serialize_partitioning, serialize_physical_sort_exprs,
+};
+use datafusion_proto::physical_plan::{
+    DeduplicatingProtoConverter, PhysicalExtensionCodec, PhysicalPlanDecodeContext,
+    PhysicalProtoConverterExtension,
+};
+use datafusion_proto::protobuf;
+use prost::Message;
+use skiff_engine::{MigratedStateExec, PipelineId};
 
 /// Extension codec for Skiff's own plan nodes. Plans shipped whole (before
-/// cutting) contain none; state separation adds the leaves that read
-/// migrated state.
+/// cutting) contain none; state separation adds [`MigratedStateExec`], the
+/// leaf that reads migrated state.
 #[derive(Debug, Default)]
 pub struct SkiffCodec;
+
+/// A [`MigratedStateExec`] on the wire: what the leaf needs to stand where
+/// the replaced subtree stood. Statistics are not shipped (unknown on
+/// arrival); nothing is re-planned after a migration, so nothing reads them.
+#[derive(Clone, PartialEq, Message)]
+struct MigratedStateNode {
+    /// The producing pipeline's id in the source execution.
+    #[prost(uint64, tag = "1")]
+    pipeline: u64,
+    #[prost(message, optional, tag = "2")]
+    schema: Option<protobuf::Schema>,
+    #[prost(message, optional, tag = "3")]
+    partitioning: Option<protobuf::Partitioning>,
+    /// The output ordering, empty when unordered.
+    #[prost(message, repeated, tag = "4")]
+    ordering: Vec<protobuf::PhysicalSortExprNode>,
+}
 
 impl PhysicalExtensionCodec for SkiffCodec {
     fn try_decode(
         &self,
-        _buf: &[u8],
-        _inputs: &[Arc<dyn ExecutionPlan>],
-        _ctx: &TaskContext,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        not_impl_err!("this Skiff version knows no extension plan nodes")
+        if !inputs.is_empty() {
+            return not_impl_err!("Skiff plan node with {} inputs", inputs.len());
+        }
+        let node = MigratedStateNode::decode(buf)
+            .map_err(|e| internal_datafusion_err!("bad MigratedStateExec node: {e}"))?;
+        let Some(schema) = &node.schema else {
+            return not_impl_err!("MigratedStateExec node without a schema");
+        };
+        let schema = Arc::new(Schema::try_from(schema)?);
+        let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
+        let partitioning = parse_protobuf_partitioning(
+            node.partitioning.as_ref(),
+            &decode_ctx,
+            &schema,
+            proto_converter,
+        )?
+        .ok_or_else(|| internal_datafusion_err!("MigratedStateExec node without partitioning"))?;
+        let ordering =
+            parse_physical_sort_exprs(&node.ordering, &decode_ctx, &schema, proto_converter)?;
+        let orderings = LexOrdering::new(ordering).into_iter();
+        let equivalences =
+            EquivalenceProperties::new_with_orderings(Arc::clone(&schema), orderings);
+        let properties = PlanProperties::new(
+            equivalences,
+            partitioning,
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        let pipeline = PipelineId(usize::try_from(node.pipeline).map_err(|_| {
+            internal_datafusion_err!("MigratedStateExec pipeline {} out of range", node.pipeline)
+        })?);
+        let statistics = Statistics::new_unknown(&schema);
+        Ok(Arc::new(MigratedStateExec::new(
+            pipeline,
+            &properties,
+            statistics,
+        )))
     }
 
     fn try_encode(
         &self,
         node: Arc<dyn ExecutionPlan>,
-        _buf: &mut Vec<u8>,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        buf: &mut Vec<u8>,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        not_impl_err!("plan node {} cannot be shipped to a worker", node.name())
+        let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
+            return not_impl_err!("plan node {} cannot be shipped to a worker", node.name());
+        };
+        let properties = leaf.properties();
+        let ordering = match properties.output_ordering() {
+            Some(ordering) => {
+                serialize_physical_sort_exprs(ordering.iter().cloned(), self, proto_converter)?
+            }
+            None => Vec::new(),
+        };
+        let message = MigratedStateNode {
+            pipeline: leaf.pipeline().0 as u64,
+            schema: Some(protobuf::Schema::try_from(leaf.schema().as_ref())?),
+            partitioning: Some(serialize_partitioning(
+                &properties.partitioning,
+                self,
+                proto_converter,
+            )?),
+            ordering,
+        };
+        message
+            .encode(buf)
+            .map_err(|e| internal_datafusion_err!("encoding MigratedStateExec: {e}"))
     }
 }
 

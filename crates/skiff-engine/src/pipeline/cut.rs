@@ -20,6 +20,7 @@ use super::{
     Breaker, FilterFeed, Pipeline, PipelineGraph, PipelineId, SubqueryBinding, input_breaker,
     is_opaque, output_breaker,
 };
+use crate::migrated::MigratedStateExec;
 use crate::scan::IntermediateScanExec;
 
 /// Cut `plan` (an optimized physical plan, never executed) into pipelines.
@@ -106,7 +107,13 @@ impl Cutter {
             // A child that is itself a sink (e.g. an aggregate feeding a join
             // build) is named by its own breaker: that is where its tuples stop.
             let build = input_breaker(&node, index);
-            let breaker = output_breaker(&child).or(build);
+            // Migrated state is materialized already: the leaf is read where
+            // it stands, never cut into a pipeline that would copy it.
+            let breaker = if child.is::<MigratedStateExec>() {
+                None
+            } else {
+                output_breaker(&child).or(build)
+            };
             let new_child = match breaker {
                 Some(breaker) => {
                     let (id, leaf) = self.cut_edge(&child, breaker)?;

@@ -1,0 +1,21 @@
+//! On-demand state separation (paper: "On-demand state separation"): take a
+//! running query's state and the plan that continues from it, so the query
+//! can go on elsewhere — another worker, later, or after a crash.
+//!
+//! Owns: choosing the state ([`select`], Algorithm 1), rewriting the plan to
+//! read it ([`rewrite`], Algorithm 2) and turning its tuples into
+//! checksummed Arrow IPC frames and back ([`extract`]). It reads an
+//! execution's records (`skiff-engine`'s pipeline graph and intermediate
+//! store) and never changes them: extraction is non-destructive, so the
+//! query can continue locally. It knows nothing of networks, caches or
+//! workers; shipping the frames and the plan is the server's business.
+
+pub mod extract;
+pub mod resume;
+pub mod rewrite;
+pub mod select;
+
+pub use extract::{Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, load};
+pub use resume::{resume, resume_context};
+pub use rewrite::{RemainingPlan, remaining_plan};
+pub use select::{Selection, dependencies, select, select_state};

@@ -1,0 +1,3 @@
+//! Skiff state-separation tests, in one binary to link DataFusion once.
+
+mod sweep;

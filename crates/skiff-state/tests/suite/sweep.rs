@@ -1,0 +1,324 @@
+//! The state-separation sweep (issue 4, item 9, local half). For every
+//! TPC-H query at SF 0.01 and every pipeline boundary k: run to k finished
+//! pipelines, select and extract the state, rewrite the remaining plan, ship
+//! it through datafusion-proto to a fresh engine, load the state there and
+//! finish the query. The answer must be DuckDB's; the target's graph must
+//! hold no pipeline that finished on the source; the bytes loaded must be
+//! the bytes extracted, and the rows extracted those of the selected
+//! outputs. The source then resumes and must reach the same answer
+//! (extraction is non-destructive).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
+use skiff_engine::{Engine, EngineConfig, MigratedStateExec, Pause, QueryExecution};
+use skiff_flight::{decode_plan, encode_plan};
+use skiff_gen::Benchmark;
+use skiff_state::{Compression, LoadError, extract, load, remaining_plan, resume, select};
+use skiff_testkit::{
+    Expected, Golden, compare, dataset, load_golden, queries, render_rows, repo_root,
+};
+
+/// Source partitions: more than cores, so partition parallelism is real.
+const SOURCE_PARTITIONS: usize = 4;
+
+async fn engine(partitions: usize) -> Engine {
+    let config = EngineConfig {
+        target_partitions: Some(partitions),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(&config).expect("engine");
+    let data = dataset(Benchmark::Tpch, 0.01);
+    engine
+        .register_data_dir(&data)
+        .await
+        .expect("register data");
+    engine
+}
+
+/// What one migration at boundary k showed.
+#[derive(Debug, Default)]
+struct Migration {
+    pipelines: usize,
+    state_rows: u64,
+    state_bytes_memory: u64,
+    shipped_bytes: u64,
+    plan_bytes: usize,
+}
+
+async fn collect(execution: &Arc<QueryExecution>) -> Result<(Vec<RecordBatch>, usize), String> {
+    let stream = execution.execute().map_err(|e| e.to_string())?;
+    let columns = stream.schema().fields().len();
+    let batches = stream.try_collect().await.map_err(|e| e.to_string())?;
+    Ok((batches, columns))
+}
+
+/// The state leaves of `plan` as (pipeline, schema, partitioning, ordering)
+/// descriptions, in walk order.
+fn leaf_shapes(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut shapes = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some(leaf) = node.downcast_ref::<MigratedStateExec>() {
+            let properties = leaf.properties();
+            shapes.push(format!(
+                "{} {:?} {:?} {:?}",
+                leaf.pipeline(),
+                leaf.schema(),
+                properties.partitioning,
+                properties.output_ordering()
+            ));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    shapes
+}
+
+fn migrated_leaves(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    let mut leaves = 0;
+    let _ = plan.apply(|node| {
+        leaves += usize::from(node.is::<MigratedStateExec>());
+        Ok(TreeNodeRecursion::Continue)
+    });
+    leaves
+}
+
+/// Pause `sql` after `k` pipelines on `source`, migrate to `target`, and
+/// check both the target's and the resumed source's answers.
+async fn migrate(
+    source: &Engine,
+    target: &Engine,
+    sql: &str,
+    k: usize,
+    golden: &Golden,
+) -> Result<Migration, String> {
+    let err = |e: datafusion::error::DataFusionError| e.to_string();
+    let plan = source.physical_plan(sql).await.map_err(err)?;
+    let execution = source.start(plan).map_err(err)?;
+    let graph = Arc::clone(execution.graph());
+    execution.pause_after(k);
+    let stream = execution.execute().map_err(err)?;
+    match execution.paused().await {
+        Pause::Paused { finished } if finished == k => {}
+        other => return Err(format!("k={k}: driver {other:?}")),
+    }
+    let state = execution.state();
+    let selection = select(&graph, &state).map_err(err)?;
+    if selection.finished.len() != k {
+        return Err(format!("k={k}: {} finished", selection.finished.len()));
+    }
+    let remaining = remaining_plan(&graph, &selection.finished).map_err(err)?;
+    if !remaining.reads.is_subset(&selection.pipelines) {
+        return Err(format!(
+            "k={k}: plan reads {:?} outside the state",
+            remaining.reads
+        ));
+    }
+    let compression = [Compression::None, Compression::Lz4, Compression::Zstd][k % 3];
+    let extracted = extract(execution.store(), &remaining.reads, compression)
+        .await
+        .map_err(err)?;
+    let read_rows: u64 = state
+        .outputs
+        .iter()
+        .filter(|o| remaining.reads.contains(&o.pipeline))
+        .map(|o| o.size.rows)
+        .sum();
+    if extracted.rows() != read_rows {
+        return Err(format!(
+            "k={k}: {} rows extracted, {read_rows} selected",
+            extracted.rows()
+        ));
+    }
+    let plan_bytes = encode_plan(Arc::clone(&remaining.plan)).map_err(err)?;
+
+    // The target: a fresh engine and task context; nothing shared but bytes.
+    let target_ctx = target.context().task_ctx();
+    let shipped = decode_plan(&plan_bytes, &target_ctx).map_err(err)?;
+    // The codec keeps each leaf's exact schema, partitioning and ordering.
+    if leaf_shapes(&shipped) != leaf_shapes(&remaining.plan) {
+        return Err(format!("k={k}: state leaves changed on the wire"));
+    }
+    let loaded = load(&extracted).map_err(|e| e.to_string())?;
+    let moved = resume(shipped, &target_ctx, loaded).map_err(err)?;
+    let target_graph = Arc::clone(moved.graph());
+    // No pipeline that finished on the source runs again: the target runs
+    // the unfinished ones plus one literal per inlined subquery value.
+    let expected = graph.len() - k + remaining.inlined_values;
+    if target_graph.len() != expected {
+        return Err(format!(
+            "k={k}: target has {} pipelines, {expected} expected",
+            target_graph.len()
+        ));
+    }
+    let leaves: usize = target_graph
+        .pipelines()
+        .iter()
+        .map(|p| migrated_leaves(&p.plan))
+        .sum();
+    if leaves < remaining.reads.len() {
+        return Err(format!(
+            "k={k}: {leaves} state leaves for {:?}",
+            remaining.reads
+        ));
+    }
+    let (batches, columns) = collect(&moved)
+        .await
+        .map_err(|e| format!("k={k} target: {e}"))?;
+    compare(golden, render_rows(&batches), columns).map_err(|e| format!("k={k} target: {e}"))?;
+
+    // Extraction did not consume: the source finishes as if nothing happened.
+    execution.resume();
+    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(err)?;
+    compare(golden, render_rows(&batches), columns).map_err(|e| format!("k={k} source: {e}"))?;
+    Ok(Migration {
+        pipelines: graph.len(),
+        state_rows: extracted.rows(),
+        state_bytes_memory: selection.bytes,
+        shipped_bytes: extracted.bytes(),
+        plan_bytes: plan_bytes.len(),
+    })
+}
+
+/// Sweep every query at every boundary from `source` to `target`.
+async fn sweep(source: &Engine, target: &Engine) {
+    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
+    let mut failures = Vec::new();
+    let mut migrations = 0;
+    for (query, sql) in queries("tpch") {
+        let answers = match load_golden(&golden_dir, &query) {
+            Ok(Expected::Answers(answers)) => answers,
+            Ok(Expected::Error(e)) => panic!("{query}: DuckDB failed ({e}); nothing to sweep"),
+            Err(e) => panic!("{query}: {e}"),
+        };
+        let mut summary = Vec::new();
+        for (index, statement) in skiff_engine::statement::split_statements(&sql)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(golden) = answers.iter().find(|g| g.statement == index + 1) else {
+                // DDL around the query (q15's view): run it on the source;
+                // the shipped physical plan needs no view on the target.
+                let output = source.execute(statement).await.expect(statement);
+                let _: Vec<RecordBatch> = output.stream.try_collect().await.expect(statement);
+                continue;
+            };
+            let pipelines = source
+                .start(source.physical_plan(statement).await.expect("plan"))
+                .expect("cut")
+                .graph()
+                .len();
+            for k in 0..pipelines {
+                match migrate(source, target, statement, k, golden).await {
+                    Ok(m) => {
+                        migrations += 1;
+                        summary.push(format!("k{k}:{}r/{}B", m.state_rows, m.shipped_bytes));
+                        debug_assert_eq!(m.pipelines, pipelines);
+                        let _ = (m.state_bytes_memory, m.plan_bytes);
+                    }
+                    Err(e) => failures.push(format!("{query}: {e}")),
+                }
+            }
+        }
+        println!("{query}: {}", summary.join(" "));
+    }
+    assert!(migrations > 0, "nothing migrated");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!("{migrations} migrations match DuckDB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_migrates_after_every_pipeline() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let target = engine(SOURCE_PARTITIONS).await;
+    sweep(&source, &target).await;
+}
+
+/// A target with half the partitions (and so, in a cluster, half the
+/// cores): the shipped plan keeps the source's partitioning, the state
+/// arrives partition by partition, and the target rebuilds its hash tables
+/// and sorts from the tuples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_migrates_to_fewer_partitions() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let target = engine(SOURCE_PARTITIONS / 2).await;
+    sweep(&source, &target).await;
+}
+
+/// A corrupted state byte is caught before the state is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_state_byte_is_detected() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q03")
+        .expect("q03")
+        .1;
+    let execution = source
+        .start(source.physical_plan(&sql).await.expect("plan"))
+        .expect("cut");
+    let k = execution.graph().len() - 1;
+    execution.pause_after(k);
+    let _stream = execution.execute().expect("execute");
+    assert_eq!(execution.paused().await, Pause::Paused { finished: k });
+    let state = execution.state();
+    let selection = select(execution.graph(), &state).expect("select");
+    let reads: BTreeSet<_> = selection.pipelines.clone();
+    let mut extracted = extract(execution.store(), &reads, Compression::Lz4)
+        .await
+        .expect("extract");
+    assert!(extracted.rows() > 0, "empty state");
+    let frame = extracted
+        .outputs
+        .iter_mut()
+        .flat_map(|o| o.partitions.iter_mut().flatten())
+        .find(|f| f.rows > 0)
+        .expect("a frame");
+    let middle = frame.bytes.len() / 2;
+    frame.bytes[middle] ^= 0x10;
+    match load(&extracted) {
+        Err(LoadError::Checksum { .. }) => {}
+        other => panic!("corruption not detected: {other:?}"),
+    }
+}
+
+/// State that does not fit the plan's leaves is refused before anything
+/// runs, with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_of_another_shape_is_refused() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q03")
+        .expect("q03")
+        .1;
+    let execution = source
+        .start(source.physical_plan(&sql).await.expect("plan"))
+        .expect("cut");
+    execution.pause_after(2);
+    let _stream = execution.execute().expect("execute");
+    assert_eq!(execution.paused().await, Pause::Paused { finished: 2 });
+    let selection = select(execution.graph(), &execution.state()).expect("select");
+    let remaining = remaining_plan(execution.graph(), &selection.finished).expect("rewrite");
+    assert!(
+        !remaining.reads.is_empty(),
+        "q03 reads state after 2 pipelines"
+    );
+    let mut extracted = extract(execution.store(), &remaining.reads, Compression::None)
+        .await
+        .expect("extract");
+    extracted.outputs[0].partitions.pop();
+    let ctx = source.context().task_ctx();
+    let plan = decode_plan(&encode_plan(remaining.plan).expect("encode"), &ctx).expect("decode");
+    let loaded = load(&extracted).expect("load");
+    let refused = resume(plan, &ctx, loaded).expect_err("resumed with a partition missing");
+    assert!(refused.to_string().contains("partitions"), "{refused}");
+}
