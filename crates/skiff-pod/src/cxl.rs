@@ -332,16 +332,35 @@ impl<'m> CxlAccess<'m> {
 
     /// Writes this host's own area of the shared region (its transaction
     /// slots, `recovery`): nobody else reads it while the host lives, so no
-    /// validity bits; each line counts as written back.
+    /// validity bits. Modeled as streaming (non-temporal) stores of lines the
+    /// host never reads back: each line counts one write-back and no miss.
     pub(crate) fn write_own(&mut self, off: u64, src: &[u8]) {
-        self.touch_range(off, src.len() as u64, LINE_DIRTY, false);
+        self.stream_lines(off, src.len() as u64);
         self.pod.write_bytes(off, src);
     }
 
     /// A word of this host's own area (see [`CxlAccess::write_own`]).
     pub(crate) fn own_word(&mut self, off: u64) -> &'m AtomicU64 {
-        self.touch_range(off, 8, LINE_DIRTY, false);
+        self.stream_lines(off, 8);
         self.pod.atomic_u64(off)
+    }
+
+    fn stream_lines(&mut self, off: u64, len: u64) {
+        assert!(
+            off >= self.shared.start && off + len <= self.shared.end,
+            "access {off}+{len} outside the shared region"
+        );
+        for line in off / CACHE_LINE_BYTES..=(off + len - 1) / CACHE_LINE_BYTES {
+            match self.lines.touch(line, LINE_DIRTY) {
+                Touch::New => self.counters.writebacks += 1,
+                Touch::Seen(before) if before & LINE_DIRTY == 0 => self.counters.writebacks += 1,
+                Touch::Seen(_) => {}
+                Touch::Overflow => {
+                    self.counters.line_set_overflows += 1;
+                    self.counters.writebacks += 1;
+                }
+            }
+        }
     }
 
     /// Writes raw bytes (undo images) at `off` in the shared region.

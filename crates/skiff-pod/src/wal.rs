@@ -266,6 +266,16 @@ pub(crate) fn holds_record(path: &Path, start: u64, end: u64, txn_id: u64) -> Re
     Ok(decode(&buf).is_some_and(|(r, n)| n == buf.len() && r.txn_id == txn_id))
 }
 
+/// Whether `file` lives on tmpfs, where fdatasync is a no-op.
+fn on_tmpfs(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero statfs is a valid out-buffer; the fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
 /// What a host's log did (for the report).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct WalCounters {
@@ -285,6 +295,9 @@ struct Tail {
     flushing: bool,
     /// A write or sync failed: nothing after `durable` will ever be.
     failed: Option<String>,
+    /// Committers asleep on `flushed` (the leader wakes them only if any:
+    /// with one worker per host there never are, and a wake is a syscall).
+    waiting: u32,
     counters: WalCounters,
 }
 
@@ -302,8 +315,9 @@ pub(crate) struct Wal {
 impl Wal {
     /// Opens (or creates) the log at `path` for appending after its valid
     /// prefix; a torn tail from a crash is cut off. `sync`: fdatasync each
-    /// group (on /dev/shm it costs nothing, and a file there survives a
-    /// process crash but not the machine's).
+    /// group — except on tmpfs (/dev/shm), where a written page is as
+    /// durable as it gets (it survives a process crash, not the machine's)
+    /// and fdatasync does nothing but cost a system call.
     pub(crate) fn open(path: &Path, sync: bool) -> Result<Wal> {
         let mut last_seq = 0;
         let end = read_log(path, |r, _| {
@@ -318,6 +332,7 @@ impl Wal {
             .open(path)
             .map_err(|e| PodError::io(path, e))?;
         file.set_len(end).map_err(|e| PodError::io(path, e))?;
+        let sync = sync && !on_tmpfs(&file);
         let mut wal = Wal {
             path: path.to_path_buf(),
             file,
@@ -328,6 +343,7 @@ impl Wal {
                 durable: end,
                 flushing: false,
                 failed: None,
+                waiting: 0,
                 counters: WalCounters::default(),
             }),
             flushed: Condvar::new(),
@@ -398,7 +414,9 @@ impl Wal {
                 return Err(e.clone());
             }
             if t.flushing {
+                t.waiting += 1;
                 t = self.flushed.wait(t).unwrap_or_else(|p| p.into_inner());
+                t.waiting -= 1;
                 continue;
             }
             t.flushing = true;
@@ -422,7 +440,9 @@ impl Wal {
                 batch.clear();
                 t.buf = batch;
             }
-            self.flushed.notify_all();
+            if t.waiting > 0 {
+                self.flushed.notify_all();
+            }
         }
     }
 

@@ -510,6 +510,10 @@ fn audit_under_payments(arch: Arch, hosts: u16) {
                         Ok(_) => {
                             txn.commit();
                             paid.fetch_add(1, Ordering::Relaxed);
+                            // A terminal's think time, short: under NO_WAIT a
+                            // payer that re-locks its warehouse at once can
+                            // starve the auditor on a loaded 2-core machine.
+                            std::thread::sleep(std::time::Duration::from_micros(20));
                         }
                         Err(TxnError::Conflict) => {
                             txn.abort();
