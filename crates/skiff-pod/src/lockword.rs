@@ -7,9 +7,10 @@
 //! [ X ][MOVED][WAITERS][ACCESSED][  age  ][ owner ][ readers ][ valid bitmap ]
 //! ```
 //!
-//! - `X`: held exclusively; then `owner` names the holder's host, so a future
-//!   lease can release a dead host's locks, and `readers` is 0.
-//! - `readers`: shared holders, any host.
+//! - `X`: held exclusively; then `owner` names the holder's host, so a
+//!   survivor can release a dead host's locks (`lease`), and `readers` is 0.
+//! - `readers`: shared holders: a count on a private word, a bitmap of
+//!   holder hosts on a pod word ([`Reader`]).
 //! - `valid bitmap`: bit h set = host h's cached copy of the tuple's data is
 //!   current (software coherence, see `cxl`). Only lock holders change it: a
 //!   reader sets its own bit after loading the tuple; a writer keeps only its
