@@ -6,9 +6,11 @@
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
-use datafusion::common::{Result, Statistics, internal_datafusion_err, not_impl_err};
+use datafusion::common::{Result, ScalarValue, Statistics, internal_datafusion_err, not_impl_err};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{EquivalenceProperties, LexOrdering};
+use datafusion::physical_expr::{
+    AcrossPartitions, ConstExpr, EquivalenceProperties, LexOrdering, PhysicalExpr,
+};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::{ExecutionPlan, PlanProperties};
 use datafusion_proto::bytes::{
@@ -49,6 +51,31 @@ struct MigratedStateNode {
     /// The output ordering, empty when unordered.
     #[prost(message, repeated, tag = "4")]
     ordering: Vec<protobuf::PhysicalSortExprNode>,
+    /// Expressions known constant (a filter fixed them below the cut); an
+    /// operator above may have been planned for them (an ordered aggregate).
+    #[prost(message, repeated, tag = "5")]
+    constants: Vec<ConstantNode>,
+    /// Classes of expressions known equal (join keys below the cut).
+    #[prost(message, repeated, tag = "6")]
+    equivalences: Vec<EquivalenceClassNode>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ConstantNode {
+    #[prost(message, optional, tag = "1")]
+    expr: Option<protobuf::PhysicalExprNode>,
+    /// The same value in every partition.
+    #[prost(bool, tag = "2")]
+    uniform: bool,
+    /// The value, when uniform and known.
+    #[prost(message, optional, tag = "3")]
+    value: Option<protobuf::ScalarValue>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct EquivalenceClassNode {
+    #[prost(message, repeated, tag = "1")]
+    exprs: Vec<protobuf::PhysicalExprNode>,
 }
 
 impl PhysicalExtensionCodec for SkiffCodec {
@@ -79,8 +106,36 @@ impl PhysicalExtensionCodec for SkiffCodec {
         let ordering =
             parse_physical_sort_exprs(&node.ordering, &decode_ctx, &schema, proto_converter)?;
         let orderings = LexOrdering::new(ordering).into_iter();
-        let equivalences =
+        let mut equivalences =
             EquivalenceProperties::new_with_orderings(Arc::clone(&schema), orderings);
+        let decode_expr = |expr: Option<&protobuf::PhysicalExprNode>| match expr {
+            Some(expr) => proto_converter.proto_to_physical_expr(expr, &schema, &decode_ctx),
+            None => not_impl_err!("MigratedStateExec node with an empty expression"),
+        };
+        for class in &node.equivalences {
+            let mut exprs = class.exprs.iter().map(|e| decode_expr(Some(e)));
+            if let Some(first) = exprs.next() {
+                let first = first?;
+                for other in exprs {
+                    equivalences.add_equal_conditions(Arc::clone(&first), other?)?;
+                }
+            }
+        }
+        let constants = node
+            .constants
+            .iter()
+            .map(|c| {
+                let across = match (&c.value, c.uniform) {
+                    (_, false) => AcrossPartitions::Heterogeneous,
+                    (None, true) => AcrossPartitions::Uniform(None),
+                    (Some(value), true) => {
+                        AcrossPartitions::Uniform(Some(ScalarValue::try_from(value)?))
+                    }
+                };
+                Ok(ConstExpr::new(decode_expr(c.expr.as_ref())?, across))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        equivalences.add_constants(constants)?;
         let properties = PlanProperties::new(
             equivalences,
             partitioning,
@@ -114,6 +169,36 @@ impl PhysicalExtensionCodec for SkiffCodec {
             }
             None => Vec::new(),
         };
+        let eq = &properties.eq_properties;
+        let encode_expr =
+            |e: &Arc<dyn PhysicalExpr>| proto_converter.physical_expr_to_proto(e, self);
+        let constants = eq
+            .constants()
+            .into_iter()
+            .map(|c| {
+                let (uniform, value) = match &c.across_partitions {
+                    AcrossPartitions::Heterogeneous => (false, None),
+                    AcrossPartitions::Uniform(None) => (true, None),
+                    AcrossPartitions::Uniform(Some(v)) => {
+                        (true, Some(protobuf::ScalarValue::try_from(v)?))
+                    }
+                };
+                Ok(ConstantNode {
+                    expr: Some(encode_expr(&c.expr)?),
+                    uniform,
+                    value,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let equivalences = eq
+            .eq_group()
+            .iter()
+            .filter(|class| class.len() > 1)
+            .map(|class| {
+                let exprs = class.iter().map(encode_expr).collect::<Result<Vec<_>>>()?;
+                Ok(EquivalenceClassNode { exprs })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let message = MigratedStateNode {
             pipeline: leaf.pipeline().0 as u64,
             schema: Some(protobuf::Schema::try_from(leaf.schema().as_ref())?),
@@ -123,6 +208,8 @@ impl PhysicalExtensionCodec for SkiffCodec {
                 proto_converter,
             )?),
             ordering,
+            constants,
+            equivalences,
         };
         message
             .encode(buf)
