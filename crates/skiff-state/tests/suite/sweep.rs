@@ -372,3 +372,27 @@ async fn state_of_another_shape_is_refused() {
     let refused = resume(plan, &ctx, loaded).expect_err("resumed with a partition missing");
     assert!(refused.to_string().contains("partitions"), "{refused}");
 }
+
+/// A pause point beyond the last pipeline before the result never pauses:
+/// the driver ends and the query answers as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_beyond_the_last_boundary_ends() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q01")
+        .expect("q01")
+        .1;
+    let execution = source
+        .start(source.physical_plan(&sql).await.expect("plan"))
+        .expect("cut");
+    execution.pause_after(execution.graph().len());
+    let stream = execution.execute().expect("execute");
+    assert_eq!(execution.paused().await, Pause::Ended);
+    let batches: Vec<RecordBatch> = stream.try_collect().await.expect("answer");
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
+    assert!(
+        execution.state().outputs.is_empty(),
+        "state left after the query"
+    );
+}
