@@ -6,6 +6,7 @@
 //! plan nodes) and thin client helpers ([`client`]). It runs no queries and
 //! keeps no cluster state; the roles in `skiff-server` do.
 
+pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod protocol;

@@ -254,7 +254,9 @@ impl Handler for WorkerHandle {
             warn!(query = query_id, error = %e, "query did not start");
             to_status(&e)
         })?;
-        let rows = rows.map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
+        let rows = rows
+            .map(|batch| batch.and_then(|b| Ok(skiff_flight::batch::compact(b)?)))
+            .map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
         let flight = FlightDataEncoderBuilder::new()
             .build(rows)
             .map_err(Status::from);

@@ -44,7 +44,11 @@ impl FlightConn {
             .connect()
             .await
             .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-        let mut client = FlightSqlServiceClient::new(channel);
+        // Batches can exceed tonic's 4 MiB default message size.
+        let inner = arrow_flight::flight_service_client::FlightServiceClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        let mut client = FlightSqlServiceClient::new_from_inner(inner);
         if let Some(password) = &credentials.password {
             client
                 .handshake(credentials.user(), password)

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::coordinator::queries::lock;
-use crate::error::{Result, ServerError};
+use crate::error::{Result, ServerError, SqlState};
 
 const FORMAT_VERSION: u32 = 1;
 
@@ -32,13 +32,34 @@ pub struct CatalogEntry {
 pub struct CatalogStore {
     path: PathBuf,
     file: Mutex<CatalogFile>,
+    /// Held for the store's life: one coordinator per data directory. The
+    /// operating system releases it when the process dies, however it dies.
+    _lock: std::fs::File,
 }
 
 impl CatalogStore {
     /// Open (or start) the catalog under `data_dir`. A file that cannot be
     /// parsed is an error, never silently replaced.
     pub fn open(data_dir: &Path) -> Result<Self> {
-        let path = data_dir.join(".skiff").join("catalog.json");
+        let dir = data_dir.join(".skiff");
+        let io = |what: &str, e: std::io::Error| {
+            ServerError::internal(format!("cannot {what} in {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| io("create the catalog directory", e))?;
+        let lock = std::fs::File::create(dir.join("lock")).map_err(|e| io("create lock", e))?;
+        if let Err(e) = lock.try_lock() {
+            return Err(match e {
+                std::fs::TryLockError::WouldBlock => ServerError::new(
+                    SqlState::InsufficientResources,
+                    format!(
+                        "data directory {} is in use by another coordinator",
+                        data_dir.display()
+                    ),
+                ),
+                std::fs::TryLockError::Error(e) => io("lock the catalog", e),
+            });
+        }
+        let path = dir.join("catalog.json");
         let file = match std::fs::read(&path) {
             Ok(bytes) => {
                 let file: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
@@ -67,6 +88,7 @@ impl CatalogStore {
         Ok(Self {
             path,
             file: Mutex::new(file),
+            _lock: lock,
         })
     }
 
@@ -140,9 +162,13 @@ mod tests {
             .unwrap();
         assert!(store.remove("v").unwrap());
         assert!(!store.remove("v").unwrap());
+        drop(store);
         let again = CatalogStore::open(dir.path()).unwrap();
         assert_eq!(again.entries().len(), 1);
         assert!(again.entries()[0].sql.contains("CSV"));
+        let busy = CatalogStore::open(dir.path()).unwrap_err();
+        assert!(busy.message.contains("in use"), "{busy}");
+        drop(again);
         std::fs::write(dir.path().join(".skiff/catalog.json"), b"{not json").unwrap();
         assert!(CatalogStore::open(dir.path()).is_err());
     }

@@ -190,7 +190,7 @@ async fn catalog_survives_a_restart() {
         location.display()
     );
     {
-        let server = Server::start(data.path(), Options::default());
+        let server = Server::start_in(data.path(), Options::default());
         let client = server.pg().await;
         client.simple_query(&create).await.expect("create");
         let rows = simple_rows(&client, "SELECT count(*) FROM countries")
@@ -198,7 +198,7 @@ async fn catalog_survives_a_restart() {
             .expect("count");
         assert_eq!(rows[0][0].as_deref(), Some("25"));
     }
-    let server = Server::start(data.path(), Options::default());
+    let server = Server::start_in(data.path(), Options::default());
     let client = server.pg().await;
     let rows = simple_rows(&client, "SELECT count(*) FROM countries")
         .await
@@ -210,7 +210,7 @@ async fn catalog_survives_a_restart() {
         .expect("drop");
     drop(client);
     drop(server);
-    let server = Server::start(data.path(), Options::default());
+    let server = Server::start_in(data.path(), Options::default());
     let client = server.pg().await;
     let error = client
         .simple_query("SELECT count(*) FROM countries")

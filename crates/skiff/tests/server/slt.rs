@@ -91,7 +91,7 @@ async fn sqllogictests_through_postgres() {
     assert!(!files.is_empty(), "no .slt files");
     for file in &files {
         let data = tempfile::tempdir().expect("data dir");
-        let server = Server::start(data.path(), Options::default());
+        let server = Server::start_in(data.path(), Options::default());
         let config = server.pg_config("skiff");
         let mut runner = Runner::new(move || {
             let config = config.clone();

@@ -19,6 +19,7 @@ pub struct Server {
     /// The server's stderr (its log), for failure messages.
     pub log: PathBuf,
     _log_dir: tempfile::TempDir,
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 /// Options of a test server.
@@ -30,7 +31,25 @@ pub struct Options {
 }
 
 impl Server {
+    /// A server over the tables of `data`, in a data directory of its own
+    /// (links to those tables): one coordinator per data directory, and
+    /// tests run many servers at once.
     pub fn start(data: &Path, options: Options) -> Server {
+        let own = tempfile::tempdir().expect("data dir");
+        for entry in std::fs::read_dir(data).expect("dataset") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().expect("name").to_owned();
+            if !name.to_string_lossy().starts_with('.') {
+                std::os::unix::fs::symlink(&path, own.path().join(name)).expect("link table");
+            }
+        }
+        let mut server = Server::start_in(own.path(), options);
+        server._data_dir = Some(own);
+        server
+    }
+
+    /// A server whose data directory is `data` itself.
+    pub fn start_in(data: &Path, options: Options) -> Server {
         let log_dir = tempfile::tempdir().expect("log dir");
         let log = log_dir.path().join("serve.log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_skiff"));
@@ -81,6 +100,7 @@ impl Server {
             child,
             log,
             _log_dir: log_dir,
+            _data_dir: None,
         }
     }
 
