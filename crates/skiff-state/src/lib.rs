@@ -17,5 +17,5 @@ pub mod select;
 
 pub use extract::{Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, load};
 pub use resume::{resume, resume_context};
-pub use rewrite::{RemainingPlan, remaining_plan};
+pub use rewrite::{RemainingPlan, remaining_plan, with_partitions};
 pub use select::{Selection, dependencies, select, select_state};

@@ -29,11 +29,12 @@ use arrow::datatypes::Schema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, internal_err};
 use datafusion::logical_expr::physical_planning_context::ScalarSubqueryResults;
-use datafusion::physical_expr::expressions::lit;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::expressions::{UnKnownColumn, lit};
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::scalar_subquery::{ScalarSubqueryExec, ScalarSubqueryLink};
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use skiff_engine::pipeline::SubqueryBinding;
 use skiff_engine::scan::IntermediateScanExec;
 use skiff_engine::{MigratedStateExec, PipelineGraph, PipelineId};
@@ -151,6 +152,62 @@ impl Rewrite<'_> {
             first.results.clone(),
         )))
     }
+}
+
+/// `plan` (a remaining plan) re-partitioned for a target that runs
+/// `partitions` partitions: every hash or round-robin `RepartitionExec`
+/// gets the new count, and a hash-partitioned state leaf with another count
+/// is re-hashed by a `RepartitionExec` above it (order-preserving when the
+/// leaf is sorted). Base-table scans keep their file groups; operators above
+/// recompute their properties from the new inputs. The state itself arrives
+/// with the source's partitions.
+pub fn with_partitions(
+    plan: Arc<dyn ExecutionPlan>,
+    partitions: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
+            let partitioning = match repartition.partitioning() {
+                Partitioning::Hash(exprs, n) if *n != partitions => {
+                    Partitioning::Hash(exprs.clone(), partitions)
+                }
+                Partitioning::RoundRobinBatch(n) if *n != partitions => {
+                    Partitioning::RoundRobinBatch(partitions)
+                }
+                _ => return Ok(Transformed::no(node)),
+            };
+            let input = Arc::clone(repartition.input());
+            let mut changed = RepartitionExec::try_new(input, partitioning)?;
+            if repartition.preserve_order() {
+                changed = changed.with_preserve_order();
+            }
+            return Ok(Transformed::yes(Arc::new(changed) as Arc<dyn ExecutionPlan>));
+        }
+        let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let properties = leaf.properties();
+        let Partitioning::Hash(exprs, n) = &properties.partitioning else {
+            return Ok(Transformed::no(node));
+        };
+        // Keys projected away above the cut (`UnKnownColumn`) cannot be
+        // hashed; nothing above can depend on them, so the leaf keeps its
+        // partitions.
+        let unknown = exprs
+            .iter()
+            .any(|e| e.downcast_ref::<UnKnownColumn>().is_some());
+        if *n == partitions || unknown {
+            return Ok(Transformed::no(node));
+        }
+        let sorted = properties.output_ordering().is_some();
+        let hash = Partitioning::Hash(exprs.clone(), partitions);
+        let mut rehash = RepartitionExec::try_new(Arc::clone(&node), hash)?;
+        if sorted {
+            rehash = rehash.with_preserve_order();
+        }
+        Ok(Transformed::yes(Arc::new(rehash) as Arc<dyn ExecutionPlan>))
+    })
+    .map(|t| t.data)
 }
 
 /// Bindings grouped by the container they write, in order of appearance.
