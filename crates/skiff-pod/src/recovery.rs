@@ -666,7 +666,7 @@ mod tests {
             t.crash_while_committing();
             std::mem::forget(t);
             if torn {
-                let len = std::fs::metadata(&path).unwrap().len();
+                let len = wal::read_log(&path, |_, _| Ok(())).unwrap();
                 std::fs::OpenOptions::new()
                     .write(true)
                     .open(&path)

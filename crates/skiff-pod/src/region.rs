@@ -84,6 +84,39 @@ impl Mapping {
         })
     }
 
+    /// Maps `reserve` bytes of `file` (opened read-write at `path`),
+    /// however long the file is now: address space for a file that grows
+    /// (a host's log). Touching a page past the file's end faults
+    /// (SIGBUS), so the owner grows the file before writing there.
+    pub(crate) fn reserve(file: &std::fs::File, path: &Path, reserve: u64) -> Result<Mapping> {
+        let map = MmapOptions::new()
+            .len(to_usize(reserve)?)
+            .map_raw(file)
+            .map_err(|e| PodError::io(path, e))?;
+        Ok(Mapping {
+            path: path.to_path_buf(),
+            map,
+            len: reserve,
+            writable: true,
+        })
+    }
+
+    /// Writes `[off, off + len)` back to the file and waits (msync): what
+    /// makes a mapped log durable on a disk.
+    pub(crate) fn sync_range(&self, off: u64, len: u64) -> std::io::Result<()> {
+        let page = 4096;
+        let start = off / page * page;
+        let p = self.ptr(start, off + len - start, 1);
+        // SAFETY: `p` and the length are within the mapping (checked by
+        // `ptr`), and `start` is page-aligned as msync requires.
+        let rc = unsafe { libc::msync(p.cast(), (off + len - start) as usize, libc::MS_SYNC) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }

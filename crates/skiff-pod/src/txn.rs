@@ -660,11 +660,13 @@ impl<'m> Txn<'m> {
         let off = self.mem.layout.recovery_off;
         let gsn = wal.next_seq(Some(self.cxl.lock_word(off)));
         let (slot, cxl) = (&self.slot, &mut self.cxl);
-        let end = wal.append(&self.redo, id, gsn, |start, end| {
-            if let Some(slot) = slot {
-                slot.committing(cxl, start, end);
-            }
-        });
+        let end = wal
+            .append(&self.redo, id, gsn, |start, end| {
+                if let Some(slot) = slot {
+                    slot.committing(cxl, start, end);
+                }
+            })
+            .expect("appended");
         wal.wait_durable(end).expect("durable");
     }
 
@@ -698,7 +700,7 @@ impl<'m> Txn<'m> {
             if let Some(slot) = slot {
                 slot.committing(cxl, start, end);
             }
-        });
+        })?;
         wal.wait_durable(end)
     }
 
