@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use skiff_flight::protocol::{DEAD_AFTER, Heartbeat, Register, Role, RunningQuery};
 
@@ -152,13 +152,6 @@ impl Membership {
             .filter(|n| n.role == role && n.state == NodeState::Alive)
             .count()
     }
-
-    /// Age of the newest heartbeat of `id`.
-    pub fn silence(&self, id: u64) -> Option<Duration> {
-        lock(&self.nodes)
-            .get(&id)
-            .map(|n| n.last_heartbeat.elapsed())
-    }
 }
 
 #[cfg(test)]
@@ -185,7 +178,7 @@ mod tests {
         assert_eq!(m.assign().map(|x| x.0), Some(b));
         m.release(a);
         assert_eq!(m.assign().map(|x| x.0), Some(a));
-        let later = Instant::now() + DEAD_AFTER + Duration::from_millis(10);
+        let later = Instant::now() + DEAD_AFTER + std::time::Duration::from_millis(10);
         assert!(m.heartbeat(&Heartbeat {
             node_id: a,
             queries: vec![]
