@@ -30,6 +30,7 @@ pub mod action {
     pub const STATE_DELETE: &str = "skiff.state.delete";
     /// Memory node: the state cache's counters ([`super::CacheStats`]).
     pub const STATE_STATS: &str = "skiff.state.stats";
+    pub const PAUSE: &str = "skiff.pause";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -70,6 +71,85 @@ pub struct RunQuery {
     /// The statement text, for the worker's log.
     #[prost(string, tag = "6")]
     pub sql: String,
+    /// When set, `plan` is a remaining plan: load its state from the state
+    /// cache under this key first.
+    #[prost(string, tag = "7")]
+    pub state_key: String,
+    /// The memory node whose state cache the worker reads state from and
+    /// hands state off to (`host:port`); empty when there is none.
+    #[prost(string, tag = "8")]
+    pub state_cache: String,
+}
+
+/// Why a worker hands a query off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, prost::Enumeration)]
+#[repr(i32)]
+pub enum HandoffReason {
+    /// Move to another worker now (read-once state).
+    Migrate = 0,
+    /// Stop until resumed (durable state).
+    Suspend = 1,
+    /// A copy of the state while the query goes on here.
+    Snapshot = 2,
+}
+
+/// Coordinator → worker: stop `query_id` at a pipeline boundary and hand it
+/// off for `reason` (a `DoAction`; the hand-off itself ends the result
+/// stream).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PauseQuery {
+    #[prost(uint64, tag = "1")]
+    pub query_id: u64,
+    #[prost(enumeration = "HandoffReason", tag = "2")]
+    pub reason: i32,
+    /// Abort running pipelines instead of letting them finish.
+    #[prost(bool, tag = "3")]
+    pub immediate: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PauseReply {
+    /// False when the query cannot stop at a boundary any more (its result
+    /// pipeline streams) or is unknown here; `detail` says which.
+    #[prost(bool, tag = "1")]
+    pub accepted: bool,
+    #[prost(string, tag = "2")]
+    pub detail: String,
+}
+
+/// Worker → coordinator, in the result stream as the `app_metadata` of a
+/// message without data: the query's state is in the state cache and
+/// `plan` continues from it. A migration or suspension ends the stream
+/// after it; a snapshot does not.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Handoff {
+    #[prost(enumeration = "HandoffReason", tag = "1")]
+    pub reason: i32,
+    /// Cache key of the state; empty when the state could not be stored
+    /// (`error` says why): the query must start over.
+    #[prost(string, tag = "2")]
+    pub state_key: String,
+    /// The remaining plan (datafusion-proto bytes).
+    #[prost(bytes = "bytes", tag = "3")]
+    pub plan: bytes::Bytes,
+    /// Bytes shipped to the cache (Arrow IPC frames).
+    #[prost(uint64, tag = "4")]
+    pub state_bytes: u64,
+    #[prost(uint64, tag = "5")]
+    pub state_rows: u64,
+    #[prost(uint32, tag = "6")]
+    pub pipelines_finished: u32,
+    #[prost(uint32, tag = "7")]
+    pub pipelines_total: u32,
+    /// From the pause request to the stream's end, milliseconds.
+    #[prost(uint64, tag = "8")]
+    pub pause_ms: u64,
+    #[prost(uint64, tag = "9")]
+    pub extract_ms: u64,
+    #[prost(uint64, tag = "10")]
+    pub put_ms: u64,
+    #[prost(string, tag = "11")]
+    pub error: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -256,4 +336,23 @@ pub struct CacheStats {
     /// The memory limit in bytes (0 = none).
     #[prost(uint64, tag = "8")]
     pub capacity: u64,
+}
+
+/// A Flight message that carries only `metadata`: its IPC header is a
+/// message of type NONE, which Flight decoders pass through as "no
+/// payload" (an empty header would not decode).
+pub fn metadata_message(metadata: bytes::Bytes) -> arrow_flight::FlightData {
+    use arrow::ipc::{MessageBuilder, MessageHeader, MetadataVersion};
+    let mut builder = flatbuffers::FlatBufferBuilder::new();
+    let mut message = MessageBuilder::new(&mut builder);
+    message.add_version(MetadataVersion::V5);
+    message.add_header_type(MessageHeader::NONE);
+    message.add_bodyLength(0);
+    let message = message.finish();
+    builder.finish(message, None);
+    arrow_flight::FlightData {
+        data_header: builder.finished_data().to_vec().into(),
+        app_metadata: metadata,
+        ..arrow_flight::FlightData::default()
+    }
 }

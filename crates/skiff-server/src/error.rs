@@ -29,6 +29,7 @@ pub enum SqlState {
     ConnectionFailure,
     ProtocolViolation,
     Internal,
+    DataCorrupted,
 }
 
 impl SqlState {
@@ -54,6 +55,7 @@ impl SqlState {
             SqlState::ConnectionFailure => "08006",
             SqlState::ProtocolViolation => "08P01",
             SqlState::Internal => "XX000",
+            SqlState::DataCorrupted => "XX001",
         }
     }
 }
@@ -166,6 +168,7 @@ pub fn to_status(error: &ServerError) -> tonic::Status {
         SqlState::FeatureNotSupported => tonic::Code::Unimplemented,
         SqlState::CannotConnectNow | SqlState::ConnectionFailure => tonic::Code::Unavailable,
         SqlState::Internal => tonic::Code::Internal,
+        SqlState::DataCorrupted => tonic::Code::DataLoss,
         _ => tonic::Code::InvalidArgument,
     };
     tonic::Status::new(code, format!("[{}] {}", error.state.code(), error.message))
@@ -191,7 +194,7 @@ pub fn from_status(status: &tonic::Status) -> ServerError {
 }
 
 impl SqlState {
-    const ALL: [SqlState; 20] = [
+    const ALL: [SqlState; 21] = [
         SqlState::SyntaxError,
         SqlState::UndefinedTable,
         SqlState::UndefinedColumn,
@@ -212,6 +215,7 @@ impl SqlState {
         SqlState::ConnectionFailure,
         SqlState::ProtocolViolation,
         SqlState::Internal,
+        SqlState::DataCorrupted,
     ];
 
     pub fn from_code(code: &str) -> Option<SqlState> {

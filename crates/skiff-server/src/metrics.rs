@@ -21,7 +21,7 @@ pub(crate) fn query_ended(entry: &QueryEntry) {
         QueryStatus::Finished => "finished",
         QueryStatus::Failed(_) => "failed",
         QueryStatus::Canceled(_) => "canceled",
-        QueryStatus::Planning | QueryStatus::Running => "unknown",
+        QueryStatus::Planning | QueryStatus::Running | QueryStatus::Suspended => "unknown",
     };
     metrics::counter!("skiff_queries_total", "status" => status).increment(1);
     metrics::histogram!("skiff_query_seconds").record(entry.elapsed().as_secs_f64());

@@ -7,22 +7,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use arrow_flight::Ticket;
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
+use datafusion::common::config::ConfigExtension;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::{StreamExt, TryStreamExt};
-use prost::Message;
+use futures::StreamExt;
 use skiff_engine::explain;
 use skiff_flight::protocol::{CancelQuery, RunQuery, RunningQuery, action};
 use tonic::transport::Channel;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::queries::lock;
+use super::relay::{self, Relay};
 use super::{ClientSession, Inner, QueryEntry, QueryStatus};
 use crate::error::{Result, ServerError, SqlState, from_status};
 
@@ -66,7 +65,7 @@ pub(crate) async fn run_on_worker(
         .config_options()
         .entries()
         .into_iter()
-        .filter_map(|e| e.value.map(|v| (e.key, v)))
+        .filter_map(|e| e.value.map(|v| (qualified(e.key), v)))
         .collect();
     let ticket = RunQuery {
         query_id: entry.id,
@@ -75,38 +74,25 @@ pub(crate) async fn run_on_worker(
         memory_limit: inner.limits.query_memory_limit.unwrap_or(0),
         explain_analyze: mode == Mode::ExplainAnalyze,
         sql: entry.sql.clone(),
+        ..RunQuery::default()
     };
-    let Some((worker, addr)) = inner.membership.assign() else {
-        return Err(ServerError::new(
-            SqlState::CannotConnectNow,
-            "no worker is available to run the query",
-        ));
-    };
-    entry.update(|info| info.worker = Some((worker, addr.clone())));
-    let started = async {
-        let mut client = client(inner, &addr).await?;
-        let response = client
-            .do_get(Ticket::new(ticket.encode_to_vec()))
-            .await
-            .map_err(|s| lost_or(worker, &s))?;
-        Ok::<_, ServerError>(response.into_inner())
-    };
-    let flight = match started.await {
-        Ok(flight) => flight,
-        Err(e) => {
-            inner.membership.release(worker);
-            return Err(e);
-        }
-    };
-    info!(query = entry.id, worker, "query shipped");
-    let batches = FlightRecordBatchStream::new_from_flight_data(flight.map_err(FlightError::from))
-        .map_err(move |e| DataFusionError::from(flight_error(worker, e)));
-    let stream = Box::pin(RecordBatchStreamAdapter::new(schema, batches));
-    Ok((stream, (worker, addr)))
+    let (relay, worker) = Relay::start(Arc::clone(inner), Arc::clone(entry), ticket).await?;
+    let stream = Box::pin(RecordBatchStreamAdapter::new(schema, relay::stream(relay)));
+    Ok((stream, worker))
+}
+
+/// A config entry's full key: extension entries come without their
+/// namespace, and Skiff's are the only extension.
+fn qualified(key: String) -> String {
+    if key.starts_with("datafusion.") {
+        key
+    } else {
+        format!("{}.{key}", <skiff_engine::SkiffOptions as ConfigExtension>::PREFIX)
+    }
 }
 
 /// A connection to `addr`, reused across queries.
-async fn client(inner: &Inner, addr: &str) -> Result<WorkerClient> {
+pub(super) async fn client(inner: &Inner, addr: &str) -> Result<WorkerClient> {
     if let Some(client) = lock(&inner.clients).get(addr) {
         return Ok(client.clone());
     }
@@ -133,7 +119,7 @@ async fn cancel_on_worker(inner: Arc<Inner>, addr: String, query_id: u64) {
     }
 }
 
-fn flight_error(worker: u64, error: FlightError) -> ServerError {
+pub(super) fn flight_error(worker: u64, error: FlightError) -> ServerError {
     match error {
         FlightError::Tonic(status) => lost_or(worker, &status),
         other => ServerError::internal(format!("bad result stream from worker {worker}: {other}")),
@@ -142,7 +128,7 @@ fn flight_error(worker: u64, error: FlightError) -> ServerError {
 
 /// A worker's error as it sent it, or "worker lost" when the transport
 /// broke (the process died or the connection dropped).
-fn lost_or(worker: u64, status: &tonic::Status) -> ServerError {
+pub(super) fn lost_or(worker: u64, status: &tonic::Status) -> ServerError {
     let error = from_status(status);
     if error.state == SqlState::ConnectionFailure {
         return ServerError::new(
@@ -161,7 +147,8 @@ struct Tracked {
     inner: Arc<Inner>,
     entry: Arc<QueryEntry>,
     stream: SendableRecordBatchStream,
-    worker: Option<u64>,
+    /// The query runs on workers: release the one it is on at the end.
+    on_workers: bool,
     deadline: Option<tokio::time::Instant>,
     timeout: Option<Duration>,
     done: bool,
@@ -176,7 +163,9 @@ impl Tracked {
         self.done = true;
         let canceled = matches!(status, QueryStatus::Canceled(_));
         self.entry.finish(status);
-        if let Some(worker) = self.worker.take() {
+        // A relay moves the query between workers; it is on this one now.
+        let worker = self.entry.info().worker.filter(|_| self.on_workers);
+        if let Some((worker, _)) = worker {
             self.inner.membership.release(worker);
             if canceled && let Some((_, addr)) = self.entry.info().worker {
                 let inner = Arc::clone(&self.inner);
@@ -215,7 +204,7 @@ pub(crate) fn track(
         inner,
         entry,
         stream,
-        worker,
+        on_workers: worker.is_some(),
         deadline: timeout.map(|t| tokio::time::Instant::now() + t),
         timeout,
         done: false,

@@ -41,6 +41,18 @@ pub struct Node {
     pub assigned: usize,
     /// Queries the node reported in its last heartbeat.
     pub running: Vec<RunningQuery>,
+    /// Being vacated: takes no new query.
+    pub draining: bool,
+}
+
+/// Which worker a query may go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    Any,
+    /// Another than this one when there is another.
+    Avoid(u64),
+    /// This one if it is alive and not draining, else as [`Placement::Any`].
+    Prefer(u64),
 }
 
 /// The registered nodes.
@@ -75,6 +87,7 @@ impl Membership {
                 last_heartbeat: Instant::now(),
                 assigned: 0,
                 running: Vec::new(),
+                draining: false,
             },
         );
         id
@@ -124,16 +137,52 @@ impl Membership {
     /// The live worker with the fewest assigned queries per core; the
     /// choice is counted as an assignment.
     pub fn assign(&self) -> Option<(u64, String)> {
+        self.assign_to(Placement::Any)
+    }
+
+    /// [`assign`](Self::assign) within `placement`. Draining workers take
+    /// nothing.
+    pub fn assign_to(&self, placement: Placement) -> Option<(u64, String)> {
         let mut nodes = lock(&self.nodes);
-        let node = nodes
-            .values_mut()
-            .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
-            .min_by(|a, b| {
-                let load = |n: &Node| n.assigned as f64 / f64::from(n.cores.max(1));
-                load(a).total_cmp(&load(b)).then(a.id.cmp(&b.id))
-            })?;
+        let usable = |n: &Node| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining;
+        let chosen = match placement {
+            Placement::Prefer(id) if nodes.get(&id).is_some_and(usable) => Some(id),
+            Placement::Avoid(avoid) => least_loaded(nodes.values().filter(|n| n.id != avoid && usable(n)))
+                .or_else(|| least_loaded(nodes.values().filter(|n| usable(n)))),
+            _ => least_loaded(nodes.values().filter(|n| usable(n))),
+        }?;
+        let node = nodes.get_mut(&chosen)?;
         node.assigned += 1;
         Some((node.id, node.addr.clone()))
+    }
+
+    /// The worker named by `name`: its node id or its address.
+    pub fn resolve_worker(&self, name: &str) -> Option<u64> {
+        let nodes = lock(&self.nodes);
+        nodes
+            .values()
+            .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
+            .find(|n| n.addr == name || name.parse::<u64>().is_ok_and(|id| id == n.id))
+            .map(|n| n.id)
+    }
+
+    /// Mark a worker draining (true) or open again; false when unknown.
+    pub fn set_draining(&self, id: u64, draining: bool) -> bool {
+        match lock(&self.nodes).get_mut(&id) {
+            Some(node) if node.role == Role::Worker => {
+                node.draining = draining;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A live memory node's address, for the state cache.
+    pub fn memory_node(&self) -> Option<String> {
+        lock(&self.nodes)
+            .values()
+            .find(|n| n.role == Role::MemoryNode && n.state == NodeState::Alive)
+            .map(|n| n.addr.clone())
     }
 
     pub fn release(&self, id: u64) {
@@ -152,6 +201,16 @@ impl Membership {
             .filter(|n| n.role == role && n.state == NodeState::Alive)
             .count()
     }
+}
+
+/// The node with the fewest assigned queries per core (lowest id on ties).
+fn least_loaded<'a>(nodes: impl Iterator<Item = &'a Node>) -> Option<u64> {
+    nodes
+        .min_by(|a, b| {
+            let load = |n: &Node| n.assigned as f64 / f64::from(n.cores.max(1));
+            load(a).total_cmp(&load(b)).then(a.id.cmp(&b.id))
+        })
+        .map(|n| n.id)
 }
 
 #[cfg(test)]

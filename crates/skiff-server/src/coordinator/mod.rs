@@ -8,6 +8,7 @@ pub(crate) use cluster_service::ClusterService;
 mod dispatch;
 mod membership;
 mod queries;
+mod relay;
 pub(crate) use queries::lock;
 mod session;
 mod system_tables;
@@ -32,7 +33,7 @@ use skiff_engine::{Engine, EngineConfig, explain, pipeline};
 use tracing::{info, warn};
 
 pub use catalog_store::{CatalogEntry, CatalogStore};
-pub use membership::{Membership, Node, NodeState};
+pub use membership::{Membership, Node, NodeState, Placement};
 pub use queries::{QueryEntry, QueryInfo, QueryRegistry, QueryStatus};
 pub use session::ClientSession;
 

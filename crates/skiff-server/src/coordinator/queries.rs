@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use skiff_flight::protocol::RunningQuery;
+use skiff_flight::protocol::{Handoff, RunningQuery};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ServerError;
@@ -19,6 +20,8 @@ const RECENT_KEPT: usize = 200;
 pub enum QueryStatus {
     Planning,
     Running,
+    /// Handed off to the state cache; waits for `skiff.resume(id)`.
+    Suspended,
     Finished,
     Failed(String),
     Canceled(String),
@@ -29,6 +32,7 @@ impl QueryStatus {
         match self {
             QueryStatus::Planning => "planning",
             QueryStatus::Running => "running",
+            QueryStatus::Suspended => "suspended",
             QueryStatus::Finished => "finished",
             QueryStatus::Failed(_) => "failed",
             QueryStatus::Canceled(_) => "canceled",
@@ -54,6 +58,19 @@ pub struct QueryInfo {
     /// The worker's last report on the query.
     pub progress: Option<RunningQuery>,
     pub ended: Option<Instant>,
+    /// State separation: hand-offs that moved the query to another worker,
+    /// suspensions, starts from scratch after a failed hand-off, and state
+    /// bytes shipped through the state cache.
+    pub migrations: u32,
+    pub suspensions: u32,
+    pub restarts: u32,
+    pub state_bytes: u64,
+    /// The last decision taken about moving the query, with its reasons.
+    pub decision: String,
+    /// Where an asked-for migration goes.
+    pub migrate_to: Option<u64>,
+    /// The latest snapshot of the query's state.
+    pub snapshot: Option<Handoff>,
 }
 
 /// One query.
@@ -67,6 +84,11 @@ pub struct QueryEntry {
     token: CancellationToken,
     cancel_reason: Mutex<Option<ServerError>>,
     info: Mutex<QueryInfo>,
+    /// Wakes a suspended query.
+    resumed: Notify,
+    /// A worker it ran on died while a snapshot can carry it on.
+    lost: Notify,
+    lost_workers: Mutex<Vec<u64>>,
 }
 
 impl QueryEntry {
@@ -93,6 +115,37 @@ impl QueryEntry {
     pub fn cancel(&self, reason: ServerError) {
         lock(&self.cancel_reason).get_or_insert(reason);
         self.token.cancel();
+    }
+
+    /// Wake the query if it is suspended; false otherwise.
+    pub fn resume(&self) -> bool {
+        if lock(&self.info).status != QueryStatus::Suspended {
+            return false;
+        }
+        self.resumed.notify_one();
+        true
+    }
+
+    pub(crate) async fn resumed(&self) {
+        self.resumed.notified().await;
+    }
+
+    /// Resolves when `worker` is declared dead.
+    pub(crate) async fn lost(&self, worker: u64) {
+        loop {
+            let notified = self.lost.notified();
+            if lock(&self.lost_workers).contains(&worker) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// A snapshot can carry the query on elsewhere: one exists and no row
+    /// reached the client yet (rows come only after the last boundary).
+    pub fn recoverable(&self) -> bool {
+        let info = lock(&self.info);
+        info.snapshot.is_some() && info.rows_sent == 0
     }
 
     pub fn cancel_reason(&self) -> ServerError {
@@ -136,7 +189,17 @@ impl QueryRegistry {
                 rows_sent: 0,
                 progress: None,
                 ended: None,
+                migrations: 0,
+                suspensions: 0,
+                restarts: 0,
+                state_bytes: 0,
+                decision: String::new(),
+                migrate_to: None,
+                snapshot: None,
             }),
+            resumed: Notify::new(),
+            lost: Notify::new(),
+            lost_workers: Mutex::new(Vec::new()),
         });
         lock(&self.live).insert(id, Arc::clone(&entry));
         entry
@@ -188,7 +251,8 @@ impl QueryRegistry {
         }
     }
 
-    /// Fail every live query assigned to `worker`.
+    /// Move every live query assigned to `worker` on from its snapshot, or
+    /// fail it when it has none.
     pub fn worker_lost(&self, worker: u64, reason: &ServerError) {
         for entry in self.live() {
             if entry
@@ -197,7 +261,12 @@ impl QueryRegistry {
                 .as_ref()
                 .is_some_and(|(w, _)| *w == worker)
             {
-                entry.cancel(reason.clone());
+                if entry.recoverable() {
+                    lock(&entry.lost_workers).push(worker);
+                    entry.lost.notify_waiters();
+                } else {
+                    entry.cancel(reason.clone());
+                }
             }
         }
     }

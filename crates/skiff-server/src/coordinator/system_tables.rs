@@ -7,9 +7,10 @@ use std::sync::{Arc, Weak};
 use std::time::{Instant, UNIX_EPOCH};
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Builder, Int32Builder, Int64Array, Int64Builder, RecordBatch,
+    ArrayRef, BooleanArray, BooleanBuilder, Float64Builder, StringArray, Int32Builder, Int64Array, Int64Builder, RecordBatch,
     StringBuilder, TimestampMicrosecondBuilder,
 };
+use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
@@ -18,9 +19,10 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::prelude::SessionContext;
+use skiff_flight::protocol::HandoffReason;
 
-use super::Inner;
-use crate::error::ServerError;
+use super::{Inner, relay};
+use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
 pub const SCHEMA: &str = "skiff";
@@ -36,7 +38,10 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         // Only fails for a schema of the same name, which nothing else makes.
         let _ = catalog.register_schema(SCHEMA, schema);
     }
-    ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator)));
+    ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator.clone())));
+    for op in [Admin::Migrate, Admin::Suspend, Admin::Resume] {
+        ctx.register_udf(ScalarUDF::from(AdminFunction::new(op, coordinator.clone())));
+    }
 }
 
 #[derive(Debug)]
@@ -98,8 +103,18 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         Field::new("started", timestamp(), false),
         Field::new("elapsed_ms", DataType::Int64, false),
         Field::new("error", DataType::Utf8, true),
+        Field::new("migrations", DataType::Int32, false),
+        Field::new("suspensions", DataType::Int32, false),
+        Field::new("restarts", DataType::Int32, false),
+        Field::new("state_bytes", DataType::Int64, false),
+        Field::new("decision", DataType::Utf8, true),
     ]));
     let all = inner.queries.all();
+    let mut migrations = Int32Builder::new();
+    let mut suspensions = Int32Builder::new();
+    let mut restarts = Int32Builder::new();
+    let mut state_bytes = Int64Builder::new();
+    let mut decision = StringBuilder::new();
     let mut id = Int64Builder::new();
     let mut user = StringBuilder::new();
     let mut sql = StringBuilder::new();
@@ -150,6 +165,11 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
             }
             _ => error.append_null(),
         }
+        migrations.append_value(info.migrations as i32);
+        suspensions.append_value(info.suspensions as i32);
+        restarts.append_value(info.restarts as i32);
+        state_bytes.append_value(info.state_bytes as i64);
+        decision.append_option(Some(info.decision.as_str()).filter(|d| !d.is_empty()));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
@@ -164,6 +184,11 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         Arc::new(started.finish()),
         Arc::new(elapsed.finish()),
         Arc::new(error.finish()),
+        Arc::new(migrations.finish()),
+        Arc::new(suspensions.finish()),
+        Arc::new(restarts.finish()),
+        Arc::new(state_bytes.finish()),
+        Arc::new(decision.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
@@ -333,5 +358,158 @@ impl ScalarUDFImpl for CancelFunction {
             })
             .collect();
         Ok(ColumnarValue::Array(Arc::new(canceled)))
+    }
+}
+
+/// The state-separation operations on one query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Admin {
+    /// `skiff.migrate(id [, worker [, 'drain' | 'immediate']])`
+    Migrate,
+    /// `skiff.suspend(id [, 'drain' | 'immediate'])`
+    Suspend,
+    /// `skiff.resume(id)`
+    Resume,
+}
+
+/// A state-separation operation as a SQL function: true when it was asked
+/// for; what happened shows in `skiff.queries`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct AdminFunction {
+    op: Admin,
+    #[allow(clippy::struct_field_names)]
+    name: &'static str,
+    signature: Signature,
+    coordinator: WeakInner,
+}
+
+/// Functions compare by name; the coordinator is the same for all.
+#[derive(Debug)]
+struct WeakInner(Weak<Inner>);
+
+impl PartialEq for WeakInner {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for WeakInner {}
+
+impl std::hash::Hash for WeakInner {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl AdminFunction {
+    fn new(op: Admin, coordinator: Weak<Inner>) -> Self {
+        let name = match op {
+            Admin::Migrate => "skiff.migrate",
+            Admin::Suspend => "skiff.suspend",
+            Admin::Resume => "skiff.resume",
+        };
+        Self {
+            op,
+            name,
+            signature: Signature::variadic_any(Volatility::Volatile),
+            coordinator: WeakInner(coordinator),
+        }
+    }
+
+    fn usage(&self) -> &'static str {
+        match self.op {
+            Admin::Migrate => "skiff.migrate(id [, worker [, 'drain' | 'immediate']])",
+            Admin::Suspend => "skiff.suspend(id [, 'drain' | 'immediate'])",
+            Admin::Resume => "skiff.resume(id)",
+        }
+    }
+
+    /// Run the operation for one row of arguments.
+    fn apply(&self, inner: &Arc<Inner>, id: i64, text: &[Option<String>]) -> Result<bool> {
+        let usage = || ServerError::new(SqlState::InvalidParameterValue, self.usage());
+        let id = u64::try_from(id).map_err(|_| usage())?;
+        let mode = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
+            None | Some("drain") => Ok(false),
+            Some("immediate") => Ok(true),
+            Some(other) => Err(ServerError::new(
+                SqlState::InvalidParameterValue,
+                format!("unknown mode '{other}': drain or immediate"),
+            )),
+        };
+        match (self.op, text) {
+            (Admin::Migrate, [] | [_] | [_, _]) => {
+                let target = match text.first().and_then(|t| t.as_deref()) {
+                    None => None,
+                    Some(name) => Some(inner.membership.resolve_worker(name).ok_or_else(|| {
+                        ServerError::new(
+                            SqlState::InvalidParameterValue,
+                            format!("no live worker '{name}' (a worker id or address)"),
+                        )
+                    })?),
+                };
+                let immediate = mode(text.get(1))?;
+                relay::request_handoff(inner, id, HandoffReason::Migrate, target, immediate)?;
+                Ok(true)
+            }
+            (Admin::Suspend, [] | [_]) => {
+                let immediate = mode(text.first())?;
+                relay::request_handoff(inner, id, HandoffReason::Suspend, None, immediate)?;
+                Ok(true)
+            }
+            (Admin::Resume, []) => match inner.queries.get(id) {
+                Some(entry) => Ok(entry.resume()),
+                None => Err(ServerError::new(
+                    SqlState::InvalidParameterValue,
+                    format!("no query {id} is running"),
+                )
+                .into()),
+            },
+            _ => Err(usage().into()),
+        }
+    }
+}
+
+impl ScalarUDFImpl for AdminFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let Some(inner) = self.coordinator.0.upgrade() else {
+            return exec_err!("the coordinator is shutting down");
+        };
+        let Some((first, rest)) = args.args.split_first() else {
+            return exec_err!("{}", self.usage());
+        };
+        let ids = cast(&first.to_array(args.number_rows)?, &DataType::Int64)?;
+        let Some(ids) = ids.as_any().downcast_ref::<Int64Array>() else {
+            return exec_err!("{}", self.usage());
+        };
+        let texts = rest
+            .iter()
+            .map(|arg| {
+                let array = cast(&arg.to_array(args.number_rows)?, &DataType::Utf8)?;
+                match array.as_any().downcast_ref::<StringArray>() {
+                    Some(strings) => Ok(strings.iter().map(|s| s.map(str::to_string)).collect()),
+                    None => exec_err!("{}", self.usage()),
+                }
+            })
+            .collect::<Result<Vec<Vec<Option<String>>>>>()?;
+        let mut done = BooleanBuilder::new();
+        for (row, id) in ids.iter().enumerate() {
+            let Some(id) = id else {
+                done.append_null();
+                continue;
+            };
+            let text: Vec<Option<String>> = texts.iter().map(|t| t[row].clone()).collect();
+            done.append_value(self.apply(&inner, id, &text)?);
+        }
+        Ok(ColumnarValue::Array(Arc::new(done.finish())))
     }
 }

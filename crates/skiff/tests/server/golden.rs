@@ -11,7 +11,7 @@ use crate::support::{Options, Server};
 
 /// Rows and column count of every statement of `sql`, sent one statement
 /// per simple query.
-async fn run_pg(
+pub(crate) async fn run_pg(
     client: &tokio_postgres::Client,
     sql: &str,
 ) -> Result<Vec<(Vec<Row>, usize)>, String> {
@@ -108,7 +108,7 @@ async fn tpch_through_flight_sql_matches_duckdb() {
 }
 
 /// Judge one query file's results against its golden answers.
-fn check(query: &str, results: Result<Vec<(Vec<Row>, usize)>, String>) -> Result<(), String> {
+pub(crate) fn check(query: &str, results: Result<Vec<(Vec<Row>, usize)>, String>) -> Result<(), String> {
     let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
     match load_golden(&golden_dir, query)? {
         Expected::Error(duckdb) => Err(format!("unexpected golden error {duckdb}")),

@@ -5,4 +5,5 @@
 mod cluster;
 mod golden;
 mod slt;
+mod state;
 mod support;

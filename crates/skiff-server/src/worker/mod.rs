@@ -1,6 +1,10 @@
 //! The worker role: receives plans from the coordinator, runs them as
 //! pipeline graphs and streams the rows back as Arrow IPC over Flight; tells
-//! the coordinator what it runs in every heartbeat.
+//! the coordinator what it runs in every heartbeat. Hands queries off at
+//! pipeline boundaries when asked ([`handoff`]) and continues queries handed
+//! off by others from their state.
+
+mod handoff;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,8 +22,13 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_engine::store::PipelineStatus;
-use skiff_engine::{Engine, EngineConfig, QueryExecution, explain, memory_pool, pipeline};
-use skiff_flight::protocol::{CancelQuery, PipelineReport, Role, RunQuery, RunningQuery, action};
+use skiff_engine::{
+    Engine, EngineConfig, PauseMode, QueryExecution, explain, memory_pool, pipeline,
+};
+use skiff_flight::protocol::{
+    CancelQuery, HandoffReason, PauseQuery, PauseReply, PipelineReport, Role, RunQuery,
+    RunningQuery, action,
+};
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -47,10 +56,14 @@ pub struct WorkerConfig {
 struct Running {
     execution: Arc<QueryExecution>,
     token: CancellationToken,
+    control: Arc<handoff::Control>,
 }
 
 struct WorkerService {
     engine: Engine,
+    /// Partitions this worker runs; a remaining plan from a worker with
+    /// another count is rewritten for it.
+    partitions: usize,
     running: Mutex<HashMap<u64, Running>>,
 }
 
@@ -63,8 +76,10 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     })?;
     let listener = crate::node::bind(config.listen).await?;
     let addr = crate::node::local_addr(&listener)?;
+    let partitions = engine.context().copied_config().target_partitions();
     let service = Arc::new(WorkerService {
         engine,
+        partitions,
         running: Mutex::new(HashMap::new()),
     });
     let identity = NodeIdentity {
@@ -146,8 +161,9 @@ impl WorkerService {
             .collect()
     }
 
-    /// Decode and start a query; returns its result stream.
-    fn start(self: &Arc<Self>, request: RunQuery) -> Result<SendableRecordBatchStream> {
+    /// Decode and start a query (loading its state first when it continues
+    /// from one); returns the stream the coordinator reads.
+    async fn start(self: &Arc<Self>, request: RunQuery) -> Result<FlightStream> {
         let mut config = self.engine.context().copied_config();
         for (key, value) in &request.options {
             if let Err(e) = config.options_mut().set(key, value) {
@@ -165,27 +181,62 @@ impl WorkerService {
         }
         let task_ctx = state.build().task_ctx();
         let plan = skiff_flight::decode_plan(&request.plan, &task_ctx)?;
-        let execution = QueryExecution::new(pipeline::cut(plan)?, &task_ctx);
+        let execution = if request.state_key.is_empty() {
+            QueryExecution::new(pipeline::cut(plan)?, &task_ctx)
+        } else {
+            handoff::continue_from_state(&request, plan, &task_ctx, self.partitions).await?
+        };
         let token = CancellationToken::new();
         let query_id = request.query_id;
+        let control = Arc::new(handoff::Control::new(
+            query_id,
+            &request.state_cache,
+            task_ctx.session_config().options(),
+        ));
         lock(&self.running).insert(
             query_id,
             Running {
                 execution: Arc::clone(&execution),
                 token: token.clone(),
+                control: Arc::clone(&control),
             },
         );
         info!(
             query = query_id,
             pipelines = execution.graph().len(),
+            resumed = !request.state_key.is_empty(),
             "query started"
         );
-        let rows = if request.explain_analyze {
-            explain_analyze(Arc::clone(&execution))?
-        } else {
-            execution.execute()?
+        if request.explain_analyze {
+            let rows = explain_analyze(Arc::clone(&execution))?;
+            let rows = guarded(Arc::clone(self), query_id, token, rows);
+            return Ok(encode(rows));
+        }
+        control.arm(&execution);
+        let rows = execution.execute()?;
+        let guard = Guard {
+            service: Arc::clone(self),
+            query_id,
         };
-        Ok(guarded(Arc::clone(self), query_id, token, rows))
+        Ok(handoff::serve(execution, rows, control, token, guard))
+    }
+
+    /// Ask query `query_id` to stop at a boundary and hand itself off.
+    fn pause(&self, request: &PauseQuery) -> PauseReply {
+        let running = lock(&self.running);
+        let Some(running) = running.get(&request.query_id) else {
+            return PauseReply {
+                accepted: false,
+                detail: "the query does not run on this worker".into(),
+            };
+        };
+        let reason = HandoffReason::try_from(request.reason).unwrap_or(HandoffReason::Migrate);
+        let mode = if request.immediate {
+            PauseMode::Immediate
+        } else {
+            PauseMode::Drain
+        };
+        running.control.request(&running.execution, reason, mode)
     }
 }
 
@@ -200,6 +251,30 @@ fn explain_analyze(execution: Arc<QueryExecution>) -> Result<SendableRecordBatch
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)))
 }
 
+/// Removes a query from the running set however its stream ends.
+struct Guard {
+    service: Arc<WorkerService>,
+    query_id: u64,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        lock(&self.service.running).remove(&self.query_id);
+        debug!(query = self.query_id, "query left the worker");
+    }
+}
+
+/// Rows as Flight data: view columns compacted, errors as statuses.
+fn encode(rows: SendableRecordBatchStream) -> FlightStream {
+    let rows = rows
+        .map(|batch| batch.and_then(|b| Ok(skiff_flight::batch::compact(b)?)))
+        .map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
+    let flight = FlightDataEncoderBuilder::new()
+        .build(rows)
+        .map_err(Status::from);
+    Box::pin(flight)
+}
+
 /// Remove the query from the running set however its stream ends, and end
 /// it early on cancel.
 fn guarded(
@@ -208,16 +283,6 @@ fn guarded(
     token: CancellationToken,
     rows: SendableRecordBatchStream,
 ) -> SendableRecordBatchStream {
-    struct Guard {
-        service: Arc<WorkerService>,
-        query_id: u64,
-    }
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            lock(&self.service.running).remove(&self.query_id);
-            debug!(query = self.query_id, "query left the worker");
-        }
-    }
     let schema = rows.schema();
     let guard = Guard { service, query_id };
     let stream = futures::stream::unfold(
@@ -250,17 +315,10 @@ impl Handler for WorkerHandle {
         let request = RunQuery::decode(ticket.ticket)
             .map_err(|e| Status::invalid_argument(format!("bad query ticket: {e}")))?;
         let query_id = request.query_id;
-        let rows = self.0.start(request).map_err(|e| {
+        self.0.start(request).await.map_err(|e| {
             warn!(query = query_id, error = %e, "query did not start");
             to_status(&e)
-        })?;
-        let rows = rows
-            .map(|batch| batch.and_then(|b| Ok(skiff_flight::batch::compact(b)?)))
-            .map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
-        let flight = FlightDataEncoderBuilder::new()
-            .build(rows)
-            .map_err(Status::from);
-        Ok(Box::pin(flight))
+        })
     }
 
     async fn action(&self, action: Action) -> std::result::Result<bytes::Bytes, Status> {
@@ -272,6 +330,11 @@ impl Handler for WorkerHandle {
                     running.token.cancel();
                 }
                 Ok(bytes::Bytes::new())
+            }
+            action::PAUSE => {
+                let request = PauseQuery::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad pause: {e}")))?;
+                Ok(self.0.pause(&request).encode_to_vec().into())
             }
             other => Err(Status::unimplemented(format!("unknown action {other}"))),
         }

@@ -1,0 +1,407 @@
+//! The coordinator's side of state separation: it relays a query's result
+//! stream from whichever worker runs it. When the worker hands the query
+//! off (a migration, a suspension), the relay starts the remaining plan on
+//! the next worker and goes on reading there, so the client sees one
+//! uninterrupted result. A hand-off comes before the result pipeline
+//! starts, so no row has been relayed yet and none is sent twice. When a
+//! worker dies, a query with a snapshot continues from it the same way;
+//! when state is lost or damaged, the query starts over from its plan.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use arrow_flight::Ticket;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::error::FlightError;
+use datafusion::error::DataFusionError;
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use skiff_flight::protocol::{Handoff, HandoffReason, PauseQuery, PauseReply, RunQuery, action};
+use tracing::{info, warn};
+
+use super::dispatch::{client, flight_error, lost_or};
+use super::membership::Placement;
+use super::{Inner, QueryEntry, QueryStatus};
+use crate::error::{Result, ServerError, SqlState};
+
+/// Session settings that fire once: a continued or restarted query runs
+/// without them.
+const ONE_SHOT_TRIGGERS: [&str; 4] = [
+    "skiff.migrate_after_pipelines",
+    "skiff.suspend_after_pipelines",
+    "skiff.kill_worker_after_pipelines",
+    "skiff.test_corrupt_state",
+];
+
+/// One run of (part of) the query on one worker.
+struct Attempt {
+    worker: u64,
+    data: FlightDataDecoder,
+}
+
+/// The relay of one query's result.
+pub(crate) struct Relay {
+    inner: Arc<Inner>,
+    entry: Arc<QueryEntry>,
+    /// The query as first shipped, without its one-shot triggers: what a
+    /// restart runs.
+    original: RunQuery,
+    current: Option<Attempt>,
+}
+
+impl Relay {
+    /// Ship `ticket` and start relaying.
+    pub(crate) async fn start(
+        inner: Arc<Inner>,
+        entry: Arc<QueryEntry>,
+        ticket: RunQuery,
+    ) -> Result<(Self, (u64, String))> {
+        let attempt = dispatch(&inner, &entry, &ticket, Placement::Any).await?;
+        let worker = (attempt.worker, address(&entry));
+        let mut original = ticket;
+        original.options = without_triggers(&original.options);
+        let relay = Self {
+            inner,
+            entry,
+            original,
+            current: Some(attempt),
+        };
+        Ok((relay, worker))
+    }
+
+    /// The next batch of the result, from whichever worker has the query.
+    pub(crate) async fn next(&mut self) -> Option<std::result::Result<RecordBatch, ServerError>> {
+        loop {
+            let attempt = self.current.as_mut()?;
+            let worker = attempt.worker;
+            let message = tokio::select! {
+                biased;
+                () = self.entry.lost(worker) => Some(Err(FlightError::Tonic(Box::new(
+                    tonic::Status::unavailable("the worker was declared dead"),
+                )))),
+                message = attempt.data.next() => message,
+            };
+            let decoded = match message {
+                None => {
+                    self.current = None;
+                    return None;
+                }
+                Some(Ok(decoded)) => decoded,
+                Some(Err(e)) => {
+                    let error = flight_error(worker, e);
+                    if let Err(e) = self.after_failure(worker, error).await {
+                        self.current = None;
+                        return Some(Err(e));
+                    }
+                    continue;
+                }
+            };
+            match decoded.payload {
+                DecodedPayload::RecordBatch(batch) => return Some(Ok(batch)),
+                DecodedPayload::None if !decoded.inner.app_metadata.is_empty() => {
+                    let handoff = match Handoff::decode(decoded.inner.app_metadata) {
+                        Ok(handoff) => handoff,
+                        Err(e) => {
+                            return Some(Err(ServerError::internal(format!(
+                                "bad hand-off from worker {worker}: {e}"
+                            ))));
+                        }
+                    };
+                    if handoff.reason == HandoffReason::Snapshot as i32 {
+                        self.entry.update(|info| info.snapshot = Some(handoff));
+                        continue;
+                    }
+                    self.current = None;
+                    self.inner.membership.release(worker);
+                    self.entry.update(|info| info.worker = None);
+                    match self.after_handoff(worker, handoff).await {
+                        Ok(attempt) => self.current = Some(attempt),
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Continue after the worker handed the query off.
+    async fn after_handoff(&mut self, source: u64, handoff: Handoff) -> Result<Attempt> {
+        let id = self.entry.id;
+        if handoff.state_key.is_empty() {
+            warn!(query = id, error = %handoff.error, "state not handed off; starting over");
+            return self.restart(Placement::Avoid(source), &handoff.error).await;
+        }
+        let reason = HandoffReason::try_from(handoff.reason).unwrap_or(HandoffReason::Migrate);
+        let placement = match reason {
+            HandoffReason::Suspend => {
+                self.entry.update(|info| {
+                    info.suspensions += 1;
+                    info.state_bytes += handoff.state_bytes;
+                    info.status = QueryStatus::Suspended;
+                    info.decision = format!(
+                        "suspended after {}/{} pipelines, {} B of state",
+                        handoff.pipelines_finished, handoff.pipelines_total, handoff.state_bytes
+                    );
+                });
+                info!(query = id, key = %handoff.state_key, "query suspended");
+                let token = self.entry.token().clone();
+                tokio::select! {
+                    () = self.entry.resumed() => {}
+                    () = token.cancelled() => return Err(self.entry.cancel_reason()),
+                }
+                let target = self.entry.info().migrate_to;
+                self.entry.update(|info| {
+                    info.status = QueryStatus::Running;
+                    info.migrate_to = None;
+                });
+                info!(query = id, "query resumed");
+                target.map_or(Placement::Any, Placement::Prefer)
+            }
+            _ => {
+                let target = self.entry.info().migrate_to;
+                self.entry.update(|info| {
+                    info.migrations += 1;
+                    info.state_bytes += handoff.state_bytes;
+                    info.migrate_to = None;
+                    info.decision = format!(
+                        "migrated after {}/{} pipelines: {} B of state, paused in {} ms \
+                         (extract {} ms, store {} ms)",
+                        handoff.pipelines_finished,
+                        handoff.pipelines_total,
+                        handoff.state_bytes,
+                        handoff.pause_ms,
+                        handoff.extract_ms,
+                        handoff.put_ms
+                    );
+                });
+                target.map_or(Placement::Avoid(source), Placement::Prefer)
+            }
+        };
+        self.continue_from(&handoff, placement).await
+    }
+
+    /// Start the remaining plan of `handoff` on a worker; start over when
+    /// that fails (the state is gone, damaged or unreachable).
+    async fn continue_from(&mut self, handoff: &Handoff, placement: Placement) -> Result<Attempt> {
+        let ticket = RunQuery {
+            plan: handoff.plan.clone(),
+            state_key: handoff.state_key.clone(),
+            ..self.original.clone()
+        };
+        match dispatch(&self.inner, &self.entry, &ticket, placement).await {
+            Ok(attempt) => {
+                info!(
+                    query = self.entry.id,
+                    worker = attempt.worker,
+                    key = %handoff.state_key,
+                    "query continues from its state"
+                );
+                Ok(attempt)
+            }
+            Err(e) if e.state == SqlState::QueryCanceled => Err(e),
+            Err(e) => {
+                warn!(
+                    query = self.entry.id,
+                    key = %handoff.state_key,
+                    error = %e,
+                    "cannot continue from the state; starting the query over"
+                );
+                self.restart(Placement::Any, &e.message).await
+            }
+        }
+    }
+
+    /// The worker's stream broke: continue from the latest snapshot when
+    /// the query has one and nothing was sent yet, else fail.
+    async fn after_failure(&mut self, worker: u64, error: ServerError) -> Result<()> {
+        let lost = matches!(
+            error.state,
+            SqlState::CannotConnectNow | SqlState::ConnectionFailure
+        );
+        let snapshot = self.entry.info().snapshot;
+        let Some(snapshot) = snapshot.filter(|_| lost && self.entry.recoverable()) else {
+            return Err(error);
+        };
+        self.current = None;
+        self.inner.membership.release(worker);
+        // Its stream broke: do not wait for its heartbeats to stop.
+        if self.inner.membership.mark_dead(worker) {
+            self.inner.node_lost(worker);
+        }
+        self.entry.update(|info| {
+            info.worker = None;
+            info.migrations += 1;
+            info.state_bytes += snapshot.state_bytes;
+            info.decision = format!(
+                "worker {worker} lost; continued from the snapshot after {}/{} pipelines",
+                snapshot.pipelines_finished, snapshot.pipelines_total
+            );
+        });
+        warn!(query = self.entry.id, worker, "worker lost; continuing from the snapshot");
+        let attempt = self
+            .continue_from(&snapshot, Placement::Avoid(worker))
+            .await?;
+        self.current = Some(attempt);
+        Ok(())
+    }
+
+    async fn restart(&mut self, placement: Placement, why: &str) -> Result<Attempt> {
+        self.entry.update(|info| {
+            info.restarts += 1;
+            info.snapshot = None;
+            info.decision = format!("started over: {why}");
+        });
+        dispatch(&self.inner, &self.entry, &self.original, placement).await
+    }
+}
+
+fn address(entry: &QueryEntry) -> String {
+    entry.info().worker.map(|(_, a)| a).unwrap_or_default()
+}
+
+fn without_triggers(options: &HashMap<String, String>) -> HashMap<String, String> {
+    options
+        .iter()
+        .filter(|(k, _)| !ONE_SHOT_TRIGGERS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Ship `ticket` to a worker chosen by `placement`; the worker is assigned
+/// until the caller releases it.
+async fn dispatch(
+    inner: &Arc<Inner>,
+    entry: &QueryEntry,
+    ticket: &RunQuery,
+    placement: Placement,
+) -> Result<Attempt> {
+    let mut ticket = ticket.clone();
+    ticket.state_cache = inner.membership.memory_node().unwrap_or_default();
+    loop {
+        let Some((worker, addr)) = inner.membership.assign_to(placement) else {
+            return Err(ServerError::new(
+                SqlState::CannotConnectNow,
+                "no worker is available to run the query",
+            ));
+        };
+        match ship(inner, entry, &ticket, worker, &addr).await {
+            // A worker that cannot be reached is gone (killed, restarting):
+            // do not wait for its heartbeats to stop, try another.
+            Err(e) if e.state == SqlState::CannotConnectNow && unreachable(&e) => {
+                warn!(worker, error = %e, "worker unreachable; declared dead");
+                if inner.membership.mark_dead(worker) {
+                    inner.node_lost(worker);
+                }
+            }
+            shipped => return shipped,
+        }
+    }
+}
+
+/// Whether dispatch failed before the worker answered.
+fn unreachable(error: &ServerError) -> bool {
+    error.message.contains("cannot reach") || error.message.contains("was lost")
+}
+
+async fn ship(
+    inner: &Arc<Inner>,
+    entry: &QueryEntry,
+    ticket: &RunQuery,
+    worker: u64,
+    addr: &str,
+) -> Result<Attempt> {
+    entry.update(|info| info.worker = Some((worker, addr.to_string())));
+    let started = async {
+        let mut client = client(inner, addr).await?;
+        let response = client
+            .do_get(Ticket::new(ticket.encode_to_vec()))
+            .await
+            .map_err(|s| lost_or(worker, &s))?;
+        Ok::<_, ServerError>(response.into_inner())
+    };
+    match started.await {
+        Ok(flight) => {
+            info!(query = entry.id, worker, "query shipped");
+            let data = FlightDataDecoder::new(flight.map_err(FlightError::from));
+            Ok(Attempt { worker, data })
+        }
+        Err(e) => {
+            inner.membership.release(worker);
+            entry.update(|info| info.worker = None);
+            Err(e)
+        }
+    }
+}
+
+/// Ask the worker running query `id` to hand it off for `reason`. Returns
+/// at once; the hand-off shows in `skiff.queries` when it happens.
+pub(crate) fn request_handoff(
+    inner: &Arc<Inner>,
+    id: u64,
+    reason: HandoffReason,
+    target: Option<u64>,
+    immediate: bool,
+) -> Result<()> {
+    let Some(entry) = inner.queries.get(id) else {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!("no query {id} is running"),
+        ));
+    };
+    if reason == HandoffReason::Migrate && entry.info().status == QueryStatus::Suspended {
+        // A suspended query runs nowhere: migrating it resumes it there.
+        entry.update(|info| info.migrate_to = target);
+        entry.resume();
+        return Ok(());
+    }
+    let Some((_, addr)) = entry.info().worker else {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!("query {id} does not run on a worker"),
+        ));
+    };
+    if reason == HandoffReason::Migrate {
+        entry.update(|info| info.migrate_to = target);
+    }
+    let inner = Arc::clone(inner);
+    let ask = async move {
+        let request = PauseQuery {
+            query_id: id,
+            reason: reason as i32,
+            immediate,
+        };
+        let reply = match client(&inner, &addr).await {
+            Ok(mut client) => {
+                skiff_flight::do_action::<_, PauseReply>(&mut client, action::PAUSE, &request)
+                    .await
+                    .map_err(|s| s.message().to_string())
+            }
+            Err(e) => Err(e.message),
+        };
+        let detail = match reply {
+            Ok(reply) if reply.accepted => return,
+            Ok(reply) => reply.detail,
+            Err(e) => e,
+        };
+        info!(query = id, ?reason, %detail, "hand-off not possible");
+        entry.update(|info| info.decision = format!("{reason:?} refused: {detail}"));
+    };
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|e| ServerError::internal(format!("no runtime for the hand-off: {e}")))?;
+    // Detached: the outcome is recorded on the query, nothing waits for it.
+    runtime.spawn(ask);
+    Ok(())
+}
+
+/// Wrap the relay as a batch stream.
+pub(crate) fn stream(
+    relay: Relay,
+) -> impl futures::Stream<Item = std::result::Result<RecordBatch, DataFusionError>> {
+    futures::stream::unfold(relay, |mut relay| async move {
+        relay
+            .next()
+            .await
+            .map(|item| (item.map_err(DataFusionError::from), relay))
+    })
+}

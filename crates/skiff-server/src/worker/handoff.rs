@@ -1,0 +1,417 @@
+//! Handing a running query off at a pipeline boundary, and continuing one
+//! that another worker handed off.
+//!
+//! A query's result stream has two phases. Until its result pipeline
+//! starts, the worker watches the executor's pause point: when the query
+//! pauses (asked by the coordinator, or at a boundary a session trigger
+//! named), the state that unfinished pipelines still need is extracted,
+//! put in the state cache on a memory node, and the remaining plan sent to
+//! the coordinator as a [`Handoff`] in the stream (the `app_metadata` of a
+//! message without data). A migration or suspension ends the stream there;
+//! a snapshot lets the query go on. Once the result pipeline streams there
+//! is no boundary left, so no row is ever sent before a hand-off: the
+//! coordinator never has rows to take back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow_flight::FlightData;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
+use futures::StreamExt;
+use prost::Message;
+use skiff_engine::options::SkiffOptions;
+use skiff_engine::store::PipelineStatus;
+use skiff_engine::{Pause, PauseMode, QueryExecution};
+use skiff_flight::FlightStream;
+use skiff_flight::protocol::{Handoff, HandoffReason, PauseReply, RunQuery};
+use skiff_flight::state_cache::{PutOptions, get_state, put_state};
+use skiff_state::Compression;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tracing::{error, info, warn};
+
+use super::{Guard, encode};
+use crate::coordinator::lock;
+use crate::error::{Result, ServerError, SqlState, to_status};
+
+/// How long migrated state waits in the cache for its target.
+const MIGRATION_TTL: Duration = Duration::from_secs(600);
+/// How long a snapshot stays useful.
+const SNAPSHOT_TTL: Duration = Duration::from_secs(3600);
+/// Suspended state is durable; the TTL only bounds a forgotten one.
+const SUSPEND_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Makes cache keys unique within this process.
+static HANDOFFS: AtomicU64 = AtomicU64::new(0);
+
+/// The session triggers of one query (see `SkiffOptions`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Triggers {
+    migrate_after: Option<usize>,
+    suspend_after: Option<usize>,
+    kill_after: Option<usize>,
+    snapshot_every: Option<usize>,
+    corrupt: bool,
+}
+
+/// What to do at a pause.
+enum Step {
+    HandOff(HandoffReason, Instant),
+    Snapshot,
+    Kill,
+    /// Nothing asked for this pause (a request came and went): go on.
+    GoOn,
+}
+
+/// A hand-off asked for by the coordinator.
+#[derive(Clone, Copy)]
+struct Request {
+    reason: HandoffReason,
+    at: Instant,
+}
+
+/// The hand-off side of one running query.
+pub(super) struct Control {
+    query_id: u64,
+    /// The state cache's address; empty when the cluster has none.
+    cache: String,
+    triggers: Triggers,
+    request: Mutex<Option<Request>>,
+}
+
+impl Control {
+    pub(super) fn new(query_id: u64, cache: &str, options: &ConfigOptions) -> Self {
+        let triggers = options
+            .extensions
+            .get::<SkiffOptions>()
+            .map(|o| Triggers {
+                migrate_after: o.migrate_after_pipelines,
+                suspend_after: o.suspend_after_pipelines,
+                kill_after: o.kill_worker_after_pipelines,
+                snapshot_every: o.snapshot_every_pipelines.filter(|&k| k > 0),
+                corrupt: o.test_corrupt_state,
+            })
+            .unwrap_or_default();
+        Self {
+            query_id,
+            cache: cache.to_string(),
+            triggers,
+            request: Mutex::new(None),
+        }
+    }
+
+    /// Set the first pause point the triggers ask for.
+    pub(super) fn arm(&self, execution: &QueryExecution) {
+        if let Some(k) = self.next_point(None) {
+            execution.pause_after(k);
+        }
+    }
+
+    /// The smallest boundary after `after` at which a trigger fires.
+    fn next_point(&self, after: Option<usize>) -> Option<usize> {
+        let t = &self.triggers;
+        let later = |k: usize| after.is_none_or(|a| k > a);
+        let snapshot = t.snapshot_every.map(|every| match after {
+            Some(a) => (a / every + 1) * every,
+            None => every,
+        });
+        [t.migrate_after, t.suspend_after, t.kill_after, snapshot]
+            .into_iter()
+            .flatten()
+            .filter(|&k| later(k))
+            .min()
+    }
+
+    /// After a snapshot at `finished`: pause at the next trigger or run free.
+    fn rearm(&self, execution: &QueryExecution, finished: usize) {
+        if lock(&self.request).is_some() {
+            // A hand-off is pending; stay paused and take it next.
+            return;
+        }
+        match self.next_point(Some(finished)) {
+            Some(k) => execution.pause_after(k),
+            None => execution.resume(),
+        }
+    }
+
+    fn at_pause(&self, finished: usize) -> Step {
+        if let Some(request) = *lock(&self.request) {
+            return Step::HandOff(request.reason, request.at);
+        }
+        let t = &self.triggers;
+        if t.kill_after == Some(finished) {
+            return Step::Kill;
+        }
+        if t.migrate_after == Some(finished) {
+            return Step::HandOff(HandoffReason::Migrate, Instant::now());
+        }
+        if t.suspend_after == Some(finished) {
+            return Step::HandOff(HandoffReason::Suspend, Instant::now());
+        }
+        if t.snapshot_every.is_some_and(|every| finished > 0 && finished.is_multiple_of(every)) {
+            return Step::Snapshot;
+        }
+        Step::GoOn
+    }
+
+    /// The coordinator asks for a hand-off.
+    pub(super) fn request(
+        &self,
+        execution: &QueryExecution,
+        reason: HandoffReason,
+        mode: PauseMode,
+    ) -> PauseReply {
+        let result = execution.graph().result().id;
+        if execution.store().status()[result.0] != PipelineStatus::Waiting {
+            return PauseReply {
+                accepted: false,
+                detail: "its result is streaming to the client; it finishes here".into(),
+            };
+        }
+        if self.cache.is_empty() {
+            return PauseReply {
+                accepted: false,
+                detail: "the cluster has no memory node to hold its state".into(),
+            };
+        }
+        lock(&self.request).get_or_insert(Request {
+            reason,
+            at: Instant::now(),
+        });
+        execution.pause_now(mode);
+        PauseReply {
+            accepted: true,
+            detail: String::new(),
+        }
+    }
+}
+
+/// The stream the coordinator reads for a query: hand-offs while the query
+/// may still pause, then its rows.
+pub(super) fn serve(
+    execution: Arc<QueryExecution>,
+    rows: SendableRecordBatchStream,
+    control: Arc<Control>,
+    token: CancellationToken,
+    guard: Guard,
+) -> FlightStream {
+    let (tx, rx) = mpsc::channel(4);
+    let task = SpawnedTask::spawn(produce(execution, rows, control, token, guard, tx));
+    // The task lives as long as the stream: dropping it stops the query.
+    Box::pin(futures::stream::unfold(
+        (rx, task),
+        |(mut rx, task)| async move { rx.recv().await.map(|item| (item, (rx, task))) },
+    ))
+}
+
+type Sender = mpsc::Sender<std::result::Result<FlightData, Status>>;
+
+async fn produce(
+    execution: Arc<QueryExecution>,
+    rows: SendableRecordBatchStream,
+    control: Arc<Control>,
+    token: CancellationToken,
+    guard: Guard,
+    tx: Sender,
+) {
+    let _guard = guard;
+    let canceled = || {
+        Err(to_status(&ServerError::canceled(
+            "canceling statement due to user request",
+        )))
+    };
+    loop {
+        let pause = tokio::select! {
+            biased;
+            _ = token.cancelled() => {
+                let _ = tx.send(canceled()).await;
+                return;
+            }
+            pause = execution.paused() => pause,
+        };
+        let Pause::Paused { finished } = pause else {
+            break;
+        };
+        match control.at_pause(finished) {
+            Step::HandOff(reason, at) => {
+                let handoff = hand_off(&execution, &control, reason, at).await;
+                let _ = tx.send(Ok(metadata(&handoff))).await;
+                return;
+            }
+            Step::Snapshot => {
+                let at = Instant::now();
+                let handoff = hand_off(&execution, &control, HandoffReason::Snapshot, at).await;
+                if handoff.error.is_empty() {
+                    if tx.send(Ok(metadata(&handoff))).await.is_err() {
+                        return;
+                    }
+                } else {
+                    warn!(query = control.query_id, error = %handoff.error, "no snapshot");
+                }
+                control.rearm(&execution, finished);
+            }
+            Step::Kill => {
+                error!(
+                    query = control.query_id,
+                    finished, "skiff.kill_worker_after_pipelines: the worker process dies now"
+                );
+                std::process::exit(137);
+            }
+            Step::GoOn => control.rearm(&execution, finished),
+        }
+    }
+    let mut flight = encode(rows);
+    loop {
+        let item = tokio::select! {
+            biased;
+            _ = token.cancelled() => {
+                let _ = tx.send(canceled()).await;
+                return;
+            }
+            item = flight.next() => item,
+        };
+        let Some(item) = item else { return };
+        if tx.send(item).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn metadata(handoff: &Handoff) -> FlightData {
+    skiff_flight::protocol::metadata_message(handoff.encode_to_vec().into())
+}
+
+/// Extract the paused query's state, store it, and describe the hand-off;
+/// a failure is described too (the coordinator then starts the query over).
+async fn hand_off(
+    execution: &QueryExecution,
+    control: &Control,
+    reason: HandoffReason,
+    requested: Instant,
+) -> Handoff {
+    let progress = execution.progress();
+    let mut handoff = Handoff {
+        reason: reason as i32,
+        pipelines_finished: progress.pipelines_finished as u32,
+        pipelines_total: progress.pipelines_total as u32,
+        ..Handoff::default()
+    };
+    if let Err(e) = store_state(execution, control, reason, &mut handoff).await {
+        warn!(query = control.query_id, ?reason, error = %e, "state not handed off");
+        handoff.state_key.clear();
+        handoff.error = e.to_string();
+    } else {
+        info!(
+            query = control.query_id,
+            ?reason,
+            key = %handoff.state_key,
+            bytes = handoff.state_bytes,
+            rows = handoff.state_rows,
+            finished = handoff.pipelines_finished,
+            "state handed off"
+        );
+    }
+    handoff.pause_ms = requested.elapsed().as_millis() as u64;
+    handoff
+}
+
+async fn store_state(
+    execution: &QueryExecution,
+    control: &Control,
+    reason: HandoffReason,
+    handoff: &mut Handoff,
+) -> Result<()> {
+    let graph = execution.graph();
+    let selection = skiff_state::select(graph, &execution.state())?;
+    let remaining = skiff_state::remaining_plan(graph, &selection.finished)?;
+    let started = Instant::now();
+    let mut state =
+        skiff_state::extract(execution.store(), &remaining.reads, Compression::Lz4).await?;
+    if control.triggers.corrupt {
+        corrupt(&mut state);
+    }
+    handoff.extract_ms = started.elapsed().as_millis() as u64;
+    handoff.plan = skiff_flight::encode_plan(remaining.plan)?;
+    handoff.state_rows = state.rows();
+    if control.cache.is_empty() {
+        return Err(ServerError::new(
+            SqlState::CannotConnectNow,
+            "the cluster has no memory node to hold the state",
+        ));
+    }
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let key = format!(
+        "q{}-{}-{nanos:x}-{}",
+        control.query_id,
+        format!("{reason:?}").to_ascii_lowercase(),
+        HANDOFFS.fetch_add(1, Ordering::Relaxed)
+    );
+    let options = PutOptions {
+        ttl: match reason {
+            HandoffReason::Migrate => MIGRATION_TTL,
+            HandoffReason::Suspend => SUSPEND_TTL,
+            HandoffReason::Snapshot => SNAPSHOT_TTL,
+        },
+        read_once: reason == HandoffReason::Migrate,
+        durable: reason == HandoffReason::Suspend,
+    };
+    let started = Instant::now();
+    let stored = put_state(&control.cache, &key, &options, &state)
+        .await
+        .map_err(|s| {
+            ServerError::new(
+                SqlState::CannotConnectNow,
+                format!("state cache at {}: {}", control.cache, s.message()),
+            )
+        })?;
+    handoff.put_ms = started.elapsed().as_millis() as u64;
+    handoff.state_bytes = stored.bytes;
+    handoff.state_key = key;
+    Ok(())
+}
+
+/// Flip one bit in the middle of the first frame with rows (test trigger).
+fn corrupt(state: &mut skiff_state::ExtractedState) {
+    let frame = state
+        .outputs
+        .iter_mut()
+        .flat_map(|o| o.partitions.iter_mut().flatten())
+        .find(|f| !f.bytes.is_empty());
+    if let Some(frame) = frame {
+        let middle = frame.bytes.len() / 2;
+        frame.bytes[middle] ^= 0x10;
+    }
+}
+
+/// The execution of a remaining plan over the state another worker handed
+/// off: fetched from the cache, every frame verified, re-partitioned for
+/// this worker.
+pub(super) async fn continue_from_state(
+    request: &RunQuery,
+    plan: Arc<dyn ExecutionPlan>,
+    task_ctx: &TaskContext,
+    partitions: usize,
+) -> Result<Arc<QueryExecution>> {
+    let key = &request.state_key;
+    let state = get_state(&request.state_cache, key).await.map_err(|s| {
+        let state = match s.code() {
+            tonic::Code::DataLoss => SqlState::DataCorrupted,
+            _ => SqlState::CannotConnectNow,
+        };
+        ServerError::new(
+            state,
+            format!("state {key} from {}: {}", request.state_cache, s.message()),
+        )
+    })?;
+    let loaded = skiff_state::load(&state)
+        .map_err(|e| ServerError::new(SqlState::DataCorrupted, format!("state {key}: {e}")))?;
+    let plan = skiff_state::with_partitions(plan, partitions)?;
+    Ok(skiff_state::resume(plan, task_ctx, loaded)?)
+}

@@ -1,0 +1,427 @@
+//! State separation through a real cluster (issue 4): every TPC-H query
+//! at every pipeline boundary is migrated to another worker, suspended and
+//! resumed, or has its worker killed after snapshots — and the client,
+//! connected to the coordinator throughout, gets DuckDB's answer. Damaged
+//! and unreachable state make the query start over, correctly.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use skiff_gen::Benchmark;
+use skiff_testkit::{dataset, queries};
+
+use crate::golden::{check, run_pg};
+use crate::support::{Options, Server, simple_rows};
+
+/// Boundaries tried per query before giving up on reaching its end.
+const MAX_BOUNDARIES: usize = 40;
+
+/// What `skiff.queries` recorded about one query.
+#[derive(Debug)]
+struct Record {
+    id: u64,
+    state: String,
+    migrations: u32,
+    suspensions: u32,
+    restarts: u32,
+    state_bytes: u64,
+    decision: String,
+}
+
+/// The latest query that ran on a worker.
+async fn last_query(client: &tokio_postgres::Client) -> Record {
+    let rows = simple_rows(
+        client,
+        "SELECT id, state, migrations, suspensions, restarts, state_bytes, decision \
+         FROM skiff.queries WHERE worker IS NOT NULL OR migrations > 0 OR restarts > 0 \
+         ORDER BY id DESC LIMIT 1",
+    )
+    .await
+    .expect("skiff.queries");
+    let row = rows.first().expect("a query ran on a worker");
+    let cell = |i: usize| row[i].clone().unwrap_or_default();
+    let number = |i: usize| cell(i).parse::<u64>().expect("number");
+    Record {
+        id: number(0),
+        state: cell(1),
+        migrations: number(2) as u32,
+        suspensions: number(3) as u32,
+        restarts: number(4) as u32,
+        state_bytes: number(5),
+        decision: cell(6),
+    }
+}
+
+async fn set(client: &tokio_postgres::Client, setting: &str) {
+    client
+        .simple_query(&format!("SET {setting}"))
+        .await
+        .unwrap_or_else(|e| panic!("SET {setting}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_migrates_after_every_pipeline_through_the_cluster() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    let mut failures = Vec::new();
+    let mut migrations = 0;
+    for (query, sql) in queries("tpch") {
+        for k in 0..MAX_BOUNDARIES {
+            set(&client, &format!("skiff.migrate_after_pipelines = {k}")).await;
+            if let Err(e) = check(&query, run_pg(&client, &sql).await) {
+                failures.push(format!("{query} k={k}: {e}"));
+            }
+            let record = last_query(&client).await;
+            if record.migrations == 0 {
+                // k is past the last boundary: the result pipeline ran.
+                break;
+            }
+            migrations += 1;
+            let moved_at = format!("after {k}/");
+            if record.migrations != 1 || record.restarts != 0 || !record.decision.contains(&moved_at)
+            {
+                failures.push(format!("{query} k={k}: {record:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}\nserver log:\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+    assert!(migrations >= 100, "only {migrations} migrations");
+    println!("{migrations} migrations through the cluster match DuckDB");
+}
+
+/// Each query suspends after k pipelines; a second client resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_suspends_and_resumes_after_every_pipeline() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = Arc::new(server.pg().await);
+    let admin = server.pg().await;
+    let mut failures = Vec::new();
+    let mut suspensions = 0;
+    for (query, sql) in queries("tpch") {
+        for k in 0..MAX_BOUNDARIES {
+            set(&client, &format!("skiff.suspend_after_pipelines = {k}")).await;
+            let running = {
+                let client = Arc::clone(&client);
+                let sql = sql.clone();
+                tokio::runtime::Handle::current()
+                    .spawn(async move { run_pg(&client, &sql).await })
+            };
+            let mut resumed = false;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !running.is_finished() && Instant::now() < deadline {
+                let suspended = simple_rows(
+                    &admin,
+                    "SELECT id FROM skiff.queries WHERE state = 'suspended'",
+                )
+                .await
+                .expect("skiff.queries");
+                if let Some(id) = suspended.first().and_then(|r| r[0].clone()) {
+                    let done = simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
+                        .await
+                        .expect("resume");
+                    assert_eq!(done[0][0].as_deref(), Some("t"), "resume {id}");
+                    resumed = true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let results = running.await.expect("query task");
+            if let Err(e) = check(&query, results) {
+                failures.push(format!("{query} k={k}: {e}"));
+            }
+            let record = last_query(&admin).await;
+            if !resumed {
+                if record.suspensions != 0 {
+                    failures.push(format!("{query} k={k}: never resumed, {record:?}"));
+                }
+                break;
+            }
+            suspensions += 1;
+            if record.suspensions != 1 || record.restarts != 0 || record.state != "finished" {
+                failures.push(format!("{query} k={k}: {record:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}\nserver log:\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+    assert!(suspensions >= 100, "only {suspensions} suspensions");
+    println!("{suspensions} suspend/resume cycles match DuckDB");
+}
+
+/// Live workers in `skiff.workers`.
+async fn live_workers(client: &tokio_postgres::Client) -> usize {
+    simple_rows(
+        client,
+        "SELECT count(*) FROM skiff.workers WHERE role = 'worker' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers")[0][0]
+        .as_deref()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// With a snapshot after every pipeline, the worker process dies after k
+/// pipelines; the query continues from the snapshot on another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_survives_a_killed_worker_through_snapshots() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(4),
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let client = server.pg().await;
+    set(&client, "skiff.snapshot_every_pipelines = 1").await;
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for (query, sql) in queries("tpch") {
+        // k = 0 has no snapshot yet: that query fails like any other whose
+        // worker dies, which the cluster tests cover.
+        for k in 1..MAX_BOUNDARIES {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while live_workers(&client).await < 2 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            set(&client, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
+            let outcome = check(&query, run_pg(&client, &sql).await);
+            let record = last_query(&client).await;
+            if record.migrations == 0 {
+                // Past the last boundary: nobody died.
+                if let Err(e) = outcome {
+                    failures.push(format!("{query} k={k}: {e}"));
+                }
+                break;
+            }
+            kills += 1;
+            if let Err(e) = outcome {
+                failures.push(format!("{query} k={k}: {e} {record:?}"));
+            } else if !record.decision.contains("lost; continued from the snapshot") {
+                failures.push(format!("{query} k={k}: {record:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}\nserver log:\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+    assert!(kills >= 80, "only {kills} workers killed");
+    println!("{kills} queries continued from snapshots after their worker died");
+}
+
+/// A flipped byte in the state is caught on the target: the query starts
+/// over and still answers correctly; the log says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_state_restarts_the_query() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q03")
+        .expect("q03")
+        .1;
+    set(&client, "skiff.test_corrupt_state = true").await;
+    set(&client, "skiff.migrate_after_pipelines = 2").await;
+    check("q03", run_pg(&client, &sql).await).expect("q03 after a restart");
+    let record = last_query(&client).await;
+    assert_eq!(
+        (record.migrations, record.restarts),
+        (1, 1),
+        "{record:?}\n{}",
+        server.log_text()
+    );
+    assert!(record.state_bytes > 0, "{record:?}");
+    let log = server.log_text();
+    assert!(
+        log.contains("checksum") && log.contains("starting the query over"),
+        "no clear log line:\n{log}"
+    );
+}
+
+/// With the memory node gone, the state cannot be stored: the query starts
+/// over on another worker, correctly, and the log says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_state_cache_restarts_the_query() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    let memnode = simple_rows(
+        &client,
+        "SELECT pid FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers");
+    let pid = memnode[0][0].clone().expect("memnode pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q05")
+        .expect("q05")
+        .1;
+    set(&client, "skiff.migrate_after_pipelines = 3").await;
+    check("q05", run_pg(&client, &sql).await).expect("q05 after a restart");
+    let record = last_query(&client).await;
+    assert_eq!(
+        (record.migrations, record.restarts),
+        (0, 1),
+        "{record:?}\n{}",
+        server.log_text()
+    );
+    let log = server.log_text();
+    assert!(
+        log.contains("state not handed off; starting over") && log.contains("state cache at"),
+        "no clear log line:\n{log}"
+    );
+}
+
+/// `skiff.migrate` on a suspended query resumes it on the named worker;
+/// wrong arguments get clear errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_from_sql_to_a_named_worker() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let admin = server.pg().await;
+    let client = Arc::new(server.pg().await);
+    set(&client, "skiff.suspend_after_pipelines = 2").await;
+    let sql = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q09")
+        .expect("q09")
+        .1;
+    for target in workers(&admin).await {
+        let running = {
+            let client = Arc::clone(&client);
+            let sql = sql.clone();
+            tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
+        };
+        let id = suspended(&admin).await;
+        let bad = admin
+            .simple_query(&format!("SELECT skiff.migrate({id}, 'nowhere:1')"))
+            .await
+            .expect_err("unknown worker");
+        assert!(bad.to_string().contains("no live worker"), "{bad}");
+        let bad = admin
+            .simple_query(&format!("SELECT skiff.migrate({id}, '{target}', 'gently')"))
+            .await
+            .expect_err("unknown mode");
+        assert!(bad.to_string().contains("unknown mode"), "{bad}");
+        admin
+            .simple_query(&format!("SELECT skiff.migrate({id}, '{target}')"))
+            .await
+            .expect("migrate");
+        check("q09", running.await.expect("task")).expect("q09 answer");
+        let worker = simple_rows(&admin, &format!("SELECT worker FROM skiff.queries WHERE id = {id}"))
+            .await
+            .expect("skiff.queries");
+        assert_eq!(worker[0][0].as_deref(), Some(target.as_str()));
+    }
+    let missing = admin
+        .simple_query("SELECT skiff.migrate(999999)")
+        .await
+        .expect_err("unknown query");
+    assert!(missing.to_string().contains("no query 999999"), "{missing}");
+}
+
+/// Addresses of the live workers.
+async fn workers(client: &tokio_postgres::Client) -> Vec<String> {
+    simple_rows(
+        client,
+        "SELECT address FROM skiff.workers WHERE role = 'worker' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers")
+    .into_iter()
+    .filter_map(|r| r[0].clone())
+    .collect()
+}
+
+/// The id of the query that is suspended, once one is.
+async fn suspended(admin: &tokio_postgres::Client) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let rows = simple_rows(admin, "SELECT id FROM skiff.queries WHERE state = 'suspended'")
+            .await
+            .expect("skiff.queries");
+        if let Some(id) = rows.first().and_then(|r| r[0].clone()) {
+            return id;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no query suspended");
+}
+
+/// `skiff.migrate` on running queries, in both modes: wherever the request lands (before a boundary, while the result
+/// streams, after the end) the answer is DuckDB's and the record says what
+/// happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_demand_migration_keeps_answers() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let admin = server.pg().await;
+    let client = Arc::new(server.pg().await);
+    let mut failures = Vec::new();
+    let mut moved = 0;
+    for (query, sql) in queries("tpch") {
+        for mode in ["drain", "immediate"] {
+            let running = {
+                let client = Arc::clone(&client);
+                let sql = sql.clone();
+                tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
+            };
+            // Ask as soon as the query shows up on a worker.
+            while !running.is_finished() {
+                let rows = simple_rows(
+                    &admin,
+                    "SELECT id FROM skiff.queries WHERE state = 'running' AND worker IS NOT NULL \
+                     AND sql NOT LIKE '%skiff.%'",
+                )
+                .await
+                .expect("skiff.queries");
+                if let Some(id) = rows.first().and_then(|r| r[0].clone()) {
+                    // The query may end before the request arrives.
+                    let _ = admin
+                        .simple_query(&format!("SELECT skiff.migrate({id}, NULL, '{mode}')"))
+                        .await;
+                    break;
+                }
+            }
+            if let Err(e) = check(&query, running.await.expect("task")) {
+                failures.push(format!("{query} {mode}: {e}"));
+            }
+            let record = last_query(&admin).await;
+            match record.migrations {
+                0 => {}
+                1 if record.decision.starts_with("migrated after") => moved += 1,
+                _ => failures.push(format!("{query} {mode}: {record:?}")),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}\nserver log:\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+    println!("{moved} of 44 on-demand requests moved their query");
+}
