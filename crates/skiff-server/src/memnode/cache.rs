@@ -39,6 +39,7 @@ const RECORD_HEAD: usize = 4 + 8 + 4;
 const TMP: &str = "tmp";
 const SPILL: &str = "spill";
 const DURABLE: &str = "durable";
+const LOCK: &str = "lock";
 
 /// Settings of a cache.
 #[derive(Clone, Debug)]
@@ -80,12 +81,9 @@ pub enum CacheError {
     NotFound { key: String },
     #[error("state {key}: stored chunk {chunk} fails its checksum")]
     Corrupt { key: String, chunk: u64 },
-    #[error("state {key}: stored chunk {chunk} unreadable: {message}")]
-    Unreadable {
-        key: String,
-        chunk: u64,
-        message: String,
-    },
+    /// The stored file is damaged beyond a checksum (a length, the header).
+    #[error("state {key}: stored data unreadable: {message}")]
+    Unreadable { key: String, message: String },
     #[error("state {key}: {message}")]
     Io { key: String, message: String },
     #[error("state {key}: put ended before its last message")]
@@ -182,6 +180,9 @@ impl Inner {
 pub struct StateCache {
     config: CacheConfig,
     inner: Mutex<Inner>,
+    /// Held while the cache is open (released by the OS however the
+    /// process ends).
+    _lock: File,
 }
 
 impl StateCache {
@@ -193,6 +194,20 @@ impl StateCache {
             message: format!("state directory {}: {e}", config.dir.display()),
         };
         std::fs::create_dir_all(&config.dir).map_err(io)?;
+        // Opening removes another cache's spills: one cache per directory.
+        let lock = File::create(config.dir.join(LOCK)).map_err(io)?;
+        if let Err(e) = lock.try_lock() {
+            return Err(match e {
+                std::fs::TryLockError::WouldBlock => CacheError::Io {
+                    key: String::new(),
+                    message: format!(
+                        "state directory {} is in use by another memory node",
+                        config.dir.display()
+                    ),
+                },
+                std::fs::TryLockError::Error(e) => io(e),
+            });
+        }
         let mut durable = Vec::new();
         for dirent in std::fs::read_dir(&config.dir).map_err(io)? {
             let path = dirent.map_err(io)?.path();
@@ -240,6 +255,7 @@ impl StateCache {
         Ok(Self {
             config,
             inner: Mutex::new(inner),
+            _lock: lock,
         })
     }
 
@@ -297,7 +313,10 @@ impl StateCache {
             (None, Some(path)) => {
                 let file = File::open(path).map_err(|e| io_error(key, path, e))?;
                 let mut file = BufReader::new(file);
-                read_header(&mut file).map_err(|e| io_error(key, path, e))?;
+                read_header(&mut file).map_err(|e| CacheError::Unreadable {
+                    key: key.to_string(),
+                    message: format!("header of {}: {e}", path.display()),
+                })?;
                 Source::Disk {
                     file,
                     path: path.clone(),
@@ -603,7 +622,8 @@ impl PutWriter {
             None => None,
         };
         let ttl = self.options.ttl.unwrap_or(self.cache.config.default_ttl);
-        let spilled_now = file.is_some() && self.memory.is_none() && !durable;
+        let in_memory = self.memory.is_some();
+        let spilled_now = file.is_some() && !in_memory && !durable;
         let (file, file_bytes) = match file {
             Some((path, bytes)) => (Some(path), bytes),
             None => (None, 0),
@@ -623,7 +643,14 @@ impl PutWriter {
         if spilled_now {
             self.cache.lock().spilled += 1;
         }
-        debug!(key = %self.key, bytes = info.bytes, chunks = info.chunks, durable, "state put");
+        info!(
+            key = %self.key,
+            bytes = info.bytes,
+            chunks = info.chunks,
+            durable,
+            in_memory,
+            "state stored"
+        );
         Ok(info)
     }
 }
@@ -845,8 +872,7 @@ impl Reader {
             Source::Disk { file, path } => {
                 read_record(file).map_err(|e| CacheError::Unreadable {
                     key: self.key.clone(),
-                    chunk: index,
-                    message: format!("{}: {e}", path.display()),
+                    message: format!("chunk {index} of {}: {e}", path.display()),
                 })?
             }
         };

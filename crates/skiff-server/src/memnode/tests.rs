@@ -54,6 +54,15 @@ async fn node(capacity: u64) -> Node {
     }
 }
 
+/// The node's files other than its lock.
+fn state_files(node: &Node) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(node._dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "lock"))
+        .collect()
+}
+
 fn table() -> MemTable {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
@@ -306,10 +315,7 @@ async fn a_damaged_spill_is_data_loss_over_flight() {
     put_state(&node.addr, "q42", &options, &state)
         .await
         .unwrap();
-    let spills: Vec<_> = std::fs::read_dir(node._dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let spills = state_files(&node);
     assert_eq!(spills.len(), 1);
     let mut bytes = std::fs::read(&spills[0]).unwrap();
     let middle = bytes.len() / 2;
@@ -351,7 +357,7 @@ async fn a_put_broken_off_midway_leaves_nothing() {
     // The server notices the reset, and nothing is stored or left on disk.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let files = std::fs::read_dir(node._dir.path()).unwrap().count();
+        let files = state_files(&node).len();
         if files == 0 {
             break;
         }

@@ -52,8 +52,12 @@ fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
     found
 }
 
+/// Files other than the lock.
 fn all_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir).unwrap().count()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != LOCK)
+        .count()
 }
 
 fn not_found(result: Result<Vec<Chunk>, CacheError>) -> bool {
@@ -272,4 +276,21 @@ fn a_put_dropped_midway_leaves_nothing() {
     let stats = cache.stats();
     assert_eq!((stats.entries, stats.puts), (1, 1));
     assert_eq!(all_files(dir.path()), 0);
+}
+
+#[test]
+fn one_cache_per_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = cache(dir.path(), 0);
+    let config = CacheConfig {
+        dir: dir.path().to_path_buf(),
+        capacity: 0,
+        default_ttl: Duration::from_secs(1),
+    };
+    let Err(busy) = StateCache::open(config.clone()) else {
+        panic!("a second cache opened the same directory");
+    };
+    assert!(busy.to_string().contains("in use"), "{busy}");
+    drop(first);
+    assert!(StateCache::open(config).is_ok());
 }
