@@ -88,6 +88,8 @@ pub enum CacheError {
     Io { key: String, message: String },
     #[error("state {key}: put ended before its last message")]
     Aborted { key: String },
+    #[error("state key {key}...: longer than {MAX_KEY} bytes")]
+    KeyTooLong { key: String },
 }
 
 impl From<CacheError> for tonic::Status {
@@ -100,6 +102,7 @@ impl From<CacheError> for tonic::Status {
             }
             CacheError::Io { .. } => tonic::Status::internal(message),
             CacheError::Aborted { .. } => tonic::Status::aborted(message),
+            CacheError::KeyTooLong { .. } => tonic::Status::invalid_argument(message),
         }
     }
 }
@@ -276,9 +279,8 @@ impl StateCache {
         options: EntryOptions,
     ) -> Result<PutWriter, CacheError> {
         if key.len() > MAX_KEY {
-            return Err(CacheError::Io {
+            return Err(CacheError::KeyTooLong {
                 key: key.chars().take(64).collect(),
-                message: format!("key longer than {MAX_KEY} bytes"),
             });
         }
         let mut writer = PutWriter {

@@ -369,3 +369,22 @@ async fn a_put_broken_off_midway_leaves_nothing() {
     let stats = cache_stats(&node.addr).await.unwrap();
     assert_eq!((stats.entries, stats.puts), (0, 0));
 }
+
+/// A put the node refuses at once (here: a key too long) fails promptly,
+/// though the client still has most of a large state to send.
+#[tokio::test]
+async fn a_refused_put_fails_without_hanging() {
+    let node = node(0).await;
+    let state = big_state();
+    let key = "k".repeat(5_000);
+    let options = PutOptions::default();
+    let put = put_state(&node.addr, &key, &options, &state);
+    let error = tokio::time::timeout(Duration::from_secs(20), put)
+        .await
+        .expect("the put returns")
+        .unwrap_err();
+    assert_eq!(error.code(), Code::InvalidArgument, "{error}");
+    assert!(error.message().contains("longer than"), "{error}");
+    assert_eq!(cache_stats(&node.addr).await.unwrap().entries, 0);
+    assert!(state_files(&node).is_empty());
+}
