@@ -116,7 +116,7 @@ fn expired_entries_are_swept_from_memory_and_disk() {
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path(), 5_000);
     let short = EntryOptions {
-        ttl: Some(Duration::from_millis(50)),
+        ttl: Some(Duration::from_millis(400)),
         ..EntryOptions::default()
     };
     put(&cache, "on-disk", short, &chunks(4, 2_000, 1));
@@ -130,7 +130,7 @@ fn expired_entries_are_swept_from_memory_and_disk() {
     put(&cache, "long", EntryOptions::default(), &chunks(1, 100, 4));
     assert_eq!(files(dir.path(), SPILL).len(), 1);
     assert_eq!(cache.sweep(Instant::now()), 0);
-    std::thread::sleep(Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(500));
     // Past its time to live an entry is gone even before the sweep.
     assert!(not_found(read_all(&cache, "in-memory")));
     assert_eq!(cache.sweep(Instant::now()), 2);
@@ -293,4 +293,56 @@ fn one_cache_per_directory() {
     assert!(busy.to_string().contains("in use"), "{busy}");
     drop(first);
     assert!(StateCache::open(config).is_ok());
+}
+
+/// Puts, gets, deletes and sweeps from several threads over a small
+/// capacity: every get sees exactly what some put stored, the accounting
+/// stays within the capacity, and deleting everything leaves nothing.
+#[test]
+fn concurrent_use_keeps_the_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path(), 20_000);
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let cache = Arc::clone(&cache);
+            scope.spawn(move || {
+                for i in 0..150usize {
+                    let key = format!("k{}", (i * 7 + t as usize) % 12);
+                    let seed = (i % 5) as u8;
+                    let options = EntryOptions {
+                        durable: i % 11 == 0,
+                        read_once: i % 13 == 0,
+                        ..EntryOptions::default()
+                    };
+                    match i % 4 {
+                        0 | 1 => {
+                            put(&cache, &key, options, &chunks(1 + i % 4, 1_500, seed));
+                        }
+                        2 => {
+                            if let Ok(got) = read_all(&cache, &key) {
+                                // A whole entry of one put: same seed and
+                                // size throughout.
+                                let again = chunks(got.len(), 1_500, got[0].body[0]);
+                                assert_eq!(got, again);
+                            }
+                        }
+                        _ => {
+                            cache.delete(&key);
+                            cache.sweep(Instant::now());
+                        }
+                    }
+                    assert!(cache.stats().memory_bytes <= 20_000);
+                }
+            });
+        }
+    });
+    for k in 0..12 {
+        cache.delete(&format!("k{k}"));
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        (stats.entries, stats.memory_bytes, stats.disk_bytes),
+        (0, 0, 0)
+    );
+    assert_eq!(all_files(dir.path()), 0);
 }
