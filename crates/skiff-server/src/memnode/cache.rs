@@ -156,6 +156,8 @@ struct Inner {
     entries: HashMap<String, Entry>,
     next_id: u64,
     memory_bytes: u64,
+    /// Bytes held in memory by puts not yet finished.
+    in_flight: u64,
     disk_bytes: u64,
     puts: u64,
     gets: u64,
@@ -291,6 +293,7 @@ impl StateCache {
             bytes: 0,
             chunks: 0,
             file: None,
+            reserved: 0,
         };
         if options.durable {
             writer.file = Some(writer.new_file()?);
@@ -414,6 +417,25 @@ impl StateCache {
             expired: inner.expired,
             spilled: inner.spilled,
             capacity: self.config.capacity,
+        }
+    }
+
+    /// Reserve `bytes` of the capacity for a put in flight; false when the
+    /// puts in flight already hold it all (the put then streams to disk).
+    /// Completed entries are not counted: they can be spilled.
+    fn reserve(&self, bytes: u64) -> bool {
+        let capacity = self.config.capacity;
+        let mut inner = self.lock();
+        if capacity > 0 && inner.in_flight + bytes > capacity {
+            return false;
+        }
+        inner.in_flight += bytes;
+        true
+    }
+
+    fn release(&self, bytes: u64) {
+        if bytes > 0 {
+            self.lock().in_flight -= bytes;
         }
     }
 
@@ -569,6 +591,14 @@ pub struct PutWriter {
     bytes: u64,
     chunks: u64,
     file: Option<FileWriter>,
+    /// Bytes of `memory` reserved against the capacity while in flight.
+    reserved: u64,
+}
+
+impl Drop for PutWriter {
+    fn drop(&mut self) {
+        self.cache.release(std::mem::take(&mut self.reserved));
+    }
 }
 
 impl PutWriter {
@@ -588,21 +618,28 @@ impl PutWriter {
         if let Some(file) = self.file.as_mut() {
             file.write_chunk(&chunk)?;
         }
-        if let Some(memory) = self.memory.as_mut() {
-            memory.push(chunk);
-        }
-        if self.memory.is_some() && !self.cache.fits(self.bytes) {
-            // Too big for memory however much is spilled: stream the rest
-            // to disk instead of holding it.
-            if let Some(memory) = self.memory.take()
-                && self.file.is_none()
-            {
-                let mut file = self.new_file()?;
-                for chunk in &memory {
-                    file.write_chunk(chunk)?;
-                }
-                self.file = Some(file);
+        let size = (chunk.meta.len() + chunk.body.len()) as u64;
+        let keep = self.memory.is_some() && self.cache.fits(self.bytes) && self.cache.reserve(size);
+        match self.memory.as_mut() {
+            Some(memory) if keep => {
+                memory.push(chunk);
+                self.reserved += size;
             }
+            Some(_) => {
+                // Too big for memory however much is spilled, or other puts
+                // in flight hold the rest of it: stream the rest to disk
+                // instead of holding it.
+                let memory = self.memory.take().unwrap_or_default();
+                self.cache.release(std::mem::take(&mut self.reserved));
+                if self.file.is_none() {
+                    let mut file = self.new_file()?;
+                    for held in memory.iter().chain([&chunk]) {
+                        file.write_chunk(held)?;
+                    }
+                    self.file = Some(file);
+                }
+            }
+            None => {}
         }
         Ok(())
     }
@@ -641,6 +678,8 @@ impl PutWriter {
             file,
             file_bytes,
         };
+        // From here the entry's bytes count as stored, not in flight.
+        self.cache.release(std::mem::take(&mut self.reserved));
         let info = self.cache.insert(&self.key, entry);
         if spilled_now {
             self.cache.lock().spilled += 1;

@@ -1,3 +1,7 @@
+//! The store on its own: capacity and spill, TTL, read-once, durability,
+//! damage, broken-off puts and concurrent use, against a temporary
+//! directory.
+
 use super::*;
 
 fn cache(dir: &Path, capacity: u64) -> Arc<StateCache> {
@@ -344,5 +348,45 @@ fn concurrent_use_keeps_the_books() {
         (stats.entries, stats.memory_bytes, stats.disk_bytes),
         (0, 0, 0)
     );
+    assert_eq!(lock_in_flight(&cache), 0);
     assert_eq!(all_files(dir.path()), 0);
+}
+
+/// Puts in flight share the capacity: one that finds it taken by another
+/// streams to disk; a finished or dropped put gives its share back.
+#[test]
+fn puts_in_flight_share_the_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path(), 10_000);
+    let options = EntryOptions::default();
+    let mut a = cache.begin_put("a", options).unwrap();
+    let mut b = cache.begin_put("b", options).unwrap();
+    let data = chunks(3, 2_000, 1);
+    for chunk in &data {
+        a.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    for chunk in &data {
+        b.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    // b found most of the capacity held by a and went to disk.
+    assert_eq!(files(dir.path(), TMP).len(), 1);
+    a.finish().unwrap();
+    b.finish().unwrap();
+    let stats = cache.stats();
+    assert_eq!(stats.spilled, 1);
+    assert!(stats.memory_bytes > 6_000 && stats.memory_bytes < 7_000);
+    assert_eq!(lock_in_flight(&cache), 0);
+    let mut c = cache.begin_put("c", options).unwrap();
+    for chunk in &data {
+        c.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    assert!(lock_in_flight(&cache) > 6_000);
+    drop(c);
+    assert_eq!(lock_in_flight(&cache), 0);
+    assert_eq!(read_all(&cache, "a").unwrap(), data);
+    assert_eq!(read_all(&cache, "b").unwrap(), data);
+}
+
+fn lock_in_flight(cache: &StateCache) -> u64 {
+    cache.lock().in_flight
 }
