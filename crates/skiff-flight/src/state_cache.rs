@@ -75,7 +75,7 @@ pub async fn put_state(
     let mut client = crate::connect(addr).await?;
     let put = StatePut {
         key: key.to_string(),
-        ttl_ms: u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX),
+        ttl_ms: ttl_ms(options.ttl),
         read_once: options.read_once,
         durable: options.durable,
         messages: 1 + frame_count(state),
@@ -145,6 +145,13 @@ pub async fn delete_state(addr: &str, key: &str) -> Result<(), Status> {
 pub async fn cache_stats(addr: &str) -> Result<CacheStats, Status> {
     let mut client = crate::connect(addr).await?;
     crate::do_action::<_, CacheStats>(&mut client, action::STATE_STATS, &()).await
+}
+
+/// `ttl` in whole milliseconds, rounded up: a sub-millisecond TTL must not
+/// become 0, which means the node's default.
+fn ttl_ms(ttl: Duration) -> u64 {
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    if ms == 0 && !ttl.is_zero() { 1 } else { ms }
 }
 
 /// The first message of `state`'s stream (no descriptor yet).

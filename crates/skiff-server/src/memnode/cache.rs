@@ -39,6 +39,7 @@ const RECORD_HEAD: usize = 4 + 8 + 4;
 const TMP: &str = "tmp";
 const SPILL: &str = "spill";
 const DURABLE: &str = "durable";
+const LOCK: &str = "lock";
 
 /// Settings of a cache.
 #[derive(Clone, Debug)]
@@ -80,16 +81,15 @@ pub enum CacheError {
     NotFound { key: String },
     #[error("state {key}: stored chunk {chunk} fails its checksum")]
     Corrupt { key: String, chunk: u64 },
-    #[error("state {key}: stored chunk {chunk} unreadable: {message}")]
-    Unreadable {
-        key: String,
-        chunk: u64,
-        message: String,
-    },
+    /// The stored file is damaged beyond a checksum (a length, the header).
+    #[error("state {key}: stored data unreadable: {message}")]
+    Unreadable { key: String, message: String },
     #[error("state {key}: {message}")]
     Io { key: String, message: String },
     #[error("state {key}: put ended before its last message")]
     Aborted { key: String },
+    #[error("state key {key}...: longer than {MAX_KEY} bytes")]
+    KeyTooLong { key: String },
 }
 
 impl From<CacheError> for tonic::Status {
@@ -102,6 +102,7 @@ impl From<CacheError> for tonic::Status {
             }
             CacheError::Io { .. } => tonic::Status::internal(message),
             CacheError::Aborted { .. } => tonic::Status::aborted(message),
+            CacheError::KeyTooLong { .. } => tonic::Status::invalid_argument(message),
         }
     }
 }
@@ -155,6 +156,8 @@ struct Inner {
     entries: HashMap<String, Entry>,
     next_id: u64,
     memory_bytes: u64,
+    /// Bytes held in memory by puts not yet finished.
+    in_flight: u64,
     disk_bytes: u64,
     puts: u64,
     gets: u64,
@@ -182,6 +185,9 @@ impl Inner {
 pub struct StateCache {
     config: CacheConfig,
     inner: Mutex<Inner>,
+    /// Held while the cache is open (released by the OS however the
+    /// process ends).
+    _lock: File,
 }
 
 impl StateCache {
@@ -193,6 +199,20 @@ impl StateCache {
             message: format!("state directory {}: {e}", config.dir.display()),
         };
         std::fs::create_dir_all(&config.dir).map_err(io)?;
+        // Opening removes another cache's spills: one cache per directory.
+        let lock = File::create(config.dir.join(LOCK)).map_err(io)?;
+        if let Err(e) = lock.try_lock() {
+            return Err(match e {
+                std::fs::TryLockError::WouldBlock => CacheError::Io {
+                    key: String::new(),
+                    message: format!(
+                        "state directory {} is in use by another memory node",
+                        config.dir.display()
+                    ),
+                },
+                std::fs::TryLockError::Error(e) => io(e),
+            });
+        }
         let mut durable = Vec::new();
         for dirent in std::fs::read_dir(&config.dir).map_err(io)? {
             let path = dirent.map_err(io)?.path();
@@ -240,6 +260,7 @@ impl StateCache {
         Ok(Self {
             config,
             inner: Mutex::new(inner),
+            _lock: lock,
         })
     }
 
@@ -260,9 +281,8 @@ impl StateCache {
         options: EntryOptions,
     ) -> Result<PutWriter, CacheError> {
         if key.len() > MAX_KEY {
-            return Err(CacheError::Io {
+            return Err(CacheError::KeyTooLong {
                 key: key.chars().take(64).collect(),
-                message: format!("key longer than {MAX_KEY} bytes"),
             });
         }
         let mut writer = PutWriter {
@@ -273,6 +293,7 @@ impl StateCache {
             bytes: 0,
             chunks: 0,
             file: None,
+            reserved: 0,
         };
         if options.durable {
             writer.file = Some(writer.new_file()?);
@@ -297,7 +318,10 @@ impl StateCache {
             (None, Some(path)) => {
                 let file = File::open(path).map_err(|e| io_error(key, path, e))?;
                 let mut file = BufReader::new(file);
-                read_header(&mut file).map_err(|e| io_error(key, path, e))?;
+                read_header(&mut file).map_err(|e| CacheError::Unreadable {
+                    key: key.to_string(),
+                    message: format!("header of {}: {e}", path.display()),
+                })?;
                 Source::Disk {
                     file,
                     path: path.clone(),
@@ -393,6 +417,25 @@ impl StateCache {
             expired: inner.expired,
             spilled: inner.spilled,
             capacity: self.config.capacity,
+        }
+    }
+
+    /// Reserve `bytes` of the capacity for a put in flight; false when the
+    /// puts in flight already hold it all (the put then streams to disk).
+    /// Completed entries are not counted: they can be spilled.
+    fn reserve(&self, bytes: u64) -> bool {
+        let capacity = self.config.capacity;
+        let mut inner = self.lock();
+        if capacity > 0 && inner.in_flight + bytes > capacity {
+            return false;
+        }
+        inner.in_flight += bytes;
+        true
+    }
+
+    fn release(&self, bytes: u64) {
+        if bytes > 0 {
+            self.lock().in_flight -= bytes;
         }
     }
 
@@ -548,6 +591,14 @@ pub struct PutWriter {
     bytes: u64,
     chunks: u64,
     file: Option<FileWriter>,
+    /// Bytes of `memory` reserved against the capacity while in flight.
+    reserved: u64,
+}
+
+impl Drop for PutWriter {
+    fn drop(&mut self) {
+        self.cache.release(std::mem::take(&mut self.reserved));
+    }
 }
 
 impl PutWriter {
@@ -567,21 +618,28 @@ impl PutWriter {
         if let Some(file) = self.file.as_mut() {
             file.write_chunk(&chunk)?;
         }
-        if let Some(memory) = self.memory.as_mut() {
-            memory.push(chunk);
-        }
-        if self.memory.is_some() && !self.cache.fits(self.bytes) {
-            // Too big for memory however much is spilled: stream the rest
-            // to disk instead of holding it.
-            if let Some(memory) = self.memory.take()
-                && self.file.is_none()
-            {
-                let mut file = self.new_file()?;
-                for chunk in &memory {
-                    file.write_chunk(chunk)?;
-                }
-                self.file = Some(file);
+        let size = (chunk.meta.len() + chunk.body.len()) as u64;
+        let keep = self.memory.is_some() && self.cache.fits(self.bytes) && self.cache.reserve(size);
+        match self.memory.as_mut() {
+            Some(memory) if keep => {
+                memory.push(chunk);
+                self.reserved += size;
             }
+            Some(_) => {
+                // Too big for memory however much is spilled, or other puts
+                // in flight hold the rest of it: stream the rest to disk
+                // instead of holding it.
+                let memory = self.memory.take().unwrap_or_default();
+                self.cache.release(std::mem::take(&mut self.reserved));
+                if self.file.is_none() {
+                    let mut file = self.new_file()?;
+                    for held in memory.iter().chain([&chunk]) {
+                        file.write_chunk(held)?;
+                    }
+                    self.file = Some(file);
+                }
+            }
+            None => {}
         }
         Ok(())
     }
@@ -603,7 +661,8 @@ impl PutWriter {
             None => None,
         };
         let ttl = self.options.ttl.unwrap_or(self.cache.config.default_ttl);
-        let spilled_now = file.is_some() && self.memory.is_none() && !durable;
+        let in_memory = self.memory.is_some();
+        let spilled_now = file.is_some() && !in_memory && !durable;
         let (file, file_bytes) = match file {
             Some((path, bytes)) => (Some(path), bytes),
             None => (None, 0),
@@ -619,11 +678,20 @@ impl PutWriter {
             file,
             file_bytes,
         };
+        // From here the entry's bytes count as stored, not in flight.
+        self.cache.release(std::mem::take(&mut self.reserved));
         let info = self.cache.insert(&self.key, entry);
         if spilled_now {
             self.cache.lock().spilled += 1;
         }
-        debug!(key = %self.key, bytes = info.bytes, chunks = info.chunks, durable, "state put");
+        info!(
+            key = %self.key,
+            bytes = info.bytes,
+            chunks = info.chunks,
+            durable,
+            in_memory,
+            "state stored"
+        );
         Ok(info)
     }
 }
@@ -845,8 +913,7 @@ impl Reader {
             Source::Disk { file, path } => {
                 read_record(file).map_err(|e| CacheError::Unreadable {
                     key: self.key.clone(),
-                    chunk: index,
-                    message: format!("{}: {e}", path.display()),
+                    message: format!("chunk {index} of {}: {e}", path.display()),
                 })?
             }
         };

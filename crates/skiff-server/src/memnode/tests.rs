@@ -54,6 +54,15 @@ async fn node(capacity: u64) -> Node {
     }
 }
 
+/// The node's files other than its lock.
+fn state_files(node: &Node) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(node._dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "lock"))
+        .collect()
+}
+
 fn table() -> MemTable {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
@@ -287,10 +296,16 @@ async fn an_empty_state_round_trips_and_expires() {
     assert_eq!(stored.frames, 0);
     let got = get_state(&node.addr, "e").await.unwrap();
     assert!(got.outputs.is_empty());
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Past its time to live at once, swept within a second or so.
     let gone = get_state(&node.addr, "e").await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound);
-    assert_eq!(cache_stats(&node.addr).await.unwrap().expired, 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cache_stats(&node.addr).await.unwrap().expired == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never swept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache_stats(&node.addr).await.unwrap().entries, 0);
 }
 
 /// A byte flipped in a spilled entry fails the get with DataLoss, naming
@@ -306,10 +321,7 @@ async fn a_damaged_spill_is_data_loss_over_flight() {
     put_state(&node.addr, "q42", &options, &state)
         .await
         .unwrap();
-    let spills: Vec<_> = std::fs::read_dir(node._dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let spills = state_files(&node);
     assert_eq!(spills.len(), 1);
     let mut bytes = std::fs::read(&spills[0]).unwrap();
     let middle = bytes.len() / 2;
@@ -351,7 +363,7 @@ async fn a_put_broken_off_midway_leaves_nothing() {
     // The server notices the reset, and nothing is stored or left on disk.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let files = std::fs::read_dir(node._dir.path()).unwrap().count();
+        let files = state_files(&node).len();
         if files == 0 {
             break;
         }
@@ -362,4 +374,23 @@ async fn a_put_broken_off_midway_leaves_nothing() {
     assert_eq!(gone.code(), Code::NotFound);
     let stats = cache_stats(&node.addr).await.unwrap();
     assert_eq!((stats.entries, stats.puts), (0, 0));
+}
+
+/// A put the node refuses at once (here: a key too long) fails promptly,
+/// though the client still has most of a large state to send.
+#[tokio::test]
+async fn a_refused_put_fails_without_hanging() {
+    let node = node(0).await;
+    let state = big_state();
+    let key = "k".repeat(5_000);
+    let options = PutOptions::default();
+    let put = put_state(&node.addr, &key, &options, &state);
+    let error = tokio::time::timeout(Duration::from_secs(20), put)
+        .await
+        .expect("the put returns")
+        .unwrap_err();
+    assert_eq!(error.code(), Code::InvalidArgument, "{error}");
+    assert!(error.message().contains("longer than"), "{error}");
+    assert_eq!(cache_stats(&node.addr).await.unwrap().entries, 0);
+    assert!(state_files(&node).is_empty());
 }

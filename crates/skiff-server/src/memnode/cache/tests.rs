@@ -1,3 +1,7 @@
+//! The store on its own: capacity and spill, TTL, read-once, durability,
+//! damage, broken-off puts and concurrent use, against a temporary
+//! directory.
+
 use super::*;
 
 fn cache(dir: &Path, capacity: u64) -> Arc<StateCache> {
@@ -52,8 +56,12 @@ fn files(dir: &Path, kind: &str) -> Vec<PathBuf> {
     found
 }
 
+/// Files other than the lock.
 fn all_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir).unwrap().count()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != LOCK)
+        .count()
 }
 
 fn not_found(result: Result<Vec<Chunk>, CacheError>) -> bool {
@@ -112,7 +120,7 @@ fn expired_entries_are_swept_from_memory_and_disk() {
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path(), 5_000);
     let short = EntryOptions {
-        ttl: Some(Duration::from_millis(50)),
+        ttl: Some(Duration::from_millis(400)),
         ..EntryOptions::default()
     };
     put(&cache, "on-disk", short, &chunks(4, 2_000, 1));
@@ -126,7 +134,7 @@ fn expired_entries_are_swept_from_memory_and_disk() {
     put(&cache, "long", EntryOptions::default(), &chunks(1, 100, 4));
     assert_eq!(files(dir.path(), SPILL).len(), 1);
     assert_eq!(cache.sweep(Instant::now()), 0);
-    std::thread::sleep(Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(500));
     // Past its time to live an entry is gone even before the sweep.
     assert!(not_found(read_all(&cache, "in-memory")));
     assert_eq!(cache.sweep(Instant::now()), 2);
@@ -272,4 +280,113 @@ fn a_put_dropped_midway_leaves_nothing() {
     let stats = cache.stats();
     assert_eq!((stats.entries, stats.puts), (1, 1));
     assert_eq!(all_files(dir.path()), 0);
+}
+
+#[test]
+fn one_cache_per_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = cache(dir.path(), 0);
+    let config = CacheConfig {
+        dir: dir.path().to_path_buf(),
+        capacity: 0,
+        default_ttl: Duration::from_secs(1),
+    };
+    let Err(busy) = StateCache::open(config.clone()) else {
+        panic!("a second cache opened the same directory");
+    };
+    assert!(busy.to_string().contains("in use"), "{busy}");
+    drop(first);
+    assert!(StateCache::open(config).is_ok());
+}
+
+/// Puts, gets, deletes and sweeps from several threads over a small
+/// capacity: every get sees exactly what some put stored, the accounting
+/// stays within the capacity, and deleting everything leaves nothing.
+#[test]
+fn concurrent_use_keeps_the_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path(), 20_000);
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let cache = Arc::clone(&cache);
+            scope.spawn(move || {
+                for i in 0..150usize {
+                    let key = format!("k{}", (i * 7 + t as usize) % 12);
+                    let seed = (i % 5) as u8;
+                    let options = EntryOptions {
+                        durable: i % 11 == 0,
+                        read_once: i % 13 == 0,
+                        ..EntryOptions::default()
+                    };
+                    match i % 4 {
+                        0 | 1 => {
+                            put(&cache, &key, options, &chunks(1 + i % 4, 1_500, seed));
+                        }
+                        2 => {
+                            if let Ok(got) = read_all(&cache, &key) {
+                                // A whole entry of one put: same seed and
+                                // size throughout.
+                                let again = chunks(got.len(), 1_500, got[0].body[0]);
+                                assert_eq!(got, again);
+                            }
+                        }
+                        _ => {
+                            cache.delete(&key);
+                            cache.sweep(Instant::now());
+                        }
+                    }
+                    assert!(cache.stats().memory_bytes <= 20_000);
+                }
+            });
+        }
+    });
+    for k in 0..12 {
+        cache.delete(&format!("k{k}"));
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        (stats.entries, stats.memory_bytes, stats.disk_bytes),
+        (0, 0, 0)
+    );
+    assert_eq!(lock_in_flight(&cache), 0);
+    assert_eq!(all_files(dir.path()), 0);
+}
+
+/// Puts in flight share the capacity: one that finds it taken by another
+/// streams to disk; a finished or dropped put gives its share back.
+#[test]
+fn puts_in_flight_share_the_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path(), 10_000);
+    let options = EntryOptions::default();
+    let mut a = cache.begin_put("a", options).unwrap();
+    let mut b = cache.begin_put("b", options).unwrap();
+    let data = chunks(3, 2_000, 1);
+    for chunk in &data {
+        a.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    for chunk in &data {
+        b.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    // b found most of the capacity held by a and went to disk.
+    assert_eq!(files(dir.path(), TMP).len(), 1);
+    a.finish().unwrap();
+    b.finish().unwrap();
+    let stats = cache.stats();
+    assert_eq!(stats.spilled, 1);
+    assert!(stats.memory_bytes > 6_000 && stats.memory_bytes < 7_000);
+    assert_eq!(lock_in_flight(&cache), 0);
+    let mut c = cache.begin_put("c", options).unwrap();
+    for chunk in &data {
+        c.push(chunk.meta.clone(), chunk.body.clone()).unwrap();
+    }
+    assert!(lock_in_flight(&cache) > 6_000);
+    drop(c);
+    assert_eq!(lock_in_flight(&cache), 0);
+    assert_eq!(read_all(&cache, "a").unwrap(), data);
+    assert_eq!(read_all(&cache, "b").unwrap(), data);
+}
+
+fn lock_in_flight(cache: &StateCache) -> u64 {
+    cache.lock().in_flight
 }
