@@ -260,6 +260,8 @@ async fn produce(
                     query = control.query_id,
                     finished, "skiff.kill_worker_after_pipelines: the worker process dies now"
                 );
+                // Let the messages already sent (snapshots) leave first.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 std::process::exit(137);
             }
             Step::GoOn => control.rearm(&execution, finished),
