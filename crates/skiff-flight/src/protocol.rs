@@ -31,6 +31,8 @@ pub mod action {
     /// Memory node: the state cache's counters ([`super::CacheStats`]).
     pub const STATE_STATS: &str = "skiff.state.stats";
     pub const PAUSE: &str = "skiff.pause";
+    /// Worker → coordinator: move my queries away, I am stopping.
+    pub const VACATE: &str = "skiff.vacate";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -105,6 +107,13 @@ pub struct PauseQuery {
     /// Abort running pipelines instead of letting them finish.
     #[prost(bool, tag = "3")]
     pub immediate: bool,
+}
+
+/// Worker → coordinator: vacate the worker at `addr` (it got SIGTERM).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VacateWorker {
+    #[prost(string, tag = "1")]
+    pub addr: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -12,6 +12,7 @@ mod relay;
 pub(crate) use queries::lock;
 mod session;
 mod system_tables;
+mod vacate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -27,7 +27,8 @@ use crate::error::{Result, ServerError, SqlState};
 
 /// Session settings that fire once: a continued or restarted query runs
 /// without them.
-const ONE_SHOT_TRIGGERS: [&str; 4] = [
+const ONE_SHOT_TRIGGERS: [&str; 5] = [
+    "skiff.test_hold_after_pipelines",
     "skiff.migrate_after_pipelines",
     "skiff.suspend_after_pipelines",
     "skiff.kill_worker_after_pipelines",
@@ -238,7 +239,10 @@ impl Relay {
                 snapshot.pipelines_finished, snapshot.pipelines_total
             );
         });
-        warn!(query = self.entry.id, worker, "worker lost; continuing from the snapshot");
+        warn!(
+            query = self.entry.id,
+            worker, "worker lost; continuing from the snapshot"
+        );
         let attempt = self
             .continue_from(&snapshot, Placement::Avoid(worker))
             .await?;

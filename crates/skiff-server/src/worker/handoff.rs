@@ -30,7 +30,7 @@ use skiff_flight::FlightStream;
 use skiff_flight::protocol::{Handoff, HandoffReason, PauseReply, RunQuery};
 use skiff_flight::state_cache::{PutOptions, get_state, put_state};
 use skiff_state::Compression;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{error, info, warn};
@@ -55,6 +55,7 @@ struct Triggers {
     migrate_after: Option<usize>,
     suspend_after: Option<usize>,
     kill_after: Option<usize>,
+    hold_after: Option<usize>,
     snapshot_every: Option<usize>,
     corrupt: bool,
 }
@@ -64,6 +65,8 @@ enum Step {
     HandOff(HandoffReason, Instant),
     Snapshot,
     Kill,
+    /// Wait here for a hand-off request (test trigger).
+    Hold,
     /// Nothing asked for this pause (a request came and went): go on.
     GoOn,
 }
@@ -82,6 +85,7 @@ pub(super) struct Control {
     cache: String,
     triggers: Triggers,
     request: Mutex<Option<Request>>,
+    requested: Notify,
 }
 
 impl Control {
@@ -93,6 +97,7 @@ impl Control {
                 migrate_after: o.migrate_after_pipelines,
                 suspend_after: o.suspend_after_pipelines,
                 kill_after: o.kill_worker_after_pipelines,
+                hold_after: o.test_hold_after_pipelines,
                 snapshot_every: o.snapshot_every_pipelines.filter(|&k| k > 0),
                 corrupt: o.test_corrupt_state,
             })
@@ -102,6 +107,7 @@ impl Control {
             cache: cache.to_string(),
             triggers,
             request: Mutex::new(None),
+            requested: Notify::new(),
         }
     }
 
@@ -120,11 +126,17 @@ impl Control {
             Some(a) => (a / every + 1) * every,
             None => every,
         });
-        [t.migrate_after, t.suspend_after, t.kill_after, snapshot]
-            .into_iter()
-            .flatten()
-            .filter(|&k| later(k))
-            .min()
+        [
+            t.migrate_after,
+            t.suspend_after,
+            t.kill_after,
+            t.hold_after,
+            snapshot,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&k| later(k))
+        .min()
     }
 
     /// After a snapshot at `finished`: pause at the next trigger or run free.
@@ -147,13 +159,18 @@ impl Control {
         if t.kill_after == Some(finished) {
             return Step::Kill;
         }
+        if t.hold_after == Some(finished) {
+            return Step::Hold;
+        }
         if t.migrate_after == Some(finished) {
             return Step::HandOff(HandoffReason::Migrate, Instant::now());
         }
         if t.suspend_after == Some(finished) {
             return Step::HandOff(HandoffReason::Suspend, Instant::now());
         }
-        if t.snapshot_every.is_some_and(|every| finished > 0 && finished.is_multiple_of(every)) {
+        if t.snapshot_every
+            .is_some_and(|every| finished > 0 && finished.is_multiple_of(every))
+        {
             return Step::Snapshot;
         }
         Step::GoOn
@@ -184,6 +201,7 @@ impl Control {
             at: Instant::now(),
         });
         execution.pause_now(mode);
+        self.requested.notify_one();
         PauseReply {
             accepted: true,
             detail: String::new(),
@@ -263,6 +281,16 @@ async fn produce(
                 // Let the messages already sent (snapshots) leave first.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 std::process::exit(137);
+            }
+            Step::Hold => {
+                tokio::select! {
+                    biased;
+                    _ = token.cancelled() => {
+                        let _ = tx.send(canceled()).await;
+                        return;
+                    }
+                    () = control.requested.notified() => {}
+                }
             }
             Step::GoOn => control.rearm(&execution, finished),
         }
