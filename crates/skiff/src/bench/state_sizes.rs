@@ -67,6 +67,12 @@ struct Boundary {
     full_lz4: u64,
     /// Extraction time of every finished output so far (cumulative).
     full_extract_lz4: Duration,
+    /// Full separation as the paper ran it (Fig. 12): the whole state
+    /// extracted at every boundary so far, so outputs are extracted again
+    /// while they stay in the state. Sums over boundaries 1..=k.
+    every_state_bytes: u64,
+    every_state_lz4: u64,
+    every_state_extract_lz4: Duration,
     /// When the last of `finished` ended in the unpaused run, as a
     /// fraction of that run's time.
     progress_time: Option<f64>,
@@ -296,30 +302,37 @@ async fn sweep(execution: &Arc<QueryExecution>) -> Result<Vec<Boundary>> {
         // (their readers have not run yet).
         let new: BTreeSet<PipelineId> = selection.finished.difference(&written).copied().collect();
         let started = Instant::now();
-        let extracted = extract(store, &new, Compression::Lz4).await?;
+        let written_now = extract(store, &new, Compression::Lz4).await?.bytes();
         full_extract_lz4 += started.elapsed();
-        full_lz4 += extracted.bytes();
+        full_lz4 += written_now;
         written.extend(new);
 
-        let started = Instant::now();
-        let lz4 = extract(store, &selection.pipelines, Compression::Lz4).await?;
-        let extract_lz4 = started.elapsed();
-        let none = extract(store, &selection.pipelines, Compression::None).await?;
         // What a migration ships: the remaining plan may read less than
         // Algorithm 1 selects (a build side that only fed a dynamic filter).
         let reads = remaining_plan(&graph, &selection.finished)
             .ok()
             .map(|plan| plan.reads);
+        // One extraction at a time, each dropped once measured: at SF 1 a
+        // state can be hundreds of megabytes.
+        let started = Instant::now();
+        let lz4 = extract(store, &selection.pipelines, Compression::Lz4).await?;
+        let extract_lz4 = started.elapsed();
+        let (state_rows, shipped_lz4) = (lz4.rows(), lz4.bytes());
+        let shipped_reads_lz4 = reads.as_ref().map(|r| output_bytes(&lz4, r));
+        drop(lz4);
+        let shipped_none = extract(store, &selection.pipelines, Compression::None)
+            .await?
+            .bytes();
 
         let mut boundary = Boundary {
             k,
             finished: selection.finished.iter().copied().collect(),
             state_reads: reads.as_ref().map(BTreeSet::len),
-            state_rows: lz4.rows(),
+            state_rows,
             state_bytes: selection.bytes,
-            shipped_lz4: lz4.bytes(),
-            shipped_none: none.bytes(),
-            shipped_reads_lz4: reads.as_ref().map(|r| output_bytes(&lz4, r)),
+            shipped_lz4,
+            shipped_none,
+            shipped_reads_lz4,
             extract_lz4,
             full_lz4,
             full_extract_lz4,
@@ -334,6 +347,15 @@ async fn sweep(execution: &Arc<QueryExecution>) -> Result<Vec<Boundary>> {
                 }
             }
         }
+        if let Some(previous) = boundaries.last() {
+            let previous: &Boundary = previous;
+            boundary.every_state_bytes = previous.every_state_bytes;
+            boundary.every_state_lz4 = previous.every_state_lz4;
+            boundary.every_state_extract_lz4 = previous.every_state_extract_lz4;
+        }
+        boundary.every_state_bytes += boundary.state_bytes;
+        boundary.every_state_lz4 += boundary.shipped_lz4;
+        boundary.every_state_extract_lz4 += boundary.extract_lz4;
         boundaries.push(boundary);
     }
     execution.resume();
@@ -506,7 +528,7 @@ fn summary(header: &str, measured: &[QueryStates]) -> String {
     let mut text = format!("\n{header}\n");
     let _ = writeln!(
         text,
-        "{:<8} {:>5} {:>10} {:>11} {:>6} {:>11} {:>11} {:>11} {:>8} {:>7} {:>7}",
+        "{:<8} {:>5} {:>10} {:>11} {:>6} {:>11} {:>11} {:>11} {:>8} {:>7} {:>7} {:>7}",
         "query",
         "pipes",
         "ms",
@@ -518,6 +540,7 @@ fn summary(header: &str, measured: &[QueryStates]) -> String {
         "od/full",
         "od ext%",
         "full%",
+        "every%",
     );
     for q in measured {
         if let Some(error) = &q.error {
@@ -544,7 +567,8 @@ fn summary(header: &str, measured: &[QueryStates]) -> String {
             .fold(0.0, f64::max);
         let _ = writeln!(
             text,
-            "{:<8} {:>5} {:>10.1} {:>11} {:>6} {:>11} {:>11} {:>11} {:>8.3} {:>7.1} {:>7.1}",
+            "{:<8} {:>5} {:>10.1} {:>11} {:>6} {:>11} {:>11} {:>11} {:>8.3} \
+             {:>7.1} {:>7.1} {:>7.1}",
             q.query,
             q.pipelines,
             runtime,
@@ -556,6 +580,7 @@ fn summary(header: &str, measured: &[QueryStates]) -> String {
             percentile(&ratios, 0.5),
             percent(od_overhead, runtime),
             percent(ms(last.full_extract_lz4), runtime),
+            percent(ms(last.every_state_extract_lz4), runtime),
         );
     }
     text.push_str(
@@ -563,7 +588,9 @@ fn summary(header: &str, measured: &[QueryStates]) -> String {
          state@50%: at the boundary nearest half the pipelines; max lz4: bytes extracted; \
          full@end: every output written by full separation; od/full: median over the \
          boundaries of on-demand bytes / full bytes; od ext%: largest on-demand lz4 \
-         extraction, full%: all of full separation's, in % of the unpaused run)\n",
+         extraction, full%: all of full separation's (each output once), every%: the whole \
+         state extracted at every boundary (the paper's full separation), in % of the \
+         unpaused run)\n",
     );
     text.push_str(&overall(measured));
     text
@@ -691,12 +718,13 @@ fn by_progress(boundaries: &[(&QueryStates, &Boundary)]) -> String {
             row.timed += 1;
             row.od_overhead += percent(ms(b.extract_lz4), runtime);
             row.full_overhead += percent(ms(b.full_extract_lz4), runtime);
+            row.every_overhead += percent(ms(b.every_state_extract_lz4), runtime);
         }
     }
     let _ = writeln!(
         text,
         "\nBy progress (pipelines finished / total; extraction cost by time progress):\n  \
-         {:<8} {:>6} {:>11} {:>10} {:>11} {:>8} {:>10} {:>7} {:>9} {:>9}",
+         {:<8} {:>6} {:>11} {:>10} {:>11} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9}",
         "progress",
         "states",
         "mean state",
@@ -707,13 +735,14 @@ fn by_progress(boundaries: &[(&QueryStates, &Boundary)]) -> String {
         "timed",
         "od ext%",
         "full ext%",
+        "every st%",
     );
     for (i, row) in rows.iter().enumerate() {
         let n = row.states.max(1) as f64;
         let t = row.timed.max(1) as f64;
         let _ = writeln!(
             text,
-            "  {:<8} {:>6} {:>11} {:>10.3} {:>11} {:>8.3} {:>10.3} {:>7} {:>9.2} {:>9.2}",
+            "  {:<8} {:>6} {:>11} {:>10.3} {:>11} {:>8.3} {:>10.3} {:>7} {:>9.2} {:>9.2} {:>9.2}",
             bin_label(i),
             row.states,
             bytes((row.state_bytes as f64 / n) as u64),
@@ -724,6 +753,7 @@ fn by_progress(boundaries: &[(&QueryStates, &Boundary)]) -> String {
             row.timed,
             row.od_overhead / t,
             row.full_overhead / t,
+            row.every_overhead / t,
         );
     }
     let od: u64 = boundaries.iter().map(|(_, b)| b.state_bytes).sum();
@@ -753,12 +783,14 @@ struct ProgressBin {
     timed: usize,
     od_overhead: f64,
     full_overhead: f64,
+    every_overhead: f64,
 }
 
 const CSV_HEADER: &str = "query,k,pipelines,progress_pipelines,progress_time,state_outputs,\
 state_output_rows,state_reads,state_rows,state_bytes,shipped_lz4_bytes,shipped_none_bytes,\
 shipped_reads_lz4_bytes,extract_lz4_ms,full_rows,full_bytes,full_lz4_bytes,\
-full_extract_lz4_ms,runtime_ms,error";
+full_extract_lz4_ms,every_state_bytes,every_state_lz4_bytes,every_state_extract_lz4_ms,\
+runtime_ms,error";
 
 /// One row per boundary; a failed query gets one row with its error.
 fn csv(measured: &[QueryStates]) -> String {
@@ -767,7 +799,7 @@ fn csv(measured: &[QueryStates]) -> String {
     for q in measured {
         if let Some(error) = &q.error {
             let error = error.replace('"', "'");
-            let _ = writeln!(out, "{},,,,,,,,,,,,,,,,,,,\"{error}\"", q.query);
+            let _ = writeln!(out, "{},,,,,,,,,,,,,,,,,,,,,,\"{error}\"", q.query);
             continue;
         }
         let runtime = option(q.runtime.map(|t| format!("{:.3}", ms(t))));
@@ -777,7 +809,8 @@ fn csv(measured: &[QueryStates]) -> String {
             let rows: Vec<String> = b.state_outputs.iter().map(|(_, r)| r.to_string()).collect();
             let _ = writeln!(
                 out,
-                "{},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{runtime},",
+                "{},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},\
+                 {},{},{:.3},{runtime},",
                 q.query,
                 b.k,
                 q.pipelines,
@@ -796,6 +829,9 @@ fn csv(measured: &[QueryStates]) -> String {
                 b.full_bytes,
                 b.full_lz4,
                 ms(b.full_extract_lz4),
+                b.every_state_bytes,
+                b.every_state_lz4,
+                ms(b.every_state_extract_lz4),
             );
         }
     }
@@ -807,12 +843,12 @@ const PANEL_HEIGHT_PX: u32 = 440;
 const BLUE: RGBColor = RGBColor(40, 100, 190);
 const ORANGE: RGBColor = RGBColor(230, 120, 20);
 const GREEN: RGBColor = RGBColor(60, 150, 60);
+const RED_DARK: RGBColor = RGBColor(180, 30, 30);
 
 /// How a series is drawn.
 enum Mark {
     Points,
     Line,
-    Bars,
 }
 
 struct Series {
@@ -904,11 +940,6 @@ impl Panel<'_> {
                         series.points.clone(),
                         color.stroke_width(2),
                     )))
-                    .map_err(err)?,
-                Mark::Bars => chart
-                    .draw_series(series.points.iter().map(|(x, y)| {
-                        Rectangle::new([(x - 0.4, 0.0), (x + 0.4, *y)], color.filled())
-                    }))
                     .map_err(err)?,
             };
             drawn.label(series.label.as_str()).legend(move |(x, y)| {
@@ -1020,33 +1051,49 @@ fn panels<'a>(
         ],
     };
 
-    let mut counts: Vec<f64> = Vec::new();
-    for (_, b) in boundaries {
-        let n = b.state_outputs.len();
-        if counts.len() <= n {
-            counts.resize(n + 1, 0.0);
-        }
-        counts[n] += 1.0;
-    }
+    // Figure 3: size against the number of outputs (blocking operators) a
+    // state holds; points are spread around their integer so that equal
+    // counts stay visible, and the median per count is drawn over them.
+    let by_outputs: Vec<(f64, f64)> = boundaries
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| {
+            let spread = ((i as f64 * 0.618_034).fract() - 0.5) * 0.5;
+            (
+                b.state_outputs.len() as f64 + spread,
+                log_bytes(b.state_bytes),
+            )
+        })
+        .collect();
+    let most = boundaries
+        .iter()
+        .map(|(_, b)| b.state_outputs.len())
+        .max()
+        .unwrap_or(1);
+    let medians: Vec<(f64, f64)> = (1..=most)
+        .filter_map(|n| {
+            let sizes = sorted(
+                boundaries
+                    .iter()
+                    .filter(|(_, b)| b.state_outputs.len() == n)
+                    .map(|(_, b)| log_bytes(b.state_bytes)),
+            );
+            (!sizes.is_empty()).then(|| (n as f64, percentile(&sizes, 0.5)))
+        })
+        .collect();
     let outputs = Panel {
-        caption: format!("{title}: pipeline outputs per state"),
-        x_desc: "outputs in the state",
-        y_desc: "states",
-        x: -0.5..counts.len().max(2) as f64 - 0.5,
-        y: 0.0..counts.iter().fold(1.0, |m: f64, c| m.max(*c)) * 1.15,
+        caption: format!("{title}: state size by pipeline outputs held"),
+        x_desc: "pipeline outputs in the state",
+        y_desc: "state bytes (decimal units)",
+        x: 0.5..most as f64 + 0.5,
+        y: range_of(by_outputs.iter().map(|p| p.1)),
         x_bytes: false,
-        y_bytes: false,
+        y_bytes: true,
         x_integer: true,
-        series: vec![series(
-            "states",
-            BLUE,
-            Mark::Bars,
-            counts
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (i as f64, *c))
-                .collect(),
-        )],
+        series: vec![
+            series("state", BLUE, Mark::Points, by_outputs),
+            series("median", ORANGE, Mark::Line, medians),
+        ],
     };
 
     let sizes: Vec<(f64, f64)> = boundaries
@@ -1127,9 +1174,11 @@ fn panels<'a>(
     };
     let on_demand = overhead(|b| b.extract_lz4);
     let everything = overhead(|b| b.full_extract_lz4);
+    let every_state = overhead(|b| b.every_state_extract_lz4);
     let top = on_demand
         .iter()
         .chain(&everything)
+        .chain(&bin_means(&every_state))
         .fold(1.0, |m: f64, p| m.max(p.1));
     let cost = Panel {
         caption: format!("{title}: extraction cost (lz4) by time progress"),
@@ -1143,13 +1192,24 @@ fn panels<'a>(
         series: vec![
             series("on-demand", BLUE, Mark::Points, on_demand.clone()),
             series(
-                "full (cumulative)",
+                "full, each output once",
                 ORANGE,
                 Mark::Points,
                 everything.clone(),
             ),
             series("on-demand, mean", BLUE, Mark::Line, bin_means(&on_demand)),
-            series("full, mean", ORANGE, Mark::Line, bin_means(&everything)),
+            series(
+                "full, each output once, mean",
+                ORANGE,
+                Mark::Line,
+                bin_means(&everything),
+            ),
+            series(
+                "full, whole state at every boundary, mean",
+                RED_DARK,
+                Mark::Line,
+                bin_means(&every_state),
+            ),
         ],
     };
     vec![
@@ -1293,6 +1353,8 @@ mod tests {
                     ("full_bytes", "state_bytes"),
                     ("full_lz4_bytes", "shipped_lz4_bytes"),
                     ("shipped_lz4_bytes", "shipped_reads_lz4_bytes"),
+                    ("every_state_bytes", "state_bytes"),
+                    ("every_state_lz4_bytes", "shipped_lz4_bytes"),
                 ] {
                     let (full_value, value) = (number(row, full), number(row, on_demand));
                     assert!(full_value >= value, "{full} < {on_demand}: {row:?}");
@@ -1302,5 +1364,19 @@ mod tests {
                 assert!(number(row, "runtime_ms") > 0.0, "{row:?}");
             }
         }
+    }
+
+    /// A failed query's row has every column, the error last.
+    #[test]
+    fn failed_query_row_has_every_column() {
+        let csv = csv(&[QueryStates::failed(
+            "q01",
+            "it broke, \"badly\"".to_string(),
+        )]);
+        let mut lines = csv.lines();
+        let columns = lines.next().expect("header").split(',').count();
+        let row = lines.next().expect("row");
+        assert_eq!(row.split(',').count(), columns + 1, "{row}"); // the comma quoted
+        assert!(row.starts_with("q01,") && row.ends_with("\"it broke, 'badly'\""));
     }
 }
