@@ -192,7 +192,8 @@ See bench/README.md for how to read them.
   Every query runs once paused after each pipeline k (0 < k < pipelines): the
   state Algorithm 1 selects there is measured (rows, bytes in memory, bytes
   extracted with lz4 and uncompressed, extraction time), as is full state
-  separation (every finished pipeline's output written out once). A second,
+  separation (every finished pipeline's output written out once; and, as the
+  paper ran it, the whole state extracted at every boundary). A second,
   unpaused run gives each boundary's progress in time. Output: per-query and
   overall tables on stdout, RESULTS/<benchmark>-sf<SF>-state-sizes-<timestamp>
   .csv/.png plus -latest copies.

@@ -40,6 +40,9 @@ const POLL: Duration = Duration::from_millis(1);
 /// Progress bins of the by-progress summaries (Figures 6 and 12).
 const BINS: usize = 5;
 const MIB: f64 = (1u64 << 20) as f64;
+/// Extraction costs below this (in % of the runtime) sit on the floor of
+/// the log-scale cost panel.
+const PERCENT_FLOOR: f64 = 0.01;
 
 /// What one boundary k of one query showed.
 #[derive(Clone, Debug, Default)]
@@ -690,6 +693,29 @@ fn overall(measured: &[QueryStates]) -> String {
         ratio(lz4_total, memory_total),
         ratio(none_total, memory_total),
     );
+    // Extraction writes each stored batch as its own IPC stream; a state
+    // that ships far more than it holds is worth a look (see
+    // bench/README.md on sliced view arrays).
+    let blown_up: Vec<&(&QueryStates, &Boundary)> = boundaries
+        .iter()
+        .filter(|(_, b)| b.shipped_none > 2 * b.state_bytes.max(MIB as u64))
+        .collect();
+    if let Some((q, b)) = blown_up
+        .iter()
+        .max_by_key(|(_, b)| b.shipped_none / b.state_bytes.max(1))
+    {
+        let _ = writeln!(
+            text,
+            "  !! {} states over 1 MiB extract to more than twice their size in memory; \
+             worst {} k={}: {} in memory, {} uncompressed, {} lz4",
+            blown_up.len(),
+            q.query,
+            b.k,
+            bytes(b.state_bytes),
+            bytes(b.shipped_none),
+            bytes(b.shipped_lz4),
+        );
+    }
     text.push_str(&by_progress(&boundaries));
     text
 }
@@ -852,6 +878,15 @@ const ORANGE: RGBColor = RGBColor(230, 120, 20);
 const GREEN: RGBColor = RGBColor(60, 150, 60);
 const RED_DARK: RGBColor = RGBColor(180, 30, 30);
 
+/// What an axis's values are: plain numbers, or log10 of bytes or of a
+/// percentage (plotted linearly, labelled as sizes or percentages).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    Linear,
+    LogBytes,
+    LogPercent,
+}
+
 /// How a series is drawn.
 enum Mark {
     Points,
@@ -873,8 +908,8 @@ struct Panel<'a> {
     x: std::ops::Range<f64>,
     y: std::ops::Range<f64>,
     /// Axes given in log10(bytes) label their ticks as sizes.
-    x_bytes: bool,
-    y_bytes: bool,
+    x_scale: Scale,
+    y_scale: Scale,
     x_integer: bool,
     series: Vec<Series>,
 }
@@ -885,8 +920,16 @@ fn log_bytes(n: u64) -> f64 {
 
 /// Tick labels: log10(bytes) axes in decimal units, so that the powers of
 /// ten plotters ticks at read as round sizes (10 kB, 1 MB).
-fn tick(value: f64, as_bytes: bool) -> String {
-    if as_bytes {
+fn tick(value: f64, scale: Scale) -> String {
+    if scale == Scale::LogPercent {
+        let percent = 10f64.powf(value);
+        return if percent >= 0.95 {
+            format!("{percent:.0}%")
+        } else {
+            format!("{percent:.2}%")
+        };
+    }
+    if scale == Scale::LogBytes {
         let n = 10f64.powf(value);
         let (scaled, unit) = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")]
             .into_iter()
@@ -925,9 +968,9 @@ impl Panel<'_> {
                 if self.x_integer && (v - v.round()).abs() > 1e-6 {
                     return String::new();
                 }
-                tick(*v, self.x_bytes)
+                tick(*v, self.x_scale)
             })
-            .y_label_formatter(&|v: &f64| tick(*v, self.y_bytes))
+            .y_label_formatter(&|v: &f64| tick(*v, self.y_scale))
             .label_style(("sans-serif", 12))
             .draw()
             .map_err(err)?;
@@ -1048,8 +1091,8 @@ fn panels<'a>(
         y_desc: "fraction",
         x,
         y: 0.0..1.05,
-        x_bytes: true,
-        y_bytes: false,
+        x_scale: Scale::LogBytes,
+        y_scale: Scale::Linear,
         x_integer: false,
         series: vec![
             series("state in memory", BLUE, Mark::Line, memory),
@@ -1094,8 +1137,8 @@ fn panels<'a>(
         y_desc: "state bytes (decimal units)",
         x: 0.5..most as f64 + 0.5,
         y: range_of(by_outputs.iter().map(|p| p.1)),
-        x_bytes: false,
-        y_bytes: true,
+        x_scale: Scale::Linear,
+        y_scale: Scale::LogBytes,
         x_integer: true,
         series: vec![
             series("state", BLUE, Mark::Points, by_outputs),
@@ -1113,8 +1156,8 @@ fn panels<'a>(
         y_desc: "state bytes (decimal units)",
         x: 0.0..1.0,
         y: range_of(sizes.iter().map(|p| p.1)),
-        x_bytes: false,
-        y_bytes: true,
+        x_scale: Scale::Linear,
+        y_scale: Scale::LogBytes,
         x_integer: false,
         series: vec![series(
             "state (one per boundary)",
@@ -1142,8 +1185,8 @@ fn panels<'a>(
         y_desc: "state / max state",
         x: 0.0..1.0,
         y: 0.0..1.05,
-        x_bytes: false,
-        y_bytes: false,
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
         x_integer: false,
         series: vec![
             series("state", BLUE, Mark::Points, normalized.clone()),
@@ -1161,8 +1204,8 @@ fn panels<'a>(
         y_desc: "on-demand bytes / full bytes",
         x: 0.0..1.0,
         y: 0.0..1.05,
-        x_bytes: false,
-        y_bytes: false,
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
         x_integer: false,
         series: vec![
             series("state", BLUE, Mark::Points, ratios.clone()),
@@ -1179,22 +1222,39 @@ fn panels<'a>(
             })
             .collect()
     };
+    // Log scale: a few extractions cost many times their query's runtime
+    // and would flatten everything else; means are taken before the log.
+    let log = |points: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+        points
+            .into_iter()
+            .map(|(x, y)| (x, y.max(PERCENT_FLOOR).log10()))
+            .collect()
+    };
     let on_demand = overhead(|b| b.extract_lz4);
     let everything = overhead(|b| b.full_extract_lz4);
     let every_state = overhead(|b| b.every_state_extract_lz4);
-    let top = on_demand
-        .iter()
-        .chain(&everything)
-        .chain(&bin_means(&every_state))
-        .fold(1.0, |m: f64, p| m.max(p.1));
+    let lines = [
+        log(bin_means(&on_demand)),
+        log(bin_means(&everything)),
+        log(bin_means(&every_state)),
+    ];
+    let (on_demand, everything) = (log(on_demand), log(everything));
+    let y = range_of(
+        on_demand
+            .iter()
+            .chain(&everything)
+            .chain(lines.iter().flatten())
+            .map(|p| p.1),
+    );
+    let [on_demand_mean, everything_mean, every_state_mean] = lines;
     let cost = Panel {
         caption: format!("{title}: extraction cost (lz4) by time progress"),
         x_desc: "time progress of the unpaused run",
-        y_desc: "% of the query's runtime",
+        y_desc: "% of the query's runtime (log)",
         x: 0.0..1.0,
-        y: 0.0..top * 1.1,
-        x_bytes: false,
-        y_bytes: false,
+        y,
+        x_scale: Scale::Linear,
+        y_scale: Scale::LogPercent,
         x_integer: false,
         series: vec![
             series("on-demand", BLUE, Mark::Points, on_demand.clone()),
@@ -1204,18 +1264,18 @@ fn panels<'a>(
                 Mark::Points,
                 everything.clone(),
             ),
-            series("on-demand, mean", BLUE, Mark::Line, bin_means(&on_demand)),
+            series("on-demand, mean", BLUE, Mark::Line, on_demand_mean),
             series(
                 "full, each output once, mean",
                 ORANGE,
                 Mark::Line,
-                bin_means(&everything),
+                everything_mean,
             ),
             series(
                 "full, whole state at every boundary, mean",
                 RED_DARK,
                 Mark::Line,
-                bin_means(&every_state),
+                every_state_mean,
             ),
         ],
     };
