@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
@@ -33,6 +34,7 @@ use datafusion::physical_plan::{
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::options::SkiffOptions;
 use crate::pipeline::{FilterFeed, PipelineGraph, PipelineId};
@@ -69,6 +71,27 @@ pub enum Pause {
     Ended,
 }
 
+/// How an on-demand pause treats the pipelines running when it is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseMode {
+    /// Let them finish (lossless; the pause waits for the longest).
+    Drain,
+    /// Abort them: their partial output is dropped and they run again from
+    /// the start on whichever engine continues the query from its state
+    /// (not here: see [`QueryExecution::aborted`]). The pause comes at once.
+    Immediate,
+}
+
+/// When the driver stops scheduling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PausePoint {
+    Free,
+    /// Once this many pipelines have finished (at most this many start).
+    After(usize),
+    /// As soon as nothing runs; no pipeline starts meanwhile.
+    Now(PauseMode),
+}
+
 /// Marks the driver ended however it stops.
 struct EndOnDrop<'a>(&'a watch::Sender<Pause>);
 
@@ -83,9 +106,12 @@ pub struct QueryExecution {
     graph: Arc<PipelineGraph>,
     store: Arc<IntermediateStore>,
     task_ctx: Arc<TaskContext>,
-    /// Pipelines to finish before scheduling stops; `None` runs freely.
-    pause_limit: watch::Sender<Option<usize>>,
+    pause_point: watch::Sender<PausePoint>,
     pause_state: watch::Sender<Pause>,
+    /// An immediate pause aborted running pipelines. Their plans' operators
+    /// (exchanges, shared join builds) cannot run twice, so the query can
+    /// only go on from its extracted state, through a fresh plan.
+    aborted: AtomicBool,
 }
 
 impl std::fmt::Debug for QueryExecution {
@@ -128,8 +154,9 @@ impl QueryExecution {
             graph,
             store,
             task_ctx,
-            pause_limit: watch::channel(None).0,
+            pause_point: watch::channel(PausePoint::Free).0,
             pause_state: watch::channel(Pause::Running).0,
+            aborted: AtomicBool::new(false),
         })
     }
 
@@ -196,19 +223,45 @@ impl QueryExecution {
             .filter(|p| p.id != result && p.inputs.is_empty())
             .map(|p| p.id)
             .collect();
-        let mut running = FuturesUnordered::new();
+        let mut running = JoinSet::new();
+        let mut running_ids: Vec<PipelineId> = Vec::new();
         let mut finished = 0;
+        let mut point = self.pause_point.subscribe();
         loop {
             while let Some(&next) = ready.front() {
                 if !self.may_start(finished + running.len()) {
                     break;
                 }
                 ready.pop_front();
-                running.push(self.spawn_pipeline(next).join_unwind());
+                running_ids.push(next);
+                let this = Arc::clone(&self);
+                running.spawn(async move { this.run_pipeline(next).await.map(|()| next) });
             }
-            let Some(done) = running.next().await else {
+            let next = tokio::select! {
+                next = running.join_next() => next,
+                // The sender lives in `self`, so this only ends by a change.
+                _ = point.changed() => {
+                    if *point.borrow_and_update() == PausePoint::Now(PauseMode::Immediate)
+                        && !running.is_empty()
+                    {
+                        // Wait until the tasks are gone, so that none still
+                        // writes to the store once it is reset.
+                        running.abort_all();
+                        while running.join_next().await.is_some() {}
+                        self.aborted.store(true, Ordering::Relaxed);
+                        running_ids.sort();
+                        for id in running_ids.drain(..).rev() {
+                            self.store.abort(id)?;
+                            reset_dynamic_filters(&self.graph.get(id).plan)?;
+                            ready.push_front(id);
+                        }
+                    }
+                    continue;
+                }
+            };
+            let Some(done) = next else {
                 if self.pause_reached(finished) {
-                    self.wait_resumed(finished).await;
+                    self.wait_resumed(finished).await?;
                     continue;
                 }
                 // Nothing runs and nothing may start: all but the result ran.
@@ -216,6 +269,7 @@ impl QueryExecution {
                 return Ok(());
             };
             let id = done.map_err(join_error)??;
+            running_ids.retain(|&r| r != id);
             finished += 1;
             self.store.finish(id, OutputSize::default())?;
             self.bind_subqueries(id).await?;
@@ -237,12 +291,21 @@ impl QueryExecution {
     /// `finished` pipelines are ever started, so the state at the pause is
     /// exactly that of `finished` pipelines done and none running.
     pub fn pause_after(&self, finished: usize) {
-        self.pause_limit.send_replace(Some(finished));
+        self.pause_point.send_replace(PausePoint::After(finished));
+    }
+
+    /// Pause at the next moment nothing runs: no pipeline starts from now
+    /// on, and the running ones finish or are aborted as `mode` says.
+    /// [`paused`](Self::paused) awaits it; once the result pipeline has
+    /// started there is no pause point left and it reports
+    /// [`Pause::Ended`].
+    pub fn pause_now(&self, mode: PauseMode) {
+        self.pause_point.send_replace(PausePoint::Now(mode));
     }
 
     /// Clear the pause point; a paused driver goes on.
     pub fn resume(&self) {
-        self.pause_limit.send_replace(None);
+        self.pause_point.send_replace(PausePoint::Free);
     }
 
     /// Wait until the driver is paused (nothing running) or has ended.
@@ -256,19 +319,46 @@ impl QueryExecution {
     }
 
     fn may_start(&self, started: usize) -> bool {
-        self.pause_limit.borrow().is_none_or(|k| started < k)
+        match *self.pause_point.borrow() {
+            PausePoint::Free => true,
+            PausePoint::After(k) => started < k,
+            PausePoint::Now(_) => false,
+        }
     }
 
     fn pause_reached(&self, finished: usize) -> bool {
-        self.pause_limit.borrow().is_some_and(|k| finished >= k)
+        match *self.pause_point.borrow() {
+            PausePoint::Free => false,
+            PausePoint::After(k) => finished >= k,
+            PausePoint::Now(_) => true,
+        }
     }
 
-    async fn wait_resumed(&self, finished: usize) {
+    async fn wait_resumed(&self, finished: usize) -> Result<()> {
         self.pause_state.send_replace(Pause::Paused { finished });
-        let mut limit = self.pause_limit.subscribe();
+        let mut point = self.pause_point.subscribe();
         // The sender lives in `self`, so this only ends by a change.
-        let _ = limit.wait_for(|l| l.is_none_or(|k| k > finished)).await;
+        let _ = point
+            .wait_for(|p| match *p {
+                PausePoint::Free => true,
+                PausePoint::After(k) => k > finished,
+                PausePoint::Now(_) => false,
+            })
+            .await;
+        if self.aborted() {
+            return exec_err!(
+                "the query was paused with its running pipelines aborted; \
+                 it can only continue from its extracted state"
+            );
+        }
         self.pause_state.send_replace(Pause::Running);
+        Ok(())
+    }
+
+    /// Whether an immediate pause aborted running pipelines, so that the
+    /// query cannot go on here (see [`PauseMode::Immediate`]).
+    pub fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::Relaxed)
     }
 
     /// Store the values of the scalar subqueries pipeline `id` computes, so
@@ -295,11 +385,6 @@ impl QueryExecution {
             }
         }
         Ok(())
-    }
-
-    fn spawn_pipeline(self: &Arc<Self>, id: PipelineId) -> SpawnedTask<Result<PipelineId>> {
-        let this = Arc::clone(self);
-        SpawnedTask::spawn(async move { this.run_pipeline(id).await.map(|()| id) })
     }
 
     /// Run all partitions of `id` into its output.
@@ -346,6 +431,25 @@ impl QueryExecution {
 
 fn join_error(e: tokio::task::JoinError) -> DataFusionError {
     DataFusionError::ExecutionJoin(Box::new(e))
+}
+
+/// Set the dynamic filters that the joins of an aborted pipeline produce
+/// back to `true`: a join may have published its build side's keys before
+/// the abort, and that half-done filter would travel with the remaining
+/// plan. `true` is always correct; the join sets the filter again when it
+/// runs on the target.
+fn reset_dynamic_filters(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    let mut filters = Vec::new();
+    plan.apply(|node| {
+        filters.extend(node.dynamic_expressions_produced());
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    for filter in filters {
+        if let Some(filter) = filter.downcast_ref::<DynamicFilterPhysicalExpr>() {
+            filter.update(lit(true))?;
+        }
+    }
+    Ok(())
 }
 
 /// `min <= key <= max` over the probe keys for the build keys' bounds in

@@ -19,7 +19,7 @@ pub mod statement;
 pub mod store;
 
 pub use engine::{Engine, EngineConfig, QueryOutput, memory_pool};
-pub use executor::{Pause, Progress, QueryExecution};
+pub use executor::{Pause, PauseMode, Progress, QueryExecution};
 pub use migrated::{MigratedState, MigratedStateExec, MigratedTable};
 pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};

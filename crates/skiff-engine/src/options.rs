@@ -11,6 +11,21 @@ extensions_options! {
         /// outputs beyond it are written to spill files. Unlimited when unset
         /// (the memory pool limit still applies).
         pub store_memory_max: Option<usize>, default = None
+        /// Test trigger: migrate the query to another worker right after
+        /// this many pipelines finished (once; the moved query runs free).
+        pub migrate_after_pipelines: Option<usize>, default = None
+        /// Test trigger: suspend the query after this many pipelines; it
+        /// waits for `skiff.resume(id)`.
+        pub suspend_after_pipelines: Option<usize>, default = None
+        /// Test trigger: the worker process dies right after this many
+        /// pipelines finished (queries with snapshots resume elsewhere).
+        pub kill_worker_after_pipelines: Option<usize>, default = None
+        /// Snapshot the query's state to the state cache every this many
+        /// finished pipelines; off when unset.
+        pub snapshot_every_pipelines: Option<usize>, default = None
+        /// Test trigger: flip one byte of the state after extraction, so
+        /// that the target must detect it and the query start over.
+        pub test_corrupt_state: bool, default = false
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Owns: the message types ([`protocol`]), how physical plans travel
 //! ([`codec`]: datafusion-proto bytes plus an extension codec for Skiff's own
-//! plan nodes) and thin client helpers ([`client`]). It runs no queries and
+//! plan nodes), thin client helpers ([`client`]) and the state cache's wire
+//! encoding and client calls ([`state_cache`]). It runs no queries and
 //! keeps no cluster state; the roles in `skiff-server` do.
 
 pub mod batch;
@@ -14,5 +15,9 @@ pub mod protocol;
 pub use client::{connect, do_action};
 pub use codec::{SkiffCodec, decode_plan, encode_plan};
 pub mod service;
+pub mod state_cache;
 
 pub use service::{FlightStream, Handler, flight_server};
+pub use state_cache::{
+    CacheStats, PutOptions, Stored, cache_stats, delete_state, get_state, put_state,
+};

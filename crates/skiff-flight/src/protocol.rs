@@ -5,6 +5,10 @@
 //! query's result as Arrow IPC; [`CancelQuery`] (`DoAction`).
 //! Worker or memory node → coordinator: [`Register`] once, then a
 //! [`Heartbeat`] every [`HEARTBEAT_INTERVAL`].
+//! Any node → memory node: the state cache (`crate::state_cache`): a
+//! `DoPut` whose descriptor is a [`StatePut`], a `DoGet` whose ticket is a
+//! [`StateKey`], and the [`action::STATE_DELETE`] / [`action::STATE_STATS`]
+//! actions.
 
 use std::time::Duration;
 
@@ -22,6 +26,10 @@ pub mod action {
     pub const REGISTER: &str = "skiff.register";
     pub const HEARTBEAT: &str = "skiff.heartbeat";
     pub const CANCEL: &str = "skiff.cancel";
+    /// Memory node: drop a cached state ([`super::StateKey`]); fine when absent.
+    pub const STATE_DELETE: &str = "skiff.state.delete";
+    /// Memory node: the state cache's counters ([`super::CacheStats`]).
+    pub const STATE_STATS: &str = "skiff.state.stats";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -139,4 +147,113 @@ pub struct PipelineReport {
     pub output_bytes: u64,
     #[prost(uint64, tag = "6")]
     pub elapsed_ms: u64,
+}
+
+/// The descriptor command of a state cache `DoPut`: where the state goes and
+/// how long it stays. The stream's messages follow `crate::state_cache`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StatePut {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// Time to live in milliseconds; 0 = the memory node's default.
+    /// Ignored for durable entries, which never expire.
+    #[prost(uint64, tag = "2")]
+    pub ttl_ms: u64,
+    /// Delete the entry once a get has streamed it completely.
+    #[prost(bool, tag = "3")]
+    pub read_once: bool,
+    /// Write the entry to disk (fsync, atomic rename) and keep it until it
+    /// is deleted: suspended queries must survive restarts.
+    #[prost(bool, tag = "4")]
+    pub durable: bool,
+    /// Messages in the stream, this first one included. A client that goes
+    /// away can look like a stream that simply ended; a stream that ends
+    /// short of this count stores nothing.
+    #[prost(uint64, tag = "5")]
+    pub messages: u64,
+}
+
+/// A state cache key: the `DoGet` ticket, and the body of
+/// [`action::STATE_DELETE`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateKey {
+    #[prost(string, tag = "1")]
+    pub key: String,
+}
+
+/// The `DoPut` reply (one `PutResult`'s `app_metadata`): what the memory
+/// node now holds for the key.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateStored {
+    /// Bytes of every message's metadata and body.
+    #[prost(uint64, tag = "1")]
+    pub bytes: u64,
+    /// Messages stored, the header included.
+    #[prost(uint64, tag = "2")]
+    pub chunks: u64,
+}
+
+/// The first message of a state stream (its `app_metadata`): the outputs,
+/// in order. The frames follow, one message each.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateHeader {
+    #[prost(message, repeated, tag = "1")]
+    pub outputs: Vec<StateOutput>,
+    /// Frame messages that follow: a stream that ends short is refused.
+    #[prost(uint64, tag = "2")]
+    pub frames: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateOutput {
+    #[prost(uint64, tag = "1")]
+    pub pipeline: u64,
+    /// The output's schema as an Arrow IPC stream with no batches.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub schema: bytes::Bytes,
+    #[prost(uint32, tag = "3")]
+    pub partitions: u32,
+}
+
+/// Where one frame belongs (its message's `app_metadata`; the frame's bytes
+/// are the message's `data_body`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateFrame {
+    /// Index into [`StateHeader::outputs`].
+    #[prost(uint32, tag = "1")]
+    pub output: u32,
+    #[prost(uint32, tag = "2")]
+    pub partition: u32,
+    /// CRC-32 of the frame's bytes, as extracted.
+    #[prost(uint32, tag = "3")]
+    pub checksum: u32,
+    #[prost(uint64, tag = "4")]
+    pub rows: u64,
+}
+
+/// The state cache's counters ([`action::STATE_STATS`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CacheStats {
+    /// Entries visible now.
+    #[prost(uint64, tag = "1")]
+    pub entries: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_bytes: u64,
+    #[prost(uint64, tag = "3")]
+    pub disk_bytes: u64,
+    /// Completed puts since start.
+    #[prost(uint64, tag = "4")]
+    pub puts: u64,
+    /// Gets served completely since start.
+    #[prost(uint64, tag = "5")]
+    pub gets: u64,
+    /// Entries removed because their time to live ran out.
+    #[prost(uint64, tag = "6")]
+    pub expired: u64,
+    /// Entries moved from memory to disk to make room.
+    #[prost(uint64, tag = "7")]
+    pub spilled: u64,
+    /// The memory limit in bytes (0 = none).
+    #[prost(uint64, tag = "8")]
+    pub capacity: u64,
 }

@@ -23,6 +23,13 @@ pub trait Handler: Send + Sync + 'static {
         Err(Status::unimplemented("this node serves no streams"))
     }
 
+    /// `DoPut`: consume `data` (the client's messages, the first carrying
+    /// the descriptor) and return the `app_metadata` of the single reply.
+    async fn put(&self, data: FlightStream) -> Result<bytes::Bytes, Status> {
+        let _ = data;
+        Err(Status::unimplemented("this node takes no puts"))
+    }
+
     /// `DoAction`: the body of the single result (empty for none).
     async fn action(&self, action: Action) -> Result<bytes::Bytes, Status>;
 }
@@ -92,9 +99,12 @@ impl<H: Handler> FlightService for FlightNode<H> {
 
     async fn do_put(
         &self,
-        _request: Request<Streaming<FlightData>>,
+        request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        Err(Status::unimplemented("do_put"))
+        let data: FlightStream = Box::pin(request.into_inner());
+        let app_metadata = self.handler.put(data).await?;
+        let result = PutResult { app_metadata };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
     }
 
     async fn do_exchange(

@@ -103,9 +103,17 @@ pub struct MemnodeArgs {
     /// Where this memory node listens.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Memory offered for cached state and chunks, e.g. 4G.
+    /// Memory offered for cached state and chunks, e.g. 4G; state beyond
+    /// it spills to --state-dir.
     #[arg(long, value_parser = parse_bytes)]
     pub memory: Option<usize>,
+    /// Directory for spilled and durable query state (durable state found
+    /// there is reloaded at start). A fresh temporary directory by default.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Seconds cached state lives when its put names no time to live.
+    #[arg(long, default_value_t = skiff_server::memnode::DEFAULT_STATE_TTL.as_secs_f64())]
+    pub state_ttl: f64,
 }
 
 /// Log to stderr; `SKIFF_LOG` filters (default `info`).
@@ -225,6 +233,11 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         coordinator: args.coordinator.clone(),
         listen: args.listen,
         memory: args.memory.unwrap_or(0) as u64,
+        state_dir: args.state_dir.clone(),
+        state_ttl: Duration::try_from_secs_f64(args.state_ttl)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .unwrap_or(skiff_server::memnode::DEFAULT_STATE_TTL),
     };
     let span = info_span!("memnode", pid = std::process::id());
     skiff_server::run_memnode(config, shutdown_on_signal())
@@ -253,6 +266,7 @@ fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize)>) 
 pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
     init_logging();
     let config = coordinator_config(session, &args.front, args.cluster_addr)?;
+    let state_dir = config.data_dir.join(".skiff").join("state");
     let shutdown = shutdown_on_signal();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let coordinator = skiff_server::serve_coordinator(config, shutdown.clone(), move |c, l| {
@@ -275,11 +289,11 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
             }
             kids.spawn(supervise(format!("worker {n}"), command, shutdown.clone()));
         }
-        kids.spawn(supervise(
-            "memory node".into(),
-            child_command("memnode", &cluster)?,
-            shutdown.clone(),
-        ));
+        // Spills and durable state (suspended queries) live with the data,
+        // so they outlive a restart of the memory node.
+        let mut memnode = child_command("memnode", &cluster)?;
+        memnode.arg("--state-dir").arg(&state_dir);
+        kids.spawn(supervise("memory node".into(), memnode, shutdown.clone()));
         wait_for_nodes(&coordinator, args.workers as usize, &shutdown).await;
         let workers = coordinator
             .membership()

@@ -193,6 +193,20 @@ impl IntermediateStore {
         Ok(())
     }
 
+    /// Put a started `pipeline` back to waiting and drop what it wrote so
+    /// far: an immediate pause aborted it, so it starts over when the query
+    /// goes on. Its inputs stay, since it has not read them to the end. Its
+    /// task may have been aborted before it reached [`start`](Self::start).
+    pub fn abort(&self, pipeline: PipelineId) -> Result<()> {
+        let mut inner = self.inner();
+        if matches!(inner.status[pipeline.0], PipelineStatus::Finished { .. }) {
+            return internal_err!("{pipeline} aborted after it finished");
+        }
+        inner.status[pipeline.0] = PipelineStatus::Waiting;
+        inner.outputs.remove(&pipeline);
+        Ok(())
+    }
+
     /// The sealed output of `pipeline`, for a reader.
     pub fn output(&self, pipeline: PipelineId) -> Result<Arc<PipelineOutput>> {
         let inner = self.inner();

@@ -17,7 +17,9 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use futures::TryStreamExt;
-use skiff_engine::{Engine, EngineConfig, MigratedStateExec, Pause, QueryExecution};
+use std::time::Duration;
+
+use skiff_engine::{Engine, EngineConfig, MigratedStateExec, Pause, PauseMode, QueryExecution};
 use skiff_flight::{decode_plan, encode_plan};
 use skiff_gen::Benchmark;
 use skiff_state::{
@@ -48,9 +50,21 @@ async fn engine_over(bench: Benchmark, partitions: usize) -> Engine {
     engine
 }
 
+/// When the source stops.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// Exactly after k pipelines.
+    After(usize),
+    /// On demand, this long after the start.
+    Now(PauseMode, Duration),
+}
+
 /// What one migration at boundary k showed.
 #[derive(Debug, Default)]
 struct Migration {
+    /// False when the query had reached its result pipeline before the
+    /// pause (nothing left to move; it finished on the source).
+    moved: bool,
     pipelines: usize,
     state_rows: u64,
     state_bytes_memory: u64,
@@ -120,25 +134,42 @@ fn migrated_leaves(plan: &Arc<dyn ExecutionPlan>) -> usize {
     leaves
 }
 
-/// Pause `sql` after `k` pipelines on `source`, migrate to `target`, and
+/// Pause `sql` on `source` as `trigger` says, migrate to `target`, and
 /// check both the target's and the resumed source's answers.
 async fn migrate(
     source: &Engine,
     target: &Target<'_>,
     sql: &str,
-    k: usize,
+    trigger: Trigger,
     golden: &Golden,
 ) -> Result<Migration, String> {
     let err = |e: datafusion::error::DataFusionError| e.to_string();
     let plan = source.physical_plan(sql).await.map_err(err)?;
     let execution = source.start(plan).map_err(err)?;
     let graph = Arc::clone(execution.graph());
-    execution.pause_after(k);
-    let stream = execution.execute().map_err(err)?;
-    match execution.paused().await {
-        Pause::Paused { finished } if finished == k => {}
-        other => return Err(format!("k={k}: driver {other:?}")),
+    if let Trigger::After(k) = trigger {
+        execution.pause_after(k);
     }
+    let stream = execution.execute().map_err(err)?;
+    if let Trigger::Now(mode, delay) = trigger {
+        tokio::time::sleep(delay).await;
+        execution.pause_now(mode);
+    }
+    let k = match (execution.paused().await, trigger) {
+        (Pause::Paused { finished }, Trigger::After(k)) if finished == k => k,
+        (Pause::Paused { finished }, Trigger::Now(..)) => finished,
+        (Pause::Ended, Trigger::Now(..)) => {
+            let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(err)?;
+            let columns = graph.result().plan.schema().fields().len();
+            compare(golden, render_rows(&batches), columns)
+                .map_err(|e| format!("{trigger:?} unmoved: {e}"))?;
+            return Ok(Migration {
+                pipelines: graph.len(),
+                ..Migration::default()
+            });
+        }
+        (other, _) => return Err(format!("{trigger:?}: driver {other:?}")),
+    };
     let state = execution.state();
     let selection = select(&graph, &state).map_err(err)?;
     if selection.finished.len() != k {
@@ -240,11 +271,26 @@ async fn migrate(
         .map_err(|e| format!("k={k} target: {e}"))?;
     compare(golden, render_rows(&batches), columns).map_err(|e| format!("k={k} target: {e}"))?;
 
-    // Extraction did not consume: the source finishes as if nothing happened.
+    // Extraction did not consume: the source finishes as if nothing happened
+    // (unless an immediate pause aborted pipelines: then it must refuse).
+    if execution.aborted() {
+        execution.resume();
+        let refused: Result<Vec<RecordBatch>, _> = stream.try_collect().await;
+        if refused.is_ok() {
+            return Err(format!("{trigger:?}: source went on after aborting"));
+        }
+        return Ok(Migration {
+            moved: true,
+            pipelines: graph.len(),
+            state_rows: extracted.rows(),
+            ..Migration::default()
+        });
+    }
     execution.resume();
     let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(err)?;
     compare(golden, render_rows(&batches), columns).map_err(|e| format!("k={k} source: {e}"))?;
     Ok(Migration {
+        moved: true,
         pipelines: graph.len(),
         state_rows: extracted.rows(),
         state_bytes_memory: selection.bytes,
@@ -292,7 +338,7 @@ async fn sweep(bench: &str, source: &Engine, target: &Target<'_>) {
                 .len();
             // k = pipelines - 1: all but the result pipeline finished.
             for k in 0..pipelines {
-                match migrate(source, target, statement, k, golden).await {
+                match migrate(source, target, statement, Trigger::After(k), golden).await {
                     Ok(m) => {
                         migrations += 1;
                         summary.push(format!("k{k}:{}r/{}B", m.state_rows, m.shipped_bytes));
@@ -373,6 +419,59 @@ async fn tpch_sf0_01_migrates_to_fewer_partitions() {
         partitions: Some(SOURCE_PARTITIONS / 2),
     };
     sweep("tpch", &source, &target).await;
+}
+
+/// On-demand pauses (what `skiff.migrate` and a vacate use): for every
+/// TPC-H query, in both modes, at several moments of its run. Where the
+/// pause lands is up to timing, so each case checks whatever boundary it
+/// reached; an immediate pause aborts the running pipelines, which must
+/// start over from nothing on the target and on the resumed source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_migrates_on_demand() {
+    let source = engine(SOURCE_PARTITIONS).await;
+    let target = engine(SOURCE_PARTITIONS).await;
+    let target = Target {
+        engine: &target,
+        partitions: None,
+    };
+    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
+    let mut failures = Vec::new();
+    let (mut moved, mut finished_first) = (0, 0);
+    for (query, sql) in queries("tpch") {
+        let Ok(Expected::Answers(answers)) = load_golden(&golden_dir, &query) else {
+            panic!("{query}: no golden answer");
+        };
+        for (index, statement) in skiff_engine::statement::split_statements(&sql)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(golden) = answers.iter().find(|g| g.statement == index + 1) else {
+                let output = source.execute(statement).await.expect(statement);
+                let _: Vec<RecordBatch> = output.stream.try_collect().await.expect(statement);
+                continue;
+            };
+            for mode in [PauseMode::Drain, PauseMode::Immediate] {
+                for delay_ms in [0, 1, 3, 8, 20] {
+                    let trigger = Trigger::Now(mode, Duration::from_millis(delay_ms));
+                    match migrate(&source, &target, statement, trigger, golden).await {
+                        Ok(m) if m.moved => moved += 1,
+                        Ok(_) => finished_first += 1,
+                        Err(e) => failures.push(format!("{query} {trigger:?}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Where pauses land depends on timing; a pause at 0 ms lands before the
+    // result pipeline on any machine, so some must have moved.
+    assert!(moved > 0, "no pause moved a query");
+    println!("{moved} on-demand migrations match DuckDB; {finished_first} reached the result first");
 }
 
 /// A corrupted state byte is caught before the state is used.
