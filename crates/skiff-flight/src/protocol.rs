@@ -107,6 +107,10 @@ pub struct PauseQuery {
     /// Abort running pipelines instead of letting them finish.
     #[prost(bool, tag = "3")]
     pub immediate: bool,
+    /// Stop without storing state: the coordinator chose to restart the
+    /// query or to continue it from an older snapshot.
+    #[prost(bool, tag = "4")]
+    pub discard_state: bool,
 }
 
 /// Worker → coordinator: vacate the worker at `addr` (it got SIGTERM).
@@ -236,6 +240,9 @@ pub struct PipelineReport {
     pub output_bytes: u64,
     #[prost(uint64, tag = "6")]
     pub elapsed_ms: u64,
+    /// Pipelines whose outputs this one reads (Definition 5's edges).
+    #[prost(uint32, repeated, tag = "7")]
+    pub inputs: Vec<u32>,
 }
 
 /// The descriptor command of a state cache `DoPut`: where the state goes and

@@ -62,7 +62,7 @@ struct Triggers {
 
 /// What to do at a pause.
 enum Step {
-    HandOff(HandoffReason, Instant),
+    HandOff(HandoffReason, Instant, bool),
     Snapshot,
     Kill,
     /// Wait here for a hand-off request (test trigger).
@@ -76,6 +76,9 @@ enum Step {
 struct Request {
     reason: HandoffReason,
     at: Instant,
+    /// Hand off without state (the coordinator restarts the query or
+    /// continues it from a snapshot).
+    discard: bool,
 }
 
 /// The hand-off side of one running query.
@@ -153,7 +156,7 @@ impl Control {
 
     fn at_pause(&self, finished: usize) -> Step {
         if let Some(request) = *lock(&self.request) {
-            return Step::HandOff(request.reason, request.at);
+            return Step::HandOff(request.reason, request.at, request.discard);
         }
         let t = &self.triggers;
         if t.kill_after == Some(finished) {
@@ -163,10 +166,10 @@ impl Control {
             return Step::Hold;
         }
         if t.migrate_after == Some(finished) {
-            return Step::HandOff(HandoffReason::Migrate, Instant::now());
+            return Step::HandOff(HandoffReason::Migrate, Instant::now(), false);
         }
         if t.suspend_after == Some(finished) {
-            return Step::HandOff(HandoffReason::Suspend, Instant::now());
+            return Step::HandOff(HandoffReason::Suspend, Instant::now(), false);
         }
         if t.snapshot_every
             .is_some_and(|every| finished > 0 && finished.is_multiple_of(every))
@@ -182,6 +185,7 @@ impl Control {
         execution: &QueryExecution,
         reason: HandoffReason,
         mode: PauseMode,
+        discard: bool,
     ) -> PauseReply {
         let result = execution.graph().result().id;
         if execution.store().status()[result.0] != PipelineStatus::Waiting {
@@ -190,7 +194,7 @@ impl Control {
                 detail: "its result is streaming to the client; it finishes here".into(),
             };
         }
-        if self.cache.is_empty() {
+        if self.cache.is_empty() && !discard {
             return PauseReply {
                 accepted: false,
                 detail: "the cluster has no memory node to hold its state".into(),
@@ -199,6 +203,7 @@ impl Control {
         lock(&self.request).get_or_insert(Request {
             reason,
             at: Instant::now(),
+            discard,
         });
         execution.pause_now(mode);
         self.requested.notify_one();
@@ -256,8 +261,17 @@ async fn produce(
             break;
         };
         match control.at_pause(finished) {
-            Step::HandOff(reason, at) => {
-                let handoff = hand_off(&execution, &control, reason, at).await;
+            Step::HandOff(reason, at, discard) => {
+                let handoff = if discard {
+                    Handoff {
+                        reason: reason as i32,
+                        error: "state discarded at the coordinator's request".into(),
+                        pause_ms: at.elapsed().as_millis() as u64,
+                        ..Handoff::default()
+                    }
+                } else {
+                    hand_off(&execution, &control, reason, at).await
+                };
                 let _ = tx.send(Ok(metadata(&handoff))).await;
                 return;
             }

@@ -192,6 +192,11 @@ impl WorkerService {
                             output_rows: rows,
                             output_bytes: bytes,
                             elapsed_ms: elapsed,
+                            inputs: graph.pipelines()[i]
+                                .inputs
+                                .iter()
+                                .map(|p| p.0 as u32)
+                                .collect(),
                         }
                     })
                     .collect();
@@ -281,7 +286,9 @@ impl WorkerService {
         } else {
             PauseMode::Drain
         };
-        running.control.request(&running.execution, reason, mode)
+        running
+            .control
+            .request(&running.execution, reason, mode, request.discard_state)
     }
 }
 
