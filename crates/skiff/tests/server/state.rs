@@ -385,9 +385,9 @@ async fn suspended(admin: &tokio_postgres::Client) -> String {
     panic!("no query suspended");
 }
 
-/// `skiff.migrate` on running queries, in both modes: wherever the request lands (before a boundary, while the result
-/// streams, after the end) the answer is DuckDB's and the record says what
-/// happened.
+/// `skiff.migrate` on running queries, in both modes: wherever the request
+/// lands (before a boundary, while the result streams, after the end) the
+/// answer is DuckDB's and the record says what happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_demand_migration_keeps_answers() {
     let data = dataset(Benchmark::Tpch, 0.01);
