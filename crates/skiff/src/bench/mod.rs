@@ -8,6 +8,7 @@
 
 pub mod child;
 mod duckdb;
+mod migration;
 pub(crate) mod plot;
 mod report;
 mod via;
@@ -84,6 +85,9 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
     let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
     if let Some(via) = args.via {
         return via::run(&setup, args, via, &queries, &title).await;
+    }
+    if args.migration {
+        return migration::run(&setup, args, &queries, &title).await;
     }
     let mut header = format!(
         "{title}: {} queries x {} engines ({}), runs per query {}{}, {} partitions, data {}\n",
