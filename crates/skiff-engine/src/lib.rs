@@ -7,6 +7,7 @@
 //! networks, workers or clients: callers on the coordinator or a worker drive
 //! it through [`Engine`] and [`QueryExecution`].
 
+pub mod batch;
 pub mod catalog;
 pub mod engine;
 pub mod executor;

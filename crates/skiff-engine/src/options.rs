@@ -23,6 +23,10 @@ extensions_options! {
         /// Snapshot the query's state to the state cache every this many
         /// finished pipelines; off when unset.
         pub snapshot_every_pipelines: Option<usize>, default = None
+        /// Test trigger: hold the query after this many pipelines until an
+        /// operation (migrate, suspend, drain) moves it; so that tests can
+        /// act on a query that surely runs on its worker.
+        pub test_hold_after_pipelines: Option<usize>, default = None
         /// Test trigger: flip one byte of the state after extraction, so
         /// that the target must detect it and the query start over.
         pub test_corrupt_state: bool, default = false

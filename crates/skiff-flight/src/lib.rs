@@ -7,7 +7,6 @@
 //! encoding and client calls ([`state_cache`]). It runs no queries and
 //! keeps no cluster state; the roles in `skiff-server` do.
 
-pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod protocol;

@@ -31,6 +31,8 @@ pub mod action {
     /// Memory node: the state cache's counters ([`super::CacheStats`]).
     pub const STATE_STATS: &str = "skiff.state.stats";
     pub const PAUSE: &str = "skiff.pause";
+    /// Worker → coordinator: move my queries away, I am stopping.
+    pub const VACATE: &str = "skiff.vacate";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -105,6 +107,17 @@ pub struct PauseQuery {
     /// Abort running pipelines instead of letting them finish.
     #[prost(bool, tag = "3")]
     pub immediate: bool,
+    /// Stop without storing state: the coordinator chose to restart the
+    /// query or to continue it from an older snapshot.
+    #[prost(bool, tag = "4")]
+    pub discard_state: bool,
+}
+
+/// Worker → coordinator: vacate the worker at `addr` (it got SIGTERM).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct VacateWorker {
+    #[prost(string, tag = "1")]
+    pub addr: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -227,6 +240,9 @@ pub struct PipelineReport {
     pub output_bytes: u64,
     #[prost(uint64, tag = "6")]
     pub elapsed_ms: u64,
+    /// Pipelines whose outputs this one reads (Definition 5's edges).
+    #[prost(uint32, repeated, tag = "7")]
+    pub inputs: Vec<u32>,
 }
 
 /// The descriptor command of a state cache `DoPut`: where the state goes and

@@ -166,6 +166,12 @@ pub struct BenchArgs {
     /// process is killed after that and the query reported as failed.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Measure state sizes instead: run every query once in this process
+    /// on Skiff, pause it after each pipeline, and measure the state
+    /// on-demand state separation would extract there (rows, bytes, bytes
+    /// shipped lz4/uncompressed) against full state separation.
+    #[arg(long, conflicts_with = "via")]
+    pub state_sizes: bool,
 }
 
 const BENCH_HELP: &str = "\
@@ -189,10 +195,21 @@ Output: a table per query and totals on stdout, progress on stderr, and
 RESULTS/<benchmark>-sf<SF>-<timestamp>.csv/.png plus -latest.csv/.png copies.
 See bench/README.md for how to read them.
 
+--state-sizes (in process, Skiff only; --runs and --engines do not apply):
+  Every query runs once paused after each pipeline k (0 < k < pipelines): the
+  state Algorithm 1 selects there is measured (rows, bytes in memory, bytes
+  extracted with lz4 and uncompressed, extraction time), as is full state
+  separation (every finished pipeline's output written out once; and, as the
+  paper ran it, the whole state extracted at every boundary). A second,
+  unpaused run gives each boundary's progress in time. Output: per-query and
+  overall tables on stdout, RESULTS/<benchmark>-sf<SF>-state-sizes-<timestamp>
+  .csv/.png plus -latest copies.
+
 Examples:
   skiff bench tpch --sf 1
   skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
-  skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300";
+  skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
+  skiff bench tpch --sf 1 --state-sizes";
 
 /// A client protocol for `skiff bench --via`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

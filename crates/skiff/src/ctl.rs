@@ -2,6 +2,7 @@
 //! a Flight SQL client of the coordinator and shows the same system tables
 //! SQL clients see.
 
+use arrow::array::Array;
 use clap::{Args, Subcommand};
 use datafusion::error::{DataFusionError, Result};
 
@@ -13,6 +14,10 @@ use crate::remote::{Credentials, FlightConn};
   skiff ctl workers
   skiff ctl --coordinator 10.0.0.5:50051 queries --format json
   skiff ctl cancel 42
+  skiff ctl migrate 42 --to 127.0.0.1:40067 --immediate
+  skiff ctl suspend 42 && skiff ctl resume 42
+  skiff ctl drain 2
+  skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
 
 Credentials come from SKIFF_USER and SKIFF_PASSWORD when the server requires them.")]
 pub struct CtlArgs {
@@ -34,7 +39,43 @@ pub enum CtlCommand {
         /// The query's id (see `skiff ctl queries`).
         id: u64,
     },
+    /// Move a running query to another worker at its next pipeline boundary
+    /// (its state goes through the memory node; the client notices nothing).
+    Migrate {
+        id: u64,
+        /// The target worker's id or address; any other worker by default.
+        #[arg(long)]
+        to: Option<String>,
+        /// Abort the running pipelines instead of letting them finish.
+        #[arg(long)]
+        immediate: bool,
+    },
+    /// Stop a running query at its next pipeline boundary, keeping its state
+    /// until `resume`; its client waits.
+    Suspend {
+        id: u64,
+        #[arg(long)]
+        immediate: bool,
+    },
+    /// Continue a suspended query on any worker.
+    Resume { id: u64 },
+    /// Vacate a worker: it takes no new query and its queries move away;
+    /// waits until it is empty and prints how long that took.
+    Drain {
+        /// The worker's id or address (see `skiff ctl workers`).
+        worker: String,
+    },
+    /// A spot notice: vacate a worker that goes away in SECONDS; migrations
+    /// turn immediate when half the notice has passed.
+    SpotNotice {
+        worker: String,
+        #[arg(long)]
+        seconds: f64,
+    },
 }
+
+/// How long `drain` and `spot-notice` wait for the worker to empty.
+const VACATE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
     let fail = |e: String| DataFusionError::External(e.into());
@@ -48,6 +89,19 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
                                 FROM skiff.queries ORDER BY id"
             .to_string(),
         CtlCommand::Cancel { id } => format!("SELECT skiff.cancel({id}) AS canceled"),
+        CtlCommand::Migrate { id, to, immediate } => format!(
+            "SELECT skiff.migrate({id}, {}, '{}')",
+            to.as_deref().map_or("NULL".to_string(), quote),
+            mode(*immediate)
+        ),
+        CtlCommand::Suspend { id, immediate } => {
+            format!("SELECT skiff.suspend({id}, '{}')", mode(*immediate))
+        }
+        CtlCommand::Resume { id } => format!("SELECT skiff.resume({id})"),
+        CtlCommand::Drain { worker } => format!("SELECT skiff.drain({})", quote(worker)),
+        CtlCommand::SpotNotice { worker, seconds } => {
+            format!("SELECT skiff.spot_notice({}, '{seconds}')", quote(worker))
+        }
     };
     let (schema, batches) = conn.query(&sql).await.map_err(fail)?;
     if let CtlCommand::Cancel { id } = &args.command {
@@ -65,6 +119,75 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
             _ => Err(fail(format!("query {id} is not running"))),
         };
     }
-    let mut out = std::io::stdout();
-    crate::output::write_batches(&mut out, format, &schema, &batches)
+    match &args.command {
+        CtlCommand::Migrate { id, .. } => {
+            println!("query {id}: migration asked; `skiff ctl queries` shows where it runs");
+        }
+        CtlCommand::Suspend { id, .. } => {
+            println!("query {id}: suspension asked; it stops at its next pipeline boundary");
+        }
+        CtlCommand::Resume { id } => match first_bool(&batches) {
+            Some(true) => println!("query {id} resumed"),
+            _ => return Err(fail(format!("query {id} is not suspended"))),
+        },
+        CtlCommand::Drain { worker } | CtlCommand::SpotNotice { worker, .. } => {
+            let ms = wait_vacated(&mut conn, worker).await.map_err(fail)?;
+            println!("worker {worker} vacated in {ms} ms");
+        }
+        _ => {
+            let mut out = std::io::stdout();
+            crate::output::write_batches(&mut out, format, &schema, &batches)?;
+        }
+    }
+    Ok(())
+}
+
+fn mode(immediate: bool) -> &'static str {
+    if immediate { "immediate" } else { "drain" }
+}
+
+/// `text` as a SQL string literal.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+fn first_bool(batches: &[arrow::array::RecordBatch]) -> Option<bool> {
+    batches.first().filter(|b| b.num_rows() == 1).and_then(|b| {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::BooleanArray>()
+            .map(|a| a.value(0))
+    })
+}
+
+/// Poll `skiff.workers` until the drained worker reports its vacate time.
+async fn wait_vacated(conn: &mut FlightConn, worker: &str) -> Result<i64, String> {
+    let sql = format!(
+        "SELECT vacate_ms FROM skiff.workers WHERE role = 'worker' AND \
+         (address = {name} OR CAST(id AS VARCHAR) = {name})",
+        name = quote(worker)
+    );
+    let deadline = std::time::Instant::now() + VACATE_WAIT;
+    let mut reported = std::time::Instant::now();
+    while std::time::Instant::now() < deadline {
+        let (_, batches) = conn.query(&sql).await?;
+        let value = batches.iter().find(|b| b.num_rows() > 0).and_then(|b| {
+            let column = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()?;
+            (!column.is_null(0)).then(|| column.value(0))
+        });
+        if let Some(ms) = value {
+            return Ok(ms);
+        }
+        if reported.elapsed() > std::time::Duration::from_secs(5) {
+            eprintln!("waiting for worker {worker} to empty...");
+            reported = std::time::Instant::now();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Err(format!(
+        "worker {worker} still holds queries after {VACATE_WAIT:?}"
+    ))
 }

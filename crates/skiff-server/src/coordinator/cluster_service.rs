@@ -6,11 +6,14 @@ use std::sync::Arc;
 use arrow_flight::Action;
 use prost::Message;
 use skiff_flight::Handler;
-use skiff_flight::protocol::{Heartbeat, HeartbeatReply, Register, Registered, Role, action};
+use skiff_flight::protocol::{
+    Heartbeat, HeartbeatReply, Register, Registered, Role, VacateWorker, action,
+};
 use tonic::Status;
 use tracing::info;
 
 use super::Inner;
+use crate::error::to_status;
 
 pub(crate) struct ClusterService {
     pub(crate) inner: Arc<Inner>,
@@ -44,6 +47,14 @@ impl Handler for ClusterService {
                     }
                 }
                 Ok(HeartbeatReply { known }.encode_to_vec().into())
+            }
+            action::VACATE => {
+                let request = VacateWorker::decode(action.body).map_err(bad)?;
+                let Some(id) = self.inner.membership.resolve_worker(&request.addr) else {
+                    return Err(Status::not_found(format!("no worker at {}", request.addr)));
+                };
+                super::vacate::vacate(&self.inner, id, None).map_err(|e| to_status(&e))?;
+                Ok(bytes::Bytes::new())
             }
             other => Err(Status::unimplemented(format!("unknown action {other}"))),
         }

@@ -87,7 +87,10 @@ fn qualified(key: String) -> String {
     if key.starts_with("datafusion.") {
         key
     } else {
-        format!("{}.{key}", <skiff_engine::SkiffOptions as ConfigExtension>::PREFIX)
+        format!(
+            "{}.{key}",
+            <skiff_engine::SkiffOptions as ConfigExtension>::PREFIX
+        )
     }
 }
 

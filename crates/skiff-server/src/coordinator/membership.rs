@@ -43,6 +43,8 @@ pub struct Node {
     pub running: Vec<RunningQuery>,
     /// Being vacated: takes no new query.
     pub draining: bool,
+    /// How long the last vacate took, once the worker held no query.
+    pub vacate_ms: Option<u64>,
 }
 
 /// Which worker a query may go to.
@@ -88,6 +90,7 @@ impl Membership {
                 assigned: 0,
                 running: Vec::new(),
                 draining: false,
+                vacate_ms: None,
             },
         );
         id
@@ -144,11 +147,14 @@ impl Membership {
     /// nothing.
     pub fn assign_to(&self, placement: Placement) -> Option<(u64, String)> {
         let mut nodes = lock(&self.nodes);
-        let usable = |n: &Node| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining;
+        let usable =
+            |n: &Node| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining;
         let chosen = match placement {
             Placement::Prefer(id) if nodes.get(&id).is_some_and(usable) => Some(id),
-            Placement::Avoid(avoid) => least_loaded(nodes.values().filter(|n| n.id != avoid && usable(n)))
-                .or_else(|| least_loaded(nodes.values().filter(|n| usable(n)))),
+            Placement::Avoid(avoid) => {
+                least_loaded(nodes.values().filter(|n| n.id != avoid && usable(n)))
+                    .or_else(|| least_loaded(nodes.values().filter(|n| usable(n))))
+            }
             _ => least_loaded(nodes.values().filter(|n| usable(n))),
         }?;
         let node = nodes.get_mut(&chosen)?;
@@ -166,14 +172,21 @@ impl Membership {
             .map(|n| n.id)
     }
 
-    /// Mark a worker draining (true) or open again; false when unknown.
-    pub fn set_draining(&self, id: u64, draining: bool) -> bool {
+    /// Mark a worker draining: it takes no new query; false when unknown.
+    pub fn start_draining(&self, id: u64) -> bool {
         match lock(&self.nodes).get_mut(&id) {
             Some(node) if node.role == Role::Worker => {
-                node.draining = draining;
+                node.draining = true;
+                node.vacate_ms = None;
                 true
             }
             _ => false,
+        }
+    }
+
+    pub fn vacated(&self, id: u64, ms: u64) {
+        if let Some(node) = lock(&self.nodes).get_mut(&id) {
+            node.vacate_ms = Some(ms);
         }
     }
 

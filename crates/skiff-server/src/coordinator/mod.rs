@@ -4,6 +4,7 @@
 
 mod catalog_store;
 mod cluster_service;
+mod cost;
 pub(crate) use cluster_service::ClusterService;
 mod dispatch;
 mod membership;
@@ -12,6 +13,7 @@ mod relay;
 pub(crate) use queries::lock;
 mod session;
 mod system_tables;
+mod vacate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -78,6 +80,8 @@ pub(crate) struct Inner {
     open_sessions: Arc<AtomicUsize>,
     next_session: AtomicU64,
     clients: Mutex<HashMap<String, dispatch::WorkerClient>>,
+    /// Measured state hand-off bandwidth, for the migration decision.
+    pub(crate) bandwidth: cost::Bandwidth,
 }
 
 impl Coordinator {
@@ -105,6 +109,7 @@ impl Coordinator {
                 open_sessions: Arc::new(AtomicUsize::new(0)),
                 next_session: AtomicU64::new(0),
                 clients: Mutex::new(HashMap::new()),
+                bandwidth: cost::Bandwidth::default(),
             }
         });
         let coordinator = Self { inner };

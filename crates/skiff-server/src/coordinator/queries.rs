@@ -69,8 +69,12 @@ pub struct QueryInfo {
     pub decision: String,
     /// Where an asked-for migration goes.
     pub migrate_to: Option<u64>,
-    /// The latest snapshot of the query's state.
+    /// The latest snapshot of the query's state, and the query's running
+    /// time when it arrived.
     pub snapshot: Option<Handoff>,
+    pub snapshot_elapsed_ms: f64,
+    /// The cost model chose to continue from the snapshot.
+    pub use_snapshot: bool,
 }
 
 /// One query.
@@ -196,6 +200,8 @@ impl QueryRegistry {
                 decision: String::new(),
                 migrate_to: None,
                 snapshot: None,
+                snapshot_elapsed_ms: 0.0,
+                use_snapshot: false,
             }),
             resumed: Notify::new(),
             lost: Notify::new(),

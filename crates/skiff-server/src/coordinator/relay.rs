@@ -20,6 +20,7 @@ use prost::Message;
 use skiff_flight::protocol::{Handoff, HandoffReason, PauseQuery, PauseReply, RunQuery, action};
 use tracing::{info, warn};
 
+use super::cost::{Choice, SnapshotAt, choose};
 use super::dispatch::{client, flight_error, lost_or};
 use super::membership::Placement;
 use super::{Inner, QueryEntry, QueryStatus};
@@ -27,7 +28,8 @@ use crate::error::{Result, ServerError, SqlState};
 
 /// Session settings that fire once: a continued or restarted query runs
 /// without them.
-const ONE_SHOT_TRIGGERS: [&str; 4] = [
+const ONE_SHOT_TRIGGERS: [&str; 5] = [
+    "skiff.test_hold_after_pipelines",
     "skiff.migrate_after_pipelines",
     "skiff.suspend_after_pipelines",
     "skiff.kill_worker_after_pipelines",
@@ -109,7 +111,11 @@ impl Relay {
                         }
                     };
                     if handoff.reason == HandoffReason::Snapshot as i32 {
-                        self.entry.update(|info| info.snapshot = Some(handoff));
+                        let elapsed_ms = self.entry.elapsed().as_secs_f64() * 1000.0;
+                        self.entry.update(|info| {
+                            info.snapshot = Some(handoff);
+                            info.snapshot_elapsed_ms = elapsed_ms;
+                        });
                         continue;
                     }
                     self.current = None;
@@ -128,10 +134,27 @@ impl Relay {
     /// Continue after the worker handed the query off.
     async fn after_handoff(&mut self, source: u64, handoff: Handoff) -> Result<Attempt> {
         let id = self.entry.id;
+        let info = self.entry.info();
         if handoff.state_key.is_empty() {
+            let placement = info
+                .migrate_to
+                .map_or(Placement::Avoid(source), Placement::Prefer);
+            if let Some(snapshot) = info.snapshot.filter(|_| info.use_snapshot) {
+                info!(query = id, "continuing from the older snapshot, as chosen");
+                self.entry.update(|info| {
+                    info.migrations += 1;
+                    info.use_snapshot = false;
+                    info.migrate_to = None;
+                    info.state_bytes += snapshot.state_bytes;
+                });
+                return self.continue_from(&snapshot, placement).await;
+            }
             warn!(query = id, error = %handoff.error, "state not handed off; starting over");
-            return self.restart(Placement::Avoid(source), &handoff.error).await;
+            return self.restart(placement, &handoff.error).await;
         }
+        self.inner
+            .bandwidth
+            .record(handoff.state_bytes, handoff.extract_ms + handoff.put_ms);
         let reason = HandoffReason::try_from(handoff.reason).unwrap_or(HandoffReason::Migrate);
         let placement = match reason {
             HandoffReason::Suspend => {
@@ -172,6 +195,12 @@ impl Relay {
                     info.migrations += 1;
                     info.state_bytes += handoff.state_bytes;
                     info.migrate_to = None;
+                    let chosen = std::mem::take(&mut info.decision);
+                    let chosen = if chosen.starts_with("cost model") {
+                        format!("; {chosen}")
+                    } else {
+                        String::new()
+                    };
                     info.decision = format!(
                         "migrated after {}/{} pipelines: {} B of state, paused in {} ms \
                          (extract {} ms, store {} ms)",
@@ -181,7 +210,7 @@ impl Relay {
                         handoff.pause_ms,
                         handoff.extract_ms,
                         handoff.put_ms
-                    );
+                    ) + &chosen;
                 });
                 target.map_or(Placement::Avoid(source), Placement::Prefer)
             }
@@ -246,7 +275,10 @@ impl Relay {
                 snapshot.pipelines_finished, snapshot.pipelines_total
             );
         });
-        warn!(query = self.entry.id, worker, "worker lost; continuing from the snapshot");
+        warn!(
+            query = self.entry.id,
+            worker, "worker lost; continuing from the snapshot"
+        );
         let attempt = self
             .continue_from(&snapshot, Placement::Avoid(worker))
             .await?;
@@ -258,7 +290,12 @@ impl Relay {
         self.entry.update(|info| {
             info.restarts += 1;
             info.snapshot = None;
-            info.decision = format!("started over: {why}");
+            info.migrate_to = None;
+            info.decision = if info.decision.starts_with("cost model") {
+                format!("started over; {}", info.decision)
+            } else {
+                format!("started over: {why}")
+            };
         });
         dispatch(&self.inner, &self.entry, &self.original, placement).await
     }
@@ -369,8 +406,27 @@ pub(crate) fn request_handoff(
             format!("query {id} does not run on a worker"),
         ));
     };
+    let mut discard_state = false;
     if reason == HandoffReason::Migrate {
-        entry.update(|info| info.migrate_to = target);
+        let info = entry.info();
+        let snapshot = info.snapshot.as_ref().map(|handoff| SnapshotAt {
+            handoff,
+            elapsed_ms: info.snapshot_elapsed_ms,
+        });
+        let elapsed_ms = entry.elapsed().as_secs_f64() * 1000.0;
+        let estimate = choose(
+            info.progress.as_ref(),
+            elapsed_ms,
+            snapshot,
+            inner.bandwidth.get(),
+        );
+        info!(query = id, decision = %estimate.describe(), "leaving the worker");
+        discard_state = estimate.choice != Choice::MigrateNow;
+        entry.update(|info| {
+            info.migrate_to = target;
+            info.use_snapshot = estimate.choice == Choice::FromSnapshot;
+            info.decision = estimate.describe();
+        });
     }
     let inner = Arc::clone(inner);
     let ask = async move {
@@ -378,6 +434,7 @@ pub(crate) fn request_handoff(
             query_id: id,
             reason: reason as i32,
             immediate,
+            discard_state,
         };
         let reply = match client(&inner, &addr).await {
             Ok(mut client) => {

@@ -4,11 +4,11 @@
 //! planning time.
 
 use std::sync::{Arc, Weak};
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use arrow::array::{
-    ArrayRef, BooleanArray, BooleanBuilder, Float64Builder, StringArray, Int32Builder, Int64Array, Int64Builder, RecordBatch,
-    StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BooleanArray, BooleanBuilder, Float64Builder, Int32Builder, Int64Array, Int64Builder,
+    RecordBatch, StringArray, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -21,7 +21,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use skiff_flight::protocol::HandoffReason;
 
-use super::{Inner, relay};
+use super::{Inner, relay, vacate};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
@@ -39,7 +39,13 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         let _ = catalog.register_schema(SCHEMA, schema);
     }
     ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator.clone())));
-    for op in [Admin::Migrate, Admin::Suspend, Admin::Resume] {
+    for op in [
+        Admin::Migrate,
+        Admin::Suspend,
+        Admin::Resume,
+        Admin::Drain,
+        Admin::SpotNotice,
+    ] {
         ctx.register_udf(ScalarUDF::from(AdminFunction::new(op, coordinator.clone())));
     }
 }
@@ -248,6 +254,8 @@ fn workers(inner: &Inner) -> Result<RecordBatch> {
         Field::new("pid", DataType::Int64, false),
         Field::new("registered", timestamp(), false),
         Field::new("last_heartbeat_ms", DataType::Int64, false),
+        Field::new("draining", DataType::Boolean, false),
+        Field::new("vacate_ms", DataType::Int64, true),
     ]));
     let now = Instant::now();
     let mut id = Int64Builder::new();
@@ -260,7 +268,11 @@ fn workers(inner: &Inner) -> Result<RecordBatch> {
     let mut pid = Int64Builder::new();
     let mut registered = TimestampMicrosecondBuilder::new();
     let mut heartbeat = Int64Builder::new();
+    let mut draining = BooleanBuilder::new();
+    let mut vacate_ms = Int64Builder::new();
     for node in inner.membership.nodes() {
+        draining.append_value(node.draining);
+        vacate_ms.append_option(node.vacate_ms.map(|ms| ms as i64));
         id.append_value(node.id as i64);
         role.append_value(node.role.name());
         addr.append_value(&node.addr);
@@ -286,6 +298,8 @@ fn workers(inner: &Inner) -> Result<RecordBatch> {
         Arc::new(pid.finish()),
         Arc::new(registered.finish()),
         Arc::new(heartbeat.finish()),
+        Arc::new(draining.finish()),
+        Arc::new(vacate_ms.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
@@ -370,6 +384,10 @@ enum Admin {
     Suspend,
     /// `skiff.resume(id)`
     Resume,
+    /// `skiff.drain(worker)`
+    Drain,
+    /// `skiff.spot_notice(worker, seconds)`
+    SpotNotice,
 }
 
 /// A state-separation operation as a SQL function: true when it was asked
@@ -405,6 +423,8 @@ impl AdminFunction {
             Admin::Migrate => "skiff.migrate",
             Admin::Suspend => "skiff.suspend",
             Admin::Resume => "skiff.resume",
+            Admin::Drain => "skiff.drain",
+            Admin::SpotNotice => "skiff.spot_notice",
         };
         Self {
             op,
@@ -419,13 +439,37 @@ impl AdminFunction {
             Admin::Migrate => "skiff.migrate(id [, worker [, 'drain' | 'immediate']])",
             Admin::Suspend => "skiff.suspend(id [, 'drain' | 'immediate'])",
             Admin::Resume => "skiff.resume(id)",
+            Admin::Drain => "skiff.drain(worker)",
+            Admin::SpotNotice => "skiff.spot_notice(worker, seconds)",
         }
     }
 
     /// Run the operation for one row of arguments.
-    fn apply(&self, inner: &Arc<Inner>, id: i64, text: &[Option<String>]) -> Result<bool> {
+    fn apply(&self, inner: &Arc<Inner>, first: &str, text: &[Option<String>]) -> Result<bool> {
         let usage = || ServerError::new(SqlState::InvalidParameterValue, self.usage());
-        let id = u64::try_from(id).map_err(|_| usage())?;
+        let worker = |name: &str| {
+            inner.membership.resolve_worker(name).ok_or_else(|| {
+                ServerError::new(
+                    SqlState::InvalidParameterValue,
+                    format!("no live worker '{name}' (a worker id or address)"),
+                )
+            })
+        };
+        match (self.op, text) {
+            (Admin::Drain, []) => {
+                vacate::vacate(inner, worker(first)?, None)?;
+                return Ok(true);
+            }
+            (Admin::SpotNotice, [Some(seconds)]) => {
+                let seconds: f64 = seconds.trim().parse().map_err(|_| usage())?;
+                let notice = Duration::try_from_secs_f64(seconds).map_err(|_| usage())?;
+                vacate::vacate(inner, worker(first)?, Some(notice))?;
+                return Ok(true);
+            }
+            (Admin::Drain | Admin::SpotNotice, _) => return Err(usage().into()),
+            _ => {}
+        }
+        let id: u64 = first.trim().parse().map_err(|_| usage())?;
         let mode = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
             None | Some("drain") => Ok(false),
             Some("immediate") => Ok(true),
@@ -438,12 +482,7 @@ impl AdminFunction {
             (Admin::Migrate, [] | [_] | [_, _]) => {
                 let target = match text.first().and_then(|t| t.as_deref()) {
                     None => None,
-                    Some(name) => Some(inner.membership.resolve_worker(name).ok_or_else(|| {
-                        ServerError::new(
-                            SqlState::InvalidParameterValue,
-                            format!("no live worker '{name}' (a worker id or address)"),
-                        )
-                    })?),
+                    Some(name) => Some(worker(name)?),
                 };
                 let immediate = mode(text.get(1))?;
                 relay::request_handoff(inner, id, HandoffReason::Migrate, target, immediate)?;
@@ -484,14 +523,11 @@ impl ScalarUDFImpl for AdminFunction {
         let Some(inner) = self.coordinator.0.upgrade() else {
             return exec_err!("the coordinator is shutting down");
         };
-        let Some((first, rest)) = args.args.split_first() else {
+        if args.args.is_empty() {
             return exec_err!("{}", self.usage());
-        };
-        let ids = cast(&first.to_array(args.number_rows)?, &DataType::Int64)?;
-        let Some(ids) = ids.as_any().downcast_ref::<Int64Array>() else {
-            return exec_err!("{}", self.usage());
-        };
-        let texts = rest
+        }
+        let texts = args
+            .args
             .iter()
             .map(|arg| {
                 let array = cast(&arg.to_array(args.number_rows)?, &DataType::Utf8)?;
@@ -502,13 +538,13 @@ impl ScalarUDFImpl for AdminFunction {
             })
             .collect::<Result<Vec<Vec<Option<String>>>>>()?;
         let mut done = BooleanBuilder::new();
-        for (row, id) in ids.iter().enumerate() {
-            let Some(id) = id else {
+        for row in 0..args.number_rows {
+            let Some(first) = texts[0][row].as_deref() else {
                 done.append_null();
                 continue;
             };
-            let text: Vec<Option<String>> = texts.iter().map(|t| t[row].clone()).collect();
-            done.append_value(self.apply(&inner, id, &text)?);
+            let text: Vec<Option<String>> = texts[1..].iter().map(|t| t[row].clone()).collect();
+            done.append_value(self.apply(&inner, first, &text)?);
         }
         Ok(ColumnarValue::Array(Arc::new(done.finish())))
     }

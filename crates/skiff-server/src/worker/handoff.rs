@@ -30,7 +30,7 @@ use skiff_flight::FlightStream;
 use skiff_flight::protocol::{Handoff, HandoffReason, PauseReply, RunQuery};
 use skiff_flight::state_cache::{PutOptions, get_state, put_state};
 use skiff_state::Compression;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{error, info, warn};
@@ -55,15 +55,18 @@ struct Triggers {
     migrate_after: Option<usize>,
     suspend_after: Option<usize>,
     kill_after: Option<usize>,
+    hold_after: Option<usize>,
     snapshot_every: Option<usize>,
     corrupt: bool,
 }
 
 /// What to do at a pause.
 enum Step {
-    HandOff(HandoffReason, Instant),
+    HandOff(HandoffReason, Instant, bool),
     Snapshot,
     Kill,
+    /// Wait here for a hand-off request (test trigger).
+    Hold,
     /// Nothing asked for this pause (a request came and went): go on.
     GoOn,
 }
@@ -73,6 +76,9 @@ enum Step {
 struct Request {
     reason: HandoffReason,
     at: Instant,
+    /// Hand off without state (the coordinator restarts the query or
+    /// continues it from a snapshot).
+    discard: bool,
 }
 
 /// The hand-off side of one running query.
@@ -82,6 +88,7 @@ pub(super) struct Control {
     cache: String,
     triggers: Triggers,
     request: Mutex<Option<Request>>,
+    requested: Notify,
 }
 
 impl Control {
@@ -93,6 +100,7 @@ impl Control {
                 migrate_after: o.migrate_after_pipelines,
                 suspend_after: o.suspend_after_pipelines,
                 kill_after: o.kill_worker_after_pipelines,
+                hold_after: o.test_hold_after_pipelines,
                 snapshot_every: o.snapshot_every_pipelines.filter(|&k| k > 0),
                 corrupt: o.test_corrupt_state,
             })
@@ -102,6 +110,7 @@ impl Control {
             cache: cache.to_string(),
             triggers,
             request: Mutex::new(None),
+            requested: Notify::new(),
         }
     }
 
@@ -120,11 +129,17 @@ impl Control {
             Some(a) => (a / every + 1) * every,
             None => every,
         });
-        [t.migrate_after, t.suspend_after, t.kill_after, snapshot]
-            .into_iter()
-            .flatten()
-            .filter(|&k| later(k))
-            .min()
+        [
+            t.migrate_after,
+            t.suspend_after,
+            t.kill_after,
+            t.hold_after,
+            snapshot,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&k| later(k))
+        .min()
     }
 
     /// After a snapshot at `finished`: pause at the next trigger or run free.
@@ -141,19 +156,24 @@ impl Control {
 
     fn at_pause(&self, finished: usize) -> Step {
         if let Some(request) = *lock(&self.request) {
-            return Step::HandOff(request.reason, request.at);
+            return Step::HandOff(request.reason, request.at, request.discard);
         }
         let t = &self.triggers;
         if t.kill_after == Some(finished) {
             return Step::Kill;
         }
+        if t.hold_after == Some(finished) {
+            return Step::Hold;
+        }
         if t.migrate_after == Some(finished) {
-            return Step::HandOff(HandoffReason::Migrate, Instant::now());
+            return Step::HandOff(HandoffReason::Migrate, Instant::now(), false);
         }
         if t.suspend_after == Some(finished) {
-            return Step::HandOff(HandoffReason::Suspend, Instant::now());
+            return Step::HandOff(HandoffReason::Suspend, Instant::now(), false);
         }
-        if t.snapshot_every.is_some_and(|every| finished > 0 && finished.is_multiple_of(every)) {
+        if t.snapshot_every
+            .is_some_and(|every| finished > 0 && finished.is_multiple_of(every))
+        {
             return Step::Snapshot;
         }
         Step::GoOn
@@ -165,6 +185,7 @@ impl Control {
         execution: &QueryExecution,
         reason: HandoffReason,
         mode: PauseMode,
+        discard: bool,
     ) -> PauseReply {
         let result = execution.graph().result().id;
         if execution.store().status()[result.0] != PipelineStatus::Waiting {
@@ -173,7 +194,7 @@ impl Control {
                 detail: "its result is streaming to the client; it finishes here".into(),
             };
         }
-        if self.cache.is_empty() {
+        if self.cache.is_empty() && !discard {
             return PauseReply {
                 accepted: false,
                 detail: "the cluster has no memory node to hold its state".into(),
@@ -182,8 +203,10 @@ impl Control {
         lock(&self.request).get_or_insert(Request {
             reason,
             at: Instant::now(),
+            discard,
         });
         execution.pause_now(mode);
+        self.requested.notify_one();
         PauseReply {
             accepted: true,
             detail: String::new(),
@@ -238,8 +261,17 @@ async fn produce(
             break;
         };
         match control.at_pause(finished) {
-            Step::HandOff(reason, at) => {
-                let handoff = hand_off(&execution, &control, reason, at).await;
+            Step::HandOff(reason, at, discard) => {
+                let handoff = if discard {
+                    Handoff {
+                        reason: reason as i32,
+                        error: "state discarded at the coordinator's request".into(),
+                        pause_ms: at.elapsed().as_millis() as u64,
+                        ..Handoff::default()
+                    }
+                } else {
+                    hand_off(&execution, &control, reason, at).await
+                };
                 let _ = tx.send(Ok(metadata(&handoff))).await;
                 return;
             }
@@ -263,6 +295,16 @@ async fn produce(
                 // Let the messages already sent (snapshots) leave first.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 std::process::exit(137);
+            }
+            Step::Hold => {
+                tokio::select! {
+                    biased;
+                    _ = token.cancelled() => {
+                        let _ = tx.send(canceled()).await;
+                        return;
+                    }
+                    () = control.requested.notified() => {}
+                }
             }
             Step::GoOn => control.rearm(&execution, finished),
         }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -27,7 +28,7 @@ use skiff_engine::{
 };
 use skiff_flight::protocol::{
     CancelQuery, HandoffReason, PauseQuery, PauseReply, PipelineReport, Role, RunQuery,
-    RunningQuery, action,
+    RunningQuery, VacateWorker, action,
 };
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio_util::sync::CancellationToken;
@@ -67,13 +68,19 @@ struct WorkerService {
     running: Mutex<HashMap<u64, Running>>,
 }
 
-/// Run a worker until `shutdown`: serve Flight, register, heartbeat.
+/// How long a worker told to stop waits for its queries to move away.
+const VACATE_GRACE: Duration = Duration::from_secs(30);
+
+/// Run a worker until `shutdown`: serve Flight, register, heartbeat. On
+/// `shutdown` (SIGTERM) it first asks the coordinator to move its queries
+/// elsewhere and waits for them to leave.
 pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Result<()> {
     let engine = Engine::new(&EngineConfig {
         target_partitions: config.partitions,
         memory_limit: config.memory_limit,
         spill_dir: config.spill_dir.clone(),
     })?;
+    let stop = CancellationToken::new();
     let listener = crate::node::bind(config.listen).await?;
     let addr = crate::node::local_addr(&listener)?;
     let partitions = engine.context().copied_config().target_partitions();
@@ -97,13 +104,22 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown.clone().cancelled_owned(),
+            stop.clone().cancelled_owned(),
         );
-    let heartbeats =
-        report_to_coordinator(&config.coordinator, identity, reports, shutdown.clone());
+    let heartbeats = report_to_coordinator(&config.coordinator, identity, reports, stop.clone());
+    let vacated = {
+        let service = Arc::clone(&service);
+        let coordinator = config.coordinator.clone();
+        let addr = addr.to_string();
+        async move {
+            shutdown.cancelled().await;
+            service.vacate(&coordinator, &addr).await;
+        }
+    };
     tokio::select! {
         served = server => served.map_err(|e| ServerError::internal(format!("worker: {e}")))?,
         () = heartbeats => {}
+        () = vacated => stop.cancel(),
     }
     // Stop every query still running.
     for (_, running) in lock(&service.running).drain() {
@@ -113,6 +129,35 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
 }
 
 impl WorkerService {
+    /// Ask the coordinator to move this worker's queries away, and wait
+    /// (up to [`VACATE_GRACE`]) until none is left.
+    async fn vacate(&self, coordinator: &str, addr: &str) {
+        let count = || lock(&self.running).len();
+        if count() == 0 {
+            return;
+        }
+        info!(
+            queries = count(),
+            "stopping: asking the coordinator to move the queries"
+        );
+        let asked = async {
+            let mut client = skiff_flight::connect(coordinator).await?;
+            let request = VacateWorker {
+                addr: addr.to_string(),
+            };
+            skiff_flight::do_action::<_, VacateWorker>(&mut client, action::VACATE, &request).await
+        };
+        if let Err(e) = asked.await {
+            warn!(error = %e.message(), "cannot reach the coordinator; stopping the queries");
+            return;
+        }
+        let deadline = Instant::now() + VACATE_GRACE;
+        while count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        info!(left = count(), "worker vacated; stopping");
+    }
+
     /// What the heartbeat tells the coordinator.
     fn report(&self) -> Vec<RunningQuery> {
         let running = lock(&self.running);
@@ -147,6 +192,11 @@ impl WorkerService {
                             output_rows: rows,
                             output_bytes: bytes,
                             elapsed_ms: elapsed,
+                            inputs: graph.pipelines()[i]
+                                .inputs
+                                .iter()
+                                .map(|p| p.0 as u32)
+                                .collect(),
                         }
                     })
                     .collect();
@@ -236,7 +286,9 @@ impl WorkerService {
         } else {
             PauseMode::Drain
         };
-        running.control.request(&running.execution, reason, mode)
+        running
+            .control
+            .request(&running.execution, reason, mode, request.discard_state)
     }
 }
 
@@ -267,7 +319,7 @@ impl Drop for Guard {
 /// Rows as Flight data: view columns compacted, errors as statuses.
 fn encode(rows: SendableRecordBatchStream) -> FlightStream {
     let rows = rows
-        .map(|batch| batch.and_then(|b| Ok(skiff_flight::batch::compact(b)?)))
+        .map(|batch| batch.and_then(|b| Ok(skiff_engine::batch::compact(b)?)))
         .map_err(|e| FlightError::from(to_status(&ServerError::from(e))));
     let flight = FlightDataEncoderBuilder::new()
         .build(rows)

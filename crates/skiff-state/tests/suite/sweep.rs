@@ -471,7 +471,9 @@ async fn tpch_sf0_01_migrates_on_demand() {
     // Where pauses land depends on timing; a pause at 0 ms lands before the
     // result pipeline on any machine, so some must have moved.
     assert!(moved > 0, "no pause moved a query");
-    println!("{moved} on-demand migrations match DuckDB; {finished_first} reached the result first");
+    println!(
+        "{moved} on-demand migrations match DuckDB; {finished_first} reached the result first"
+    );
 }
 
 /// A corrupted state byte is caught before the state is used.

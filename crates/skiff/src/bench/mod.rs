@@ -11,6 +11,7 @@ mod duckdb;
 mod migration;
 pub(crate) mod plot;
 mod report;
+mod state_sizes;
 mod via;
 
 use std::fs;
@@ -74,7 +75,12 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
         .clone()
         .unwrap_or_else(|| PathBuf::from("tests/queries").join(bench_slug(args.benchmark)));
     let queries = select_queries(&find_queries(&query_dir)?, &args.queries, &query_dir)?;
-    let (engines, skipped) = available_engines(&args.engines);
+    // The state-size mode runs Skiff alone, in process: no engine to probe.
+    let (engines, skipped) = if args.state_sizes {
+        (vec![BenchEngine::Skiff], None)
+    } else {
+        available_engines(&args.engines)
+    };
     let setup = Setup {
         session,
         data: data.clone(),
@@ -88,6 +94,9 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
     }
     if args.migration {
         return migration::run(&setup, args, &queries, &title).await;
+    }
+    if args.state_sizes {
+        return state_sizes::run(&setup, args, &queries, &title).await;
     }
     let mut header = format!(
         "{title}: {} queries x {} engines ({}), runs per query {}{}, {} partitions, data {}\n",

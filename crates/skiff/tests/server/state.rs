@@ -79,7 +79,9 @@ async fn tpch_migrates_after_every_pipeline_through_the_cluster() {
             }
             migrations += 1;
             let moved_at = format!("after {k}/");
-            if record.migrations != 1 || record.restarts != 0 || !record.decision.contains(&moved_at)
+            if record.migrations != 1
+                || record.restarts != 0
+                || !record.decision.contains(&moved_at)
             {
                 failures.push(format!("{query} k={k}: {record:?}"));
             }
@@ -111,8 +113,7 @@ async fn tpch_suspends_and_resumes_after_every_pipeline() {
             let running = {
                 let client = Arc::clone(&client);
                 let sql = sql.clone();
-                tokio::runtime::Handle::current()
-                    .spawn(async move { run_pg(&client, &sql).await })
+                tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
             };
             let mut resumed = false;
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -210,7 +211,10 @@ async fn tpch_survives_a_killed_worker_through_snapshots() {
             kills += 1;
             if let Err(e) = outcome {
                 failures.push(format!("{query} k={k}: {e} {record:?}"));
-            } else if !record.decision.contains("lost; continued from the snapshot") {
+            } else if !record
+                .decision
+                .contains("lost; continued from the snapshot")
+            {
                 failures.push(format!("{query} k={k}: {record:?}"));
             }
         }
@@ -332,16 +336,22 @@ async fn migrate_from_sql_to_a_named_worker() {
             .await
             .expect("migrate");
         check("q09", running.await.expect("task")).expect("q09 answer");
-        let worker = simple_rows(&admin, &format!("SELECT worker FROM skiff.queries WHERE id = {id}"))
-            .await
-            .expect("skiff.queries");
+        let worker = simple_rows(
+            &admin,
+            &format!("SELECT worker FROM skiff.queries WHERE id = {id}"),
+        )
+        .await
+        .expect("skiff.queries");
         assert_eq!(worker[0][0].as_deref(), Some(target.as_str()));
     }
     let missing = admin
         .simple_query("SELECT skiff.migrate(999999)")
         .await
         .expect_err("unknown query");
-    assert!(format!("{missing:?}").contains("no query 999999"), "{missing:?}");
+    assert!(
+        format!("{missing:?}").contains("no query 999999"),
+        "{missing:?}"
+    );
 }
 
 /// Addresses of the live workers.
@@ -361,9 +371,12 @@ async fn workers(client: &tokio_postgres::Client) -> Vec<String> {
 async fn suspended(admin: &tokio_postgres::Client) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        let rows = simple_rows(admin, "SELECT id FROM skiff.queries WHERE state = 'suspended'")
-            .await
-            .expect("skiff.queries");
+        let rows = simple_rows(
+            admin,
+            "SELECT id FROM skiff.queries WHERE state = 'suspended'",
+        )
+        .await
+        .expect("skiff.queries");
         if let Some(id) = rows.first().and_then(|r| r[0].clone()) {
             return id;
         }
@@ -426,4 +439,223 @@ async fn on_demand_migration_keeps_answers() {
         server.log_text()
     );
     println!("{moved} of 44 on-demand requests moved their query");
+}
+
+/// A query file running on its own connection.
+type Running = (
+    String,
+    tokio::task::JoinHandle<Result<Vec<(Vec<skiff_testkit::Row>, usize)>, String>>,
+);
+
+/// Start `names` (TPC-H query files), each on its own connection, held at
+/// boundary `k` on whichever worker runs it; returns the running tasks and
+/// waits until every one is on a worker.
+async fn start_held(
+    server: &Server,
+    admin: &tokio_postgres::Client,
+    names: &[&str],
+    k: usize,
+) -> Vec<Running> {
+    let all = queries("tpch");
+    let mut tasks = Vec::new();
+    for name in names {
+        let sql = all.iter().find(|(q, _)| q == name).expect(name).1.clone();
+        let client = server.pg().await;
+        set(&client, &format!("skiff.test_hold_after_pipelines = {k}")).await;
+        let task =
+            tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await });
+        tasks.push((name.to_string(), task));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while on_workers(admin).await.len() < names.len() {
+        assert!(Instant::now() < deadline, "queries did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tasks
+}
+
+/// (query id, worker address) of the queries running on workers.
+async fn on_workers(admin: &tokio_postgres::Client) -> Vec<(String, String)> {
+    simple_rows(
+        admin,
+        "SELECT id, worker FROM skiff.queries WHERE state = 'running' AND worker IS NOT NULL \
+         AND sql NOT LIKE '%skiff.%'",
+    )
+    .await
+    .expect("skiff.queries")
+    .into_iter()
+    .filter_map(|r| Some((r[0].clone()?, r[1].clone()?)))
+    .collect()
+}
+
+/// Release the queries still held (on the worker that was not vacated, so
+/// not those in `moved`) and check every answer.
+async fn finish_held(admin: &tokio_postgres::Client, moved: &[String], tasks: Vec<Running>) {
+    for (id, _) in on_workers(admin).await {
+        if moved.contains(&id) {
+            continue;
+        }
+        let _ = admin
+            .simple_query(&format!("SELECT skiff.migrate({id})"))
+            .await;
+    }
+    for (name, task) in tasks {
+        check(&name, task.await.expect("task")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+/// Queries with a given number of migrations, by id.
+async fn migrations_of(admin: &tokio_postgres::Client, ids: &[String]) -> Vec<u32> {
+    let mut counts = Vec::new();
+    for id in ids {
+        let rows = simple_rows(
+            admin,
+            &format!("SELECT migrations FROM skiff.queries WHERE id = {id}"),
+        )
+        .await
+        .expect("skiff.queries");
+        counts.push(
+            rows[0][0]
+                .as_deref()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        );
+    }
+    counts
+}
+
+const HELD: [&str; 4] = ["q03", "q05", "q09", "q10"];
+
+/// `skiff ctl drain` vacates a worker: its queries move, it takes no new
+/// query, and the latency is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_vacates_a_worker() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let admin = server.pg().await;
+    let tasks = start_held(&server, &admin, &HELD, 2).await;
+    let running = on_workers(&admin).await;
+    let (_, victim) = running[0].clone();
+    let moved: Vec<String> = running
+        .iter()
+        .filter(|(_, w)| *w == victim)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args([
+            "ctl",
+            "--coordinator",
+            &server.flight.to_string(),
+            "drain",
+            &victim,
+        ])
+        .output()
+        .expect("skiff ctl drain");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("vacated in"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(on_workers(&admin).await.iter().all(|(_, w)| *w != victim));
+    finish_held(&admin, &moved, tasks).await;
+    assert!(migrations_of(&admin, &moved).await.iter().all(|&m| m == 1));
+    // A drained worker takes no new query.
+    let client = server.pg().await;
+    let sql = &queries("tpch")[0].1;
+    check("q01", run_pg(&client, sql).await).expect("q01");
+    let last = last_query(&client).await;
+    let worker = simple_rows(
+        &admin,
+        &format!("SELECT worker FROM skiff.queries WHERE id = {}", last.id),
+    )
+    .await
+    .expect("worker");
+    assert_ne!(worker[0][0].as_deref(), Some(victim.as_str()));
+}
+
+/// SIGTERM to a worker process: it has the coordinator move its queries
+/// before it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_a_worker_moves_its_queries() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let admin = server.pg().await;
+    let tasks = start_held(&server, &admin, &HELD, 1).await;
+    let running = on_workers(&admin).await;
+    let (_, victim) = running[0].clone();
+    let moved: Vec<String> = running
+        .iter()
+        .filter(|(_, w)| *w == victim)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let pid = simple_rows(
+        &admin,
+        &format!("SELECT pid FROM skiff.workers WHERE address = '{victim}'"),
+    )
+    .await
+    .expect("pid")[0][0]
+        .clone()
+        .expect("pid");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while on_workers(&admin).await.iter().any(|(_, w)| *w == victim) {
+        assert!(
+            Instant::now() < deadline,
+            "queries did not leave:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    finish_held(&admin, &moved, tasks).await;
+    assert!(
+        migrations_of(&admin, &moved).await.iter().all(|&m| m == 1),
+        "{}",
+        server.log_text()
+    );
+}
+
+/// A spot notice vacates the worker too (immediate once half the notice
+/// has passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_notice_vacates_a_worker() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let admin = server.pg().await;
+    let tasks = start_held(&server, &admin, &HELD, 3).await;
+    let running = on_workers(&admin).await;
+    let (_, victim) = running[0].clone();
+    let moved: Vec<String> = running
+        .iter()
+        .filter(|(_, w)| *w == victim)
+        .map(|(id, _)| id.clone())
+        .collect();
+    admin
+        .simple_query(&format!("SELECT skiff.spot_notice('{victim}', 2)"))
+        .await
+        .expect("spot notice");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let vacated = simple_rows(
+            &admin,
+            &format!("SELECT vacate_ms FROM skiff.workers WHERE address = '{victim}'"),
+        )
+        .await
+        .expect("skiff.workers");
+        if vacated[0][0].is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not vacated:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    finish_held(&admin, &moved, tasks).await;
+    assert!(migrations_of(&admin, &moved).await.iter().all(|&m| m == 1));
 }
