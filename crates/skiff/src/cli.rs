@@ -152,6 +152,13 @@ pub struct BenchArgs {
     /// throughput with --clients concurrent clients.
     #[arg(long, value_enum)]
     pub via: Option<Via>,
+    /// Measure query migration instead (issue 4): runtimes with a migration
+    /// after every pipeline boundary against local runs and restarts, to an
+    /// identical and to a faster worker, the latency of vacating a worker
+    /// running 1-8 queries, and the cost when nothing migrates. Starts its
+    /// own clusters; results in RESULTS/<benchmark>-sf<SF>-migration-*.
+    #[arg(long, conflicts_with = "via")]
+    pub migration: bool,
     /// Concurrent clients for the --via throughput runs.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub clients: Vec<usize>,

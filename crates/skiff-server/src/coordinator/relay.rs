@@ -162,9 +162,17 @@ impl Relay {
                     info.suspensions += 1;
                     info.state_bytes += handoff.state_bytes;
                     info.status = QueryStatus::Suspended;
+                    // The pause time lets a client tell when the boundary
+                    // was reached (the bench's restart baseline).
                     info.decision = format!(
-                        "suspended after {}/{} pipelines, {} B of state",
-                        handoff.pipelines_finished, handoff.pipelines_total, handoff.state_bytes
+                        "suspended after {}/{} pipelines, {} B of state, paused in {} ms \
+                         (extract {} ms, store {} ms)",
+                        handoff.pipelines_finished,
+                        handoff.pipelines_total,
+                        handoff.state_bytes,
+                        handoff.pause_ms,
+                        handoff.extract_ms,
+                        handoff.put_ms
                     );
                 });
                 info!(query = id, key = %handoff.state_key, "query suspended");

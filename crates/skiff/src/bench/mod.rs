@@ -8,6 +8,7 @@
 
 pub mod child;
 mod duckdb;
+mod migration;
 pub(crate) mod plot;
 mod report;
 mod state_sizes;
@@ -90,6 +91,9 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
     let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
     if let Some(via) = args.via {
         return via::run(&setup, args, via, &queries, &title).await;
+    }
+    if args.migration {
+        return migration::run(&setup, args, &queries, &title).await;
     }
     if args.state_sizes {
         return state_sizes::run(&setup, args, &queries, &title).await;

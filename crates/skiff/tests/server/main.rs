@@ -4,6 +4,7 @@
 
 mod cluster;
 mod golden;
+mod migration_bench;
 mod slt;
 mod state;
 mod support;
