@@ -59,7 +59,7 @@ pub async fn serve_coordinator(
             inner: Arc::clone(coordinator.inner()),
         })))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(cluster_listener),
+            tonic::transport::server::TcpIncoming::from(cluster_listener).with_nodelay(Some(true)),
             shutdown.clone().cancelled_owned(),
         );
     let pg = async {

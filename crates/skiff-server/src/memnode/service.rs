@@ -235,7 +235,7 @@ pub async fn serve_cache(
             &cache,
         )))))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),
         );
     tokio::select! {
