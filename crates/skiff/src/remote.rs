@@ -124,17 +124,38 @@ impl PgConn {
 
     /// Run every statement of `sql` as one simple query; rows returned.
     pub async fn query(&self, sql: &str) -> Result<u64, String> {
-        let messages = self
-            .client
+        Ok(self
+            .simple(sql)
+            .await?
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count() as u64)
+    }
+
+    /// Run `sql` as one simple query; its rows as text cells.
+    pub async fn rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        Ok(self
+            .simple(sql)
+            .await?
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
+        self.client
             .simple_query(sql)
             .await
             .map_err(|e| match e.as_db_error() {
                 Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
                 None => e.to_string(),
-            })?;
-        Ok(messages
-            .iter()
-            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
-            .count() as u64)
+            })
     }
 }

@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
-use tokio_postgres::SimpleQueryMessage;
 
 use super::{BenchError, QueryFile, Setup, bench_slug, publish};
 use crate::cli::BenchArgs;
+use crate::remote::{Credentials, PgConn};
 
 /// How long a coordinator or a node may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -396,15 +396,15 @@ impl Bench {
         settings: &[String],
         script: &str,
     ) -> Result<(f64, u64), String> {
-        let client = connect(cluster.pg).await?;
+        let client = PgConn::connect(cluster.pg, &Credentials::default()).await?;
         for setting in settings {
-            query(&client, &format!("SET {setting}")).await?;
+            client.rows(&format!("SET {setting}")).await?;
         }
         let start = Instant::now();
         let run = async {
             let mut rows = 0;
             for statement in split_statements(script) {
-                rows += query(&client, statement).await?.len() as u64;
+                rows += client.query(statement).await?;
             }
             Ok::<_, String>(rows)
         };
@@ -423,8 +423,10 @@ impl Bench {
         script: &str,
         k: usize,
     ) -> Result<Option<f64>, String> {
-        let client = connect(cluster.pg).await?;
-        query(&client, &format!("SET skiff.suspend_after_pipelines = {k}")).await?;
+        let client = PgConn::connect(cluster.pg, &Credentials::default()).await?;
+        client
+            .rows(&format!("SET skiff.suspend_after_pipelines = {k}"))
+            .await?;
         let statements: Vec<String> = split_statements(script)
             .into_iter()
             .map(str::to_string)
@@ -434,7 +436,7 @@ impl Bench {
         // a script's DROP VIEW still cleans up after it.
         let task = tokio::runtime::Handle::current().spawn(async move {
             for statement in &statements {
-                let _ = client.simple_query(statement).await;
+                let _ = client.query(statement).await;
             }
         });
         let mut at = None;
@@ -553,8 +555,8 @@ impl Bench {
             let timeout = self.timeout;
             let ended = Arc::clone(&ended);
             clients.spawn(async move {
-                let client = connect(pg).await?;
-                let rows = tokio::time::timeout(timeout, query(&client, &script)).await;
+                let client = PgConn::connect(pg, &Credentials::default()).await?;
+                let rows = tokio::time::timeout(timeout, client.rows(&script)).await;
                 ended.fetch_add(1, Ordering::SeqCst);
                 let rows = rows.map_err(|_| format!("{name} timed out"))??;
                 let got = rows.len() as u64;
@@ -683,45 +685,6 @@ fn fmt(ms: Option<f64>) -> String {
     ms.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
 }
 
-async fn connect(pg: SocketAddr) -> Result<tokio_postgres::Client, String> {
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host(pg.ip().to_string())
-        .port(pg.port())
-        .user("skiff")
-        .dbname("skiff")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("cannot connect to {pg}: {e}"))?;
-    // The connection task ends when the client is dropped.
-    tokio::runtime::Handle::current().spawn(connection);
-    Ok(client)
-}
-
-/// Rows of one simple query as text cells.
-async fn query(client: &tokio_postgres::Client, sql: &str) -> Result<Rows, String> {
-    let messages = client
-        .simple_query(sql)
-        .await
-        .map_err(|e| match e.as_db_error() {
-            Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-            None => e.to_string(),
-        })?;
-    Ok(messages
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_string))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect())
-}
-
 /// What `skiff.queries` says about the latest query that ran on a worker.
 struct Record {
     worker: String,
@@ -747,7 +710,7 @@ struct Cluster {
     exe: PathBuf,
     pg: SocketAddr,
     cluster: String,
-    admin: tokio_postgres::Client,
+    admin: PgConn,
     /// (address, process), in the order they registered.
     workers: Vec<(String, Owned)>,
     _memnode: Owned,
@@ -796,7 +759,9 @@ impl Cluster {
             .parse()
             .map_err(|_| fail(format!("bad announcement: {line}")))?;
         let cluster_addr = addr("cluster on ")?;
-        let admin = connect(pg).await.map_err(fail)?;
+        let admin = PgConn::connect(pg, &Credentials::default())
+            .await
+            .map_err(fail)?;
         let mut memnode = child(&exe, "memnode");
         memnode.arg("--coordinator").arg(&cluster_addr);
         let memnode = Owned(memnode.spawn().map_err(|e| fail(e.to_string()))?);
@@ -881,7 +846,7 @@ impl Cluster {
     }
 
     async fn rows(&self, sql: &str) -> Result<Rows, String> {
-        query(&self.admin, sql).await
+        self.admin.rows(sql).await
     }
 
     async fn last_record(&self) -> Result<Record, String> {

@@ -87,13 +87,7 @@ async fn tpch_migrates_after_every_pipeline_through_the_cluster() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}\nserver log:\n{}",
-        failures.len(),
-        failures.join("\n"),
-        server.log_text()
-    );
+    assert_none(&failures, &server);
     assert!(migrations >= 100, "only {migrations} migrations");
     println!("{migrations} migrations through the cluster match DuckDB");
 }
@@ -110,11 +104,7 @@ async fn tpch_suspends_and_resumes_after_every_pipeline() {
     for (query, sql) in queries("tpch") {
         for k in 0..MAX_BOUNDARIES {
             set(&client, &format!("skiff.suspend_after_pipelines = {k}")).await;
-            let running = {
-                let client = Arc::clone(&client);
-                let sql = sql.clone();
-                tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
-            };
+            let running = spawn_query(&client, &sql);
             let mut resumed = false;
             let deadline = Instant::now() + Duration::from_secs(60);
             while !running.is_finished() && Instant::now() < deadline {
@@ -150,6 +140,13 @@ async fn tpch_suspends_and_resumes_after_every_pipeline() {
             }
         }
     }
+    assert_none(&failures, &server);
+    assert!(suspensions >= 100, "only {suspensions} suspensions");
+    println!("{suspensions} suspend/resume cycles match DuckDB");
+}
+
+/// Fail with every failure and the server's log, if there are any.
+fn assert_none(failures: &[String], server: &Server) {
     assert!(
         failures.is_empty(),
         "{} failures:\n{}\nserver log:\n{}",
@@ -157,8 +154,22 @@ async fn tpch_suspends_and_resumes_after_every_pipeline() {
         failures.join("\n"),
         server.log_text()
     );
-    assert!(suspensions >= 100, "only {suspensions} suspensions");
-    println!("{suspensions} suspend/resume cycles match DuckDB");
+}
+
+/// The text of a TPC-H query file.
+fn tpch_query(name: &str) -> String {
+    queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .1
+}
+
+/// Run `sql` on `client` in the background.
+fn spawn_query(client: &Arc<tokio_postgres::Client>, sql: &str) -> QueryTask {
+    let client = Arc::clone(client);
+    let sql = sql.to_string();
+    tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
 }
 
 /// Live workers in `skiff.workers`.
@@ -219,13 +230,7 @@ async fn tpch_survives_a_killed_worker_through_snapshots() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}\nserver log:\n{}",
-        failures.len(),
-        failures.join("\n"),
-        server.log_text()
-    );
+    assert_none(&failures, &server);
     assert!(kills >= 80, "only {kills} workers killed");
     println!("{kills} queries continued from snapshots after their worker died");
 }
@@ -237,11 +242,7 @@ async fn corrupted_state_restarts_the_query() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let client = server.pg().await;
-    let sql = queries("tpch")
-        .into_iter()
-        .find(|(q, _)| q == "q03")
-        .expect("q03")
-        .1;
+    let sql = tpch_query("q03");
     set(&client, "skiff.test_corrupt_state = true").await;
     set(&client, "skiff.migrate_after_pipelines = 2").await;
     check("q03", run_pg(&client, &sql).await).expect("q03 after a restart");
@@ -279,11 +280,7 @@ async fn unreachable_state_cache_restarts_the_query() {
         .status()
         .expect("kill");
     assert!(killed.success());
-    let sql = queries("tpch")
-        .into_iter()
-        .find(|(q, _)| q == "q05")
-        .expect("q05")
-        .1;
+    let sql = tpch_query("q05");
     set(&client, "skiff.migrate_after_pipelines = 3").await;
     check("q05", run_pg(&client, &sql).await).expect("q05 after a restart");
     let record = last_query(&client).await;
@@ -309,17 +306,9 @@ async fn migrate_from_sql_to_a_named_worker() {
     let admin = server.pg().await;
     let client = Arc::new(server.pg().await);
     set(&client, "skiff.suspend_after_pipelines = 2").await;
-    let sql = queries("tpch")
-        .into_iter()
-        .find(|(q, _)| q == "q09")
-        .expect("q09")
-        .1;
+    let sql = tpch_query("q09");
     for target in workers(&admin).await {
-        let running = {
-            let client = Arc::clone(&client);
-            let sql = sql.clone();
-            tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
-        };
+        let running = spawn_query(&client, &sql);
         let id = suspended(&admin).await;
         let bad = admin
             .simple_query(&format!("SELECT skiff.migrate({id}, 'nowhere:1')"))
@@ -398,11 +387,7 @@ async fn on_demand_migration_keeps_answers() {
     let mut moved = 0;
     for (query, sql) in queries("tpch") {
         for mode in ["drain", "immediate"] {
-            let running = {
-                let client = Arc::clone(&client);
-                let sql = sql.clone();
-                tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
-            };
+            let running = spawn_query(&client, &sql);
             // Ask as soon as the query shows up on a worker.
             while !running.is_finished() {
                 let rows = simple_rows(
@@ -431,21 +416,15 @@ async fn on_demand_migration_keeps_answers() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}\nserver log:\n{}",
-        failures.len(),
-        failures.join("\n"),
-        server.log_text()
-    );
+    assert_none(&failures, &server);
     println!("{moved} of 44 on-demand requests moved their query");
 }
 
+/// Statement results of a query running in the background.
+type QueryTask = tokio::task::JoinHandle<Result<Vec<(Vec<skiff_testkit::Row>, usize)>, String>>;
+
 /// A query file running on its own connection.
-type Running = (
-    String,
-    tokio::task::JoinHandle<Result<Vec<(Vec<skiff_testkit::Row>, usize)>, String>>,
-);
+type Running = (String, QueryTask);
 
 /// Start `names` (TPC-H query files), each on its own connection, held at
 /// boundary `k` on whichever worker runs it; returns the running tasks and
