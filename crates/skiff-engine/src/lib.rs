@@ -2,8 +2,9 @@
 //! pipelines whose outputs are materialized in an intermediate store.
 //!
 //! Owns: cutting physical plans into pipelines ([`pipeline`]), running them
-//! ([`executor`]), their materialized outputs and the query state
-//! ([`store`]), and the embedded session ([`Engine`]). Knows nothing of
+//! ([`executor`], including pausing them at boundaries), their materialized
+//! outputs and the query state ([`store`]), batches ready for IPC
+//! ([`batch`]), and the embedded session ([`Engine`]). Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive
 //! it through [`Engine`] and [`QueryExecution`].
 

@@ -3,9 +3,11 @@
 //! - the **coordinator** ([`coordinator`], [`server`]): front doors
 //!   ([`pg`] for the PostgreSQL wire protocol, [`flight_sql`] for Arrow
 //!   Flight SQL), users ([`auth`]), the persistent catalog, planning,
-//!   membership, the `skiff` system tables, and shipping plans to workers;
-//! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine;
-//! - the **memory node** ([`memnode`]).
+//!   membership, the `skiff` system tables, shipping plans to workers, and
+//!   relaying a query's result across migrations, suspensions and restarts;
+//! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
+//!   and hands queries off at pipeline boundaries;
+//! - the **memory node** ([`memnode`]): the state cache.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never cuts or runs
 //! pipelines itself beyond asking `skiff-engine` to; it must not reach into
