@@ -286,8 +286,8 @@ impl QueryExecution {
     /// Stop scheduling once `finished` pipelines have finished: pipelines
     /// already running go on, no new one starts (also not the result
     /// pipeline) until [`resume`](Self::resume). Call before
-    /// [`execute`](Self::execute) for an exact pause point; [`paused`]
-    /// (Self::paused) awaits it. While a pause point is set, at most
+    /// [`execute`](Self::execute) for an exact pause point;
+    /// [`paused`](Self::paused) awaits it. While a pause point is set, at most
     /// `finished` pipelines are ever started, so the state at the pause is
     /// exactly that of `finished` pipelines done and none running.
     pub fn pause_after(&self, finished: usize) {
