@@ -23,6 +23,9 @@ extensions_options! {
         /// Snapshot the query's state to the state cache every this many
         /// finished pipelines; off when unset.
         pub snapshot_every_pipelines: Option<usize>, default = None
+        /// Snapshot the query's state at the first pipeline boundary after
+        /// every this many seconds of running; off when unset.
+        pub snapshot_every_seconds: Option<f64>, default = None
         /// Test trigger: hold the query after this many pipelines until an
         /// operation (migrate, suspend, drain) moves it; so that tests can
         /// act on a query that surely runs on its worker.

@@ -163,6 +163,10 @@ pub struct Handoff {
     pub put_ms: u64,
     #[prost(string, tag = "11")]
     pub error: String,
+    /// How long the query had run on this worker when it paused (or was
+    /// asked to): the work a restart would redo, milliseconds.
+    #[prost(uint64, tag = "12")]
+    pub ran_ms: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -16,7 +16,7 @@ use crate::remote::{Credentials, FlightConn};
   skiff ctl cancel 42
   skiff ctl migrate 42 --to 127.0.0.1:40067 --immediate
   skiff ctl suspend 42 && skiff ctl resume 42
-  skiff ctl drain 2
+  skiff ctl drain 2 && skiff ctl drain 3 --immediate
   skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
 
 Credentials come from SKIFF_USER and SKIFF_PASSWORD when the server requires them.")]
@@ -64,6 +64,10 @@ pub enum CtlCommand {
     Drain {
         /// The worker's id or address (see `skiff ctl workers`).
         worker: String,
+        /// Abort running pipelines instead of letting them finish: the worker
+        /// empties sooner, and the targets redo the aborted work.
+        #[arg(long)]
+        immediate: bool,
     },
     /// A spot notice: vacate a worker that goes away in SECONDS; migrations
     /// turn immediate when half the notice has passed.
@@ -98,7 +102,13 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
             format!("SELECT skiff.suspend({id}, '{}')", mode(*immediate))
         }
         CtlCommand::Resume { id } => format!("SELECT skiff.resume({id})"),
-        CtlCommand::Drain { worker } => format!("SELECT skiff.drain({})", quote(worker)),
+        CtlCommand::Drain { worker, immediate } => {
+            format!(
+                "SELECT skiff.drain({}, '{}')",
+                quote(worker),
+                mode(*immediate)
+            )
+        }
         CtlCommand::SpotNotice { worker, seconds } => {
             format!("SELECT skiff.spot_notice({}, '{seconds}')", quote(worker))
         }
@@ -130,7 +140,7 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
             Some(true) => println!("query {id} resumed"),
             _ => return Err(fail(format!("query {id} is not suspended"))),
         },
-        CtlCommand::Drain { worker } | CtlCommand::SpotNotice { worker, .. } => {
+        CtlCommand::Drain { worker, .. } | CtlCommand::SpotNotice { worker, .. } => {
             let ms = wait_vacated(&mut conn, worker).await.map_err(fail)?;
             println!("worker {worker} vacated in {ms} ms");
         }

@@ -59,11 +59,12 @@ pub struct QueryInfo {
     pub progress: Option<RunningQuery>,
     pub ended: Option<Instant>,
     /// State separation: hand-offs that moved the query to another worker,
-    /// suspensions, starts from scratch after a failed hand-off, and state
-    /// bytes shipped through the state cache.
+    /// suspensions, starts from scratch after a failed hand-off, snapshots
+    /// taken, and state bytes shipped through the state cache.
     pub migrations: u32,
     pub suspensions: u32,
     pub restarts: u32,
+    pub snapshots: u32,
     pub state_bytes: u64,
     /// The last decision taken about moving the query, with its reasons.
     pub decision: String,
@@ -195,6 +196,7 @@ impl QueryRegistry {
                 ended: None,
                 migrations: 0,
                 suspensions: 0,
+                snapshots: 0,
                 restarts: 0,
                 state_bytes: 0,
                 decision: String::new(),

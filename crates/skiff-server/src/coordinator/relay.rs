@@ -113,6 +113,8 @@ impl Relay {
                     if handoff.reason == HandoffReason::Snapshot as i32 {
                         let elapsed_ms = self.entry.elapsed().as_secs_f64() * 1000.0;
                         self.entry.update(|info| {
+                            info.snapshots += 1;
+                            info.state_bytes += handoff.state_bytes;
                             info.snapshot = Some(handoff);
                             info.snapshot_elapsed_ms = elapsed_ms;
                         });
@@ -165,10 +167,11 @@ impl Relay {
                     // The pause time lets a client tell when the boundary
                     // was reached (the bench's restart baseline).
                     info.decision = format!(
-                        "suspended after {}/{} pipelines, {} B of state, paused in {} ms \
+                        "suspended after {}/{} pipelines at {} ms, {} B of state, paused in {} ms \
                          (extract {} ms, store {} ms)",
                         handoff.pipelines_finished,
                         handoff.pipelines_total,
+                        handoff.ran_ms,
                         handoff.state_bytes,
                         handoff.pause_ms,
                         handoff.extract_ms,
@@ -202,10 +205,11 @@ impl Relay {
                         String::new()
                     };
                     info.decision = format!(
-                        "migrated after {}/{} pipelines: {} B of state, paused in {} ms \
+                        "migrated after {}/{} pipelines at {} ms: {} B of state, paused in {} ms \
                          (extract {} ms, store {} ms)",
                         handoff.pipelines_finished,
                         handoff.pipelines_total,
+                        handoff.ran_ms,
                         handoff.state_bytes,
                         handoff.pause_ms,
                         handoff.extract_ms,

@@ -21,7 +21,8 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use skiff_flight::protocol::HandoffReason;
 
-use super::{Inner, relay, vacate};
+use super::vacate::{self, Vacate};
+use super::{Inner, relay};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
@@ -112,6 +113,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         Field::new("migrations", DataType::Int32, false),
         Field::new("suspensions", DataType::Int32, false),
         Field::new("restarts", DataType::Int32, false),
+        Field::new("snapshots", DataType::Int32, false),
         Field::new("state_bytes", DataType::Int64, false),
         Field::new("decision", DataType::Utf8, true),
     ]));
@@ -119,6 +121,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
     let mut migrations = Int32Builder::new();
     let mut suspensions = Int32Builder::new();
     let mut restarts = Int32Builder::new();
+    let mut snapshots = Int32Builder::new();
     let mut state_bytes = Int64Builder::new();
     let mut decision = StringBuilder::new();
     let mut id = Int64Builder::new();
@@ -174,6 +177,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         migrations.append_value(info.migrations as i32);
         suspensions.append_value(info.suspensions as i32);
         restarts.append_value(info.restarts as i32);
+        snapshots.append_value(info.snapshots as i32);
         state_bytes.append_value(info.state_bytes as i64);
         decision.append_option(Some(info.decision.as_str()).filter(|d| !d.is_empty()));
     }
@@ -193,6 +197,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         Arc::new(migrations.finish()),
         Arc::new(suspensions.finish()),
         Arc::new(restarts.finish()),
+        Arc::new(snapshots.finish()),
         Arc::new(state_bytes.finish()),
         Arc::new(decision.finish()),
     ];
@@ -384,7 +389,7 @@ enum Admin {
     Suspend,
     /// `skiff.resume(id)`
     Resume,
-    /// `skiff.drain(worker)`
+    /// `skiff.drain(worker [, 'drain' | 'immediate'])`
     Drain,
     /// `skiff.spot_notice(worker, seconds)`
     SpotNotice,
@@ -439,7 +444,7 @@ impl AdminFunction {
             Admin::Migrate => "skiff.migrate(id [, worker [, 'drain' | 'immediate']])",
             Admin::Suspend => "skiff.suspend(id [, 'drain' | 'immediate'])",
             Admin::Resume => "skiff.resume(id)",
-            Admin::Drain => "skiff.drain(worker)",
+            Admin::Drain => "skiff.drain(worker [, 'drain' | 'immediate'])",
             Admin::SpotNotice => "skiff.spot_notice(worker, seconds)",
         }
     }
@@ -455,21 +460,6 @@ impl AdminFunction {
                 )
             })
         };
-        match (self.op, text) {
-            (Admin::Drain, []) => {
-                vacate::vacate(inner, worker(first)?, None)?;
-                return Ok(true);
-            }
-            (Admin::SpotNotice, [Some(seconds)]) => {
-                let seconds: f64 = seconds.trim().parse().map_err(|_| usage())?;
-                let notice = Duration::try_from_secs_f64(seconds).map_err(|_| usage())?;
-                vacate::vacate(inner, worker(first)?, Some(notice))?;
-                return Ok(true);
-            }
-            (Admin::Drain | Admin::SpotNotice, _) => return Err(usage().into()),
-            _ => {}
-        }
-        let id: u64 = first.trim().parse().map_err(|_| usage())?;
         let mode = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
             None | Some("drain") => Ok(false),
             Some("immediate") => Ok(true),
@@ -478,6 +468,25 @@ impl AdminFunction {
                 format!("unknown mode '{other}': drain or immediate"),
             )),
         };
+        match (self.op, text) {
+            (Admin::Drain, [] | [_]) => {
+                let how = match mode(text.first())? {
+                    true => Vacate::Immediate,
+                    false => Vacate::Drain,
+                };
+                vacate::vacate(inner, worker(first)?, how)?;
+                return Ok(true);
+            }
+            (Admin::SpotNotice, [Some(seconds)]) => {
+                let seconds: f64 = seconds.trim().parse().map_err(|_| usage())?;
+                let notice = Duration::try_from_secs_f64(seconds).map_err(|_| usage())?;
+                vacate::vacate(inner, worker(first)?, Vacate::Notice(notice))?;
+                return Ok(true);
+            }
+            (Admin::Drain | Admin::SpotNotice, _) => return Err(usage().into()),
+            _ => {}
+        }
+        let id: u64 = first.trim().parse().map_err(|_| usage())?;
         match (self.op, text) {
             (Admin::Migrate, [] | [_] | [_, _]) => {
                 let target = match text.first().and_then(|t| t.as_deref()) {

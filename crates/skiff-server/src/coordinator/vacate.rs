@@ -20,8 +20,19 @@ use crate::error::{Result, ServerError, SqlState};
 /// How often a vacate checks whether the worker is empty.
 const POLL: Duration = Duration::from_millis(2);
 
-/// Start vacating worker `id`; `notice` is the time left before it goes.
-pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, notice: Option<Duration>) -> Result<()> {
+/// How a vacate treats pipelines that are running.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Vacate {
+    /// Let them finish: nothing is redone.
+    Drain,
+    /// Abort them: the worker empties sooner, the target redoes them.
+    Immediate,
+    /// Drain, and turn immediate when half of this notice has passed.
+    Notice(Duration),
+}
+
+/// Start vacating worker `id`.
+pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
     if !inner.membership.start_draining(id) {
         return Err(ServerError::new(
             SqlState::InvalidParameterValue,
@@ -29,8 +40,12 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, notice: Option<Duration>) -> R
         ));
     }
     let started = Instant::now();
-    let moved = ask_all(inner, id, false);
-    info!(worker = id, queries = moved, ?notice, "vacating worker");
+    let moved = ask_all(inner, id, matches!(how, Vacate::Immediate));
+    info!(worker = id, queries = moved, ?how, "vacating worker");
+    let notice = match how {
+        Vacate::Notice(notice) => Some(notice),
+        Vacate::Drain | Vacate::Immediate => None,
+    };
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|e| ServerError::internal(format!("no runtime to vacate: {e}")))?;
     let inner = Arc::clone(inner);

@@ -12,7 +12,7 @@
 //! is no boundary left, so no row is ever sent before a hand-off: the
 //! coordinator never has rows to take back.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -57,6 +57,7 @@ struct Triggers {
     kill_after: Option<usize>,
     hold_after: Option<usize>,
     snapshot_every: Option<usize>,
+    snapshot_period: Option<Duration>,
     corrupt: bool,
 }
 
@@ -89,6 +90,12 @@ pub(super) struct Control {
     triggers: Triggers,
     request: Mutex<Option<Request>>,
     requested: Notify,
+    /// When the query started on this worker.
+    started: Instant,
+    /// The snapshot period has passed: the pause in progress is for one.
+    snapshot_due: AtomicBool,
+    /// The boundary of the latest snapshot (`usize::MAX`: none yet).
+    snapshotted_at: AtomicUsize,
 }
 
 impl Control {
@@ -102,6 +109,10 @@ impl Control {
                 kill_after: o.kill_worker_after_pipelines,
                 hold_after: o.test_hold_after_pipelines,
                 snapshot_every: o.snapshot_every_pipelines.filter(|&k| k > 0),
+                snapshot_period: o
+                    .snapshot_every_seconds
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .filter(|d| !d.is_zero()),
                 corrupt: o.test_corrupt_state,
             })
             .unwrap_or_default();
@@ -111,6 +122,9 @@ impl Control {
             triggers,
             request: Mutex::new(None),
             requested: Notify::new(),
+            started: Instant::now(),
+            snapshot_due: AtomicBool::new(false),
+            snapshotted_at: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -142,13 +156,22 @@ impl Control {
         .min()
     }
 
-    /// After a snapshot at `finished`: pause at the next trigger or run free.
+    /// After a snapshot at `finished`: pause at the next trigger (still
+    /// this boundary when one fires here) or run free.
     fn rearm(&self, execution: &QueryExecution, finished: usize) {
         if lock(&self.request).is_some() {
             // A hand-off is pending; stay paused and take it next.
             return;
         }
-        match self.next_point(Some(finished)) {
+        let t = &self.triggers;
+        let here = [t.migrate_after, t.suspend_after, t.kill_after, t.hold_after]
+            .contains(&Some(finished));
+        let next = if here {
+            Some(finished)
+        } else {
+            self.next_point(Some(finished))
+        };
+        match next {
             Some(k) => execution.pause_after(k),
             None => execution.resume(),
         }
@@ -159,6 +182,15 @@ impl Control {
             return Step::HandOff(request.reason, request.at, request.discard);
         }
         let t = &self.triggers;
+        // A snapshot comes first, so that the query can go on from this
+        // boundary whatever fires here next (a killed worker included); the
+        // triggers of this boundary fire at the pause right after it.
+        let due = self.snapshot_due.swap(false, Ordering::SeqCst)
+            || t.snapshot_every
+                .is_some_and(|every| finished > 0 && finished.is_multiple_of(every));
+        if due && self.snapshotted_at.swap(finished, Ordering::SeqCst) != finished {
+            return Step::Snapshot;
+        }
         if t.kill_after == Some(finished) {
             return Step::Kill;
         }
@@ -171,12 +203,19 @@ impl Control {
         if t.suspend_after == Some(finished) {
             return Step::HandOff(HandoffReason::Suspend, Instant::now(), false);
         }
-        if t.snapshot_every
-            .is_some_and(|every| finished > 0 && finished.is_multiple_of(every))
-        {
-            return Step::Snapshot;
-        }
         Step::GoOn
+    }
+
+    /// The snapshot period passed: pause at the next boundary (letting the
+    /// running pipelines finish) for a snapshot. Once the result streams
+    /// there is no boundary left, and nothing to snapshot.
+    fn snapshot_at_next_boundary(&self, execution: &QueryExecution) {
+        let result = execution.graph().result().id;
+        if execution.store().status()[result.0] != PipelineStatus::Waiting {
+            return;
+        }
+        self.snapshot_due.store(true, Ordering::SeqCst);
+        execution.pause_now(PauseMode::Drain);
     }
 
     /// The coordinator asks for a hand-off.
@@ -248,7 +287,15 @@ async fn produce(
             "canceling statement due to user request",
         )))
     };
+    let period = control.triggers.snapshot_period;
+    let mut next_snapshot = period.map(|p| tokio::time::Instant::now() + p);
     loop {
+        let due = async {
+            match next_snapshot {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let pause = tokio::select! {
             biased;
             _ = token.cancelled() => {
@@ -256,6 +303,11 @@ async fn produce(
                 return;
             }
             pause = execution.paused() => pause,
+            () = due => {
+                next_snapshot = None;
+                control.snapshot_at_next_boundary(&execution);
+                continue;
+            }
         };
         let Pause::Paused { finished } = pause else {
             break;
@@ -267,6 +319,7 @@ async fn produce(
                         reason: reason as i32,
                         error: "state discarded at the coordinator's request".into(),
                         pause_ms: at.elapsed().as_millis() as u64,
+                        ran_ms: at.saturating_duration_since(control.started).as_millis() as u64,
                         ..Handoff::default()
                     }
                 } else {
@@ -277,6 +330,7 @@ async fn produce(
             }
             Step::Snapshot => {
                 let at = Instant::now();
+                next_snapshot = period.map(|p| tokio::time::Instant::now() + p);
                 let handoff = hand_off(&execution, &control, HandoffReason::Snapshot, at).await;
                 if handoff.error.is_empty() {
                     if tx.send(Ok(metadata(&handoff))).await.is_err() {
@@ -343,6 +397,9 @@ async fn hand_off(
         reason: reason as i32,
         pipelines_finished: progress.pipelines_finished as u32,
         pipelines_total: progress.pipelines_total as u32,
+        ran_ms: requested
+            .saturating_duration_since(control.started)
+            .as_millis() as u64,
         ..Handoff::default()
     };
     if let Err(e) = store_state(execution, control, reason, &mut handoff).await {

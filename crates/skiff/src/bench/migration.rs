@@ -8,8 +8,8 @@
 //!
 //! 1. *symmetric*: per query and boundary k, the local runtime, the runtime
 //!    with `skiff.migrate_after_pipelines = k` to an identical worker, and a
-//!    restart (the time to reach k, from a run suspended at k, plus a whole
-//!    local run);
+//!    restart (the time the source ran before it paused at k, by its own
+//!    clock, plus a whole local run);
 //! 2. *faster*: the same from a 1-partition worker to a 2-partition one,
 //!    against staying on the slow worker and against restarting on the fast;
 //! 3. *vacate*: 1, 2, 4, 8 long queries on one worker, which is then
@@ -49,8 +49,10 @@ const MAX_BOUNDARIES: usize = 80;
 const SMALL_STATE: u64 = 50 << 20;
 /// Concurrent queries on the worker that is vacated.
 const VACATE_CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
-/// Drains per concurrency; the median is reported.
+/// Drains per concurrency and mode; the median is reported.
 const VACATE_REPS: usize = 5;
+/// `skiff.drain` modes measured, interleaved.
+const VACATE_MODES: [&str; 2] = ["drain", "immediate"];
 /// When to drain, as fractions of the mix's expected runtime: early, middle.
 const VACATE_AT: [f64; 3] = [0.2, 0.35, 0.5];
 /// How often the client looks at the system tables while it waits.
@@ -176,6 +178,7 @@ impl Bench {
                 vec!["skiff.snapshot_every_pipelines = 1".into()],
             ),
         ];
+        self.warm_up(&cluster, script).await;
         // Interleaved, so drift of a shared machine hits all three alike.
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         let mut rows_seen: Vec<Option<u64>> = vec![None; configs.len()];
@@ -267,6 +270,7 @@ impl Bench {
             .first()
             .map(|w| w.0.clone())
             .unwrap_or_default();
+        self.warm_up(&cluster, script).await;
         let mut local = Vec::new();
         let mut local_rows = None;
         let mut notes = Vec::new();
@@ -329,8 +333,8 @@ impl Bench {
         Ok(out)
     }
 
-    /// Migrate after `k` pipelines, then find the time at `k` from a run
-    /// suspended there. None once `k` is past the last boundary.
+    /// Migrate after `k` pipelines; the time at `k` is what the source ran
+    /// before it paused. None once `k` is past the last boundary.
     #[allow(clippy::too_many_arguments)]
     async fn boundary(
         &self,
@@ -351,6 +355,7 @@ impl Bench {
             local_ms: Some(local_ms),
             ..Row::default()
         };
+        let mut ran = Vec::new();
         for _ in 0..self.counted() {
             match self.timed(cluster, &settings, script).await {
                 Ok((ms, rows)) => {
@@ -368,6 +373,7 @@ impl Bench {
                 Ok(record) => {
                     row.pipelines_total = Some(record.pipelines_total);
                     row.state_bytes = Some(record.state_bytes);
+                    ran.extend(ran_ms(&record.decision));
                     row.decision = record.decision;
                 }
                 Err(e) => row.error = Some(e),
@@ -377,15 +383,24 @@ impl Bench {
             return Some(row);
         }
         row.measured_ms = median(&times);
-        match self.time_to_boundary(cluster, script, k).await {
-            Ok(Some(ms)) => {
-                row.time_at_k_ms = Some(ms);
-                row.progress = Some(ms / local_ms.max(1e-9));
-            }
-            Ok(None) => {}
-            Err(e) => row.error = row.error.or(Some(e)),
-        }
+        // The source's own clock: how long the query ran before it paused
+        // at k, i.e. the work a restart at k would throw away.
+        row.time_at_k_ms = median(&ran);
+        row.progress = row.time_at_k_ms.map(|ms| ms / local_ms.max(1e-9));
         Some(row)
+    }
+
+    /// Run `script` once where it is placed and once moved to the other
+    /// worker before its first pipeline, uncounted: each worker process has
+    /// read the files' metadata before anything is timed (otherwise the
+    /// first migration pays for the target's cold caches).
+    async fn warm_up(&self, cluster: &Cluster, script: &str) {
+        let moved = ["skiff.migrate_after_pipelines = 0".to_string()];
+        for settings in [&[][..], &moved[..]] {
+            if let Err(e) = self.timed(cluster, settings, script).await {
+                eprintln!("warm-up: {e}");
+            }
+        }
     }
 
     /// Run `script` on a connection of its own with `settings`: wall ms and
@@ -412,54 +427,6 @@ impl Bench {
             .await
             .map_err(|_| format!("timed out after {:?}", self.timeout))??;
         Ok((start.elapsed().as_secs_f64() * 1000.0, rows))
-    }
-
-    /// Client-side time from sending `script` until its query shows as
-    /// suspended after `k` pipelines (it is then canceled: only the time
-    /// matters). None when the query ended without suspending.
-    async fn time_to_boundary(
-        &self,
-        cluster: &Cluster,
-        script: &str,
-        k: usize,
-    ) -> Result<Option<f64>, String> {
-        let client = PgConn::connect(cluster.pg, &Credentials::default()).await?;
-        client
-            .rows(&format!("SET skiff.suspend_after_pipelines = {k}"))
-            .await?;
-        let statements: Vec<String> = split_statements(script)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let start = Instant::now();
-        // Every statement runs even after one fails (the canceled one), so
-        // a script's DROP VIEW still cleans up after it.
-        let task = tokio::runtime::Handle::current().spawn(async move {
-            for statement in &statements {
-                let _ = client.query(statement).await;
-            }
-        });
-        let mut at = None;
-        while !task.is_finished() && start.elapsed() < self.timeout {
-            let found = cluster
-                .rows("SELECT id, decision FROM skiff.queries WHERE state = 'suspended'")
-                .await?;
-            if let Some(id) = found.first().and_then(|r| r.first().cloned().flatten()) {
-                let seen = start.elapsed().as_secs_f64() * 1000.0;
-                // The suspension itself (extract, a durable put) came after
-                // the boundary: take it out.
-                let decision = found[0].get(1).cloned().flatten().unwrap_or_default();
-                at = Some((seen - paused_ms(&decision).unwrap_or(0.0)).max(0.0));
-                let canceled = cluster.rows(&format!("SELECT skiff.cancel({id})")).await?;
-                if canceled.first().and_then(|r| r[0].as_deref()) != Some("t") {
-                    cluster.rows(&format!("SELECT skiff.resume({id})")).await?;
-                }
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-        let _ = tokio::time::timeout(self.timeout, task).await;
-        Ok(at)
     }
 
     /// Experiment 3: vacate a worker running 1..8 long queries.
@@ -493,13 +460,14 @@ impl Bench {
         let shortest = mix.iter().map(|m| m.2).fold(f64::MAX, f64::min);
         eprintln!("vacate: mixes of {}", names.join(", "));
         let mut cluster = Cluster::start(&self.data, &[self.partitions]).await?;
-        let mut how: Option<&'static str> = None;
         let mut out = Vec::new();
         for n in VACATE_CONCURRENCY {
-            for rep in 0..VACATE_REPS {
+            // A single run is a smoke run: two drains per mode.
+            let reps = if self.runs == 1 { 2 } else { VACATE_REPS };
+            for (rep, how) in (0..reps).flat_map(|r| VACATE_MODES.map(|m| (r, m))) {
                 let delay = shortest * n as f64 * VACATE_AT[rep % VACATE_AT.len()];
                 let row = self
-                    .vacate_once(&mut cluster, &mix, n, rep, delay, &mut how)
+                    .vacate_once(&mut cluster, &mix, n, rep, delay, how)
                     .await?;
                 eprintln!(
                     "vacate {n} queries, rep {rep}: {} ms ({}), server {} ms, rows ok {}{}",
@@ -517,8 +485,9 @@ impl Bench {
         Ok(out)
     }
 
-    /// One drain: `n` queries start on the cluster's only open worker, a
-    /// fresh worker joins, and after `delay_ms` the first one is drained.
+    /// One drain in mode `how`: `n` queries start on the cluster's only
+    /// open worker, a fresh worker joins, and after `delay_ms` the first one
+    /// is drained.
     async fn vacate_once(
         &self,
         cluster: &mut Cluster,
@@ -526,7 +495,7 @@ impl Bench {
         n: usize,
         rep: usize,
         delay_ms: f64,
-        how: &mut Option<&'static str>,
+        how: &'static str,
     ) -> Result<Row, BenchError> {
         let source = cluster
             .workers
@@ -582,9 +551,11 @@ impl Bench {
         let wait = Duration::from_secs_f64(delay_ms / 1000.0).saturating_sub(start.elapsed());
         tokio::time::sleep(wait).await;
         let drained = Instant::now();
-        let mode = self.drain(cluster, &source, how).await;
-        row.vacate_how = how.unwrap_or("none");
-        if let Err(e) = mode {
+        row.vacate_how = how;
+        if let Err(e) = cluster
+            .rows(&format!("SELECT skiff.drain('{source}', '{how}')"))
+            .await
+        {
             row.error = Some(e);
         }
         let vacate_sql = format!("SELECT vacate_ms FROM skiff.workers WHERE address = '{source}'");
@@ -593,14 +564,12 @@ impl Bench {
             if row.vacate_ms.is_none() && left == 0 {
                 row.vacate_ms = Some(drained.elapsed().as_secs_f64() * 1000.0);
             }
-            if *how == Some("drain") {
-                let server = cluster.rows(&vacate_sql).await.ok();
-                row.server_vacate_ms = server
-                    .as_ref()
-                    .and_then(|r| r.first()?.first()?.as_deref()?.parse().ok());
-            }
-            let server_done = *how != Some("drain") || row.server_vacate_ms.is_some();
-            if (row.vacate_ms.is_some() && server_done) || drained.elapsed() > self.timeout {
+            let server = cluster.rows(&vacate_sql).await.ok();
+            row.server_vacate_ms = server
+                .as_ref()
+                .and_then(|r| r.first()?.first()?.as_deref()?.parse().ok());
+            let done = row.vacate_ms.is_some() && row.server_vacate_ms.is_some();
+            if done || drained.elapsed() > self.timeout {
                 break;
             }
             tokio::time::sleep(POLL).await;
@@ -620,50 +589,11 @@ impl Bench {
         cluster.kill_worker(&source).await;
         Ok(row)
     }
-
-    /// Drain `worker` with `skiff.drain` when the server has it, else by
-    /// migrating each of its queries (`skiff.migrate(id, NULL, 'drain')`).
-    async fn drain(
-        &self,
-        cluster: &Cluster,
-        worker: &str,
-        how: &mut Option<&'static str>,
-    ) -> Result<(), String> {
-        if how.is_none() || *how == Some("drain") {
-            match cluster
-                .rows(&format!("SELECT skiff.drain('{worker}')"))
-                .await
-            {
-                Ok(_) => {
-                    *how = Some("drain");
-                    return Ok(());
-                }
-                Err(e) if how.is_none() && e.to_ascii_lowercase().contains("drain") => {
-                    eprintln!("skiff.drain is not available ({e}); migrating each query");
-                    *how = Some("migrate");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let ids = cluster
-            .rows(&format!(
-                "SELECT id FROM skiff.queries WHERE worker = '{worker}' AND state = 'running' \
-                 AND sql NOT LIKE '%skiff.%'"
-            ))
-            .await?;
-        for id in ids.iter().filter_map(|r| r.first().cloned().flatten()) {
-            // A query may end, or be in its result pipeline, meanwhile.
-            let _ = cluster
-                .rows(&format!("SELECT skiff.migrate({id}, NULL, 'drain')"))
-                .await;
-        }
-        Ok(())
-    }
 }
 
-/// `... paused in 12 ms ...` -> 12.
-fn paused_ms(decision: &str) -> Option<f64> {
-    let rest = &decision[decision.find("paused in ")? + "paused in ".len()..];
+/// `migrated after 2/5 pipelines at 120 ms: ...` -> 120.
+fn ran_ms(decision: &str) -> Option<f64> {
+    let rest = &decision[decision.find(" pipelines at ")? + " pipelines at ".len()..];
     rest.split(' ').next()?.parse().ok()
 }
 
@@ -1045,40 +975,42 @@ fn summary(title: &str, rows: &[Row], took: Duration) -> String {
     ));
     let vacate = of("vacate");
     t.push_str("\n3. Vacating a worker (from the drain request until it holds no query)\n");
-    if let Some(how) = vacate.first().map(|r| r.vacate_how) {
-        t.push_str(match how {
-            "drain" => "   via skiff.drain; client = polled skiff.queries, server = vacate_ms\n",
-            _ => {
-                "   skiff.drain unavailable: skiff.migrate(id, NULL, 'drain') per query, \
-                  client-side polling of skiff.queries\n"
+    t.push_str(
+        "   skiff.drain(w, mode); client = polled skiff.queries, \
+         server = skiff.workers.vacate_ms\n",
+    );
+    t.push_str("mode       queries  reps  median ms  min ms  max ms  server median ms  rows ok\n");
+    for how in VACATE_MODES {
+        for n in VACATE_CONCURRENCY {
+            let group: Vec<&&Row> = vacate
+                .iter()
+                .filter(|r| r.concurrency == Some(n) && r.vacate_how == how)
+                .collect();
+            if group.is_empty() {
+                continue;
             }
-        });
-    }
-    t.push_str("queries  reps  median ms  min ms  max ms  server median ms  rows ok\n");
-    for n in VACATE_CONCURRENCY {
-        let group: Vec<&&Row> = vacate.iter().filter(|r| r.concurrency == Some(n)).collect();
-        if group.is_empty() {
-            continue;
+            let ms: Vec<f64> = group.iter().filter_map(|r| r.vacate_ms).collect();
+            let server: Vec<f64> = group.iter().filter_map(|r| r.server_vacate_ms).collect();
+            let ok = group.iter().filter(|r| r.rows_ok == Some(true)).count();
+            t.push_str(&format!(
+                "{:<10} {:>7} {:>5} {:>10} {:>7} {:>7} {:>17} {:>5}/{}\n",
+                how,
+                n,
+                group.len(),
+                fmt(median(&ms)),
+                fmt(ms.iter().copied().reduce(f64::min)),
+                fmt(ms.iter().copied().reduce(f64::max)),
+                fmt(median(&server)),
+                ok,
+                group.len()
+            ));
         }
-        let ms: Vec<f64> = group.iter().filter_map(|r| r.vacate_ms).collect();
-        let server: Vec<f64> = group.iter().filter_map(|r| r.server_vacate_ms).collect();
-        let ok = group.iter().filter(|r| r.rows_ok == Some(true)).count();
-        t.push_str(&format!(
-            "{:>7} {:>5} {:>10} {:>7} {:>7} {:>17} {:>5}/{}\n",
-            n,
-            group.len(),
-            fmt(median(&ms)),
-            fmt(ms.iter().copied().reduce(f64::min)),
-            fmt(ms.iter().copied().reduce(f64::max)),
-            fmt(median(&server)),
-            ok,
-            group.len()
-        ));
     }
     t.push_str("target: median <= 1000 ms with 8 queries\n");
     for r in vacate.iter().filter(|r| r.error.is_some()) {
         t.push_str(&format!(
-            "  {} queries rep {}: {}\n",
+            "  {} {} queries rep {}: {}\n",
+            r.vacate_how,
             r.concurrency.unwrap_or(0),
             r.rep.unwrap_or(0),
             r.error.as_deref().unwrap_or_default()
@@ -1356,11 +1288,17 @@ fn human_bytes(bytes: f64) -> String {
 
 fn vacate_panel(area: &Area, caption: &str, rows: &[&Row]) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<_>| e.to_string();
-    let points: Vec<(f64, f64)> = rows
+    let points = |how: &str| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r.vacate_how == how)
+            .filter_map(|r| Some((r.concurrency? as f64, r.vacate_ms?)))
+            .collect()
+    };
+    let y_max = rows
         .iter()
-        .filter_map(|r| Some((r.concurrency? as f64, r.vacate_ms?)))
-        .collect();
-    let y_max = points.iter().map(|p| p.1).fold(1000.0, f64::max) * 1.1;
+        .filter_map(|r| r.vacate_ms)
+        .fold(1000.0, f64::max)
+        * 1.1;
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(10)
@@ -1374,34 +1312,37 @@ fn vacate_panel(area: &Area, caption: &str, rows: &[&Row]) -> Result<(), String>
         .y_desc("ms until the worker holds no query")
         .draw()
         .map_err(e)?;
-    chart
-        .draw_series(
-            points
-                .iter()
-                .map(|&p| Circle::new(p, 3, BLUE.mix(0.5).filled())),
-        )
-        .map_err(e)?
-        .label("each drain")
-        .legend(|(x, y)| Circle::new((x + 5, y), 4, BLUE.filled()));
-    let medians: Vec<(f64, f64)> = VACATE_CONCURRENCY
-        .iter()
-        .filter_map(|&n| {
-            let ms: Vec<f64> = points
-                .iter()
-                .filter(|p| p.0 == n as f64)
-                .map(|p| p.1)
-                .collect();
-            Some((n as f64, median(&ms)?))
-        })
-        .collect();
-    chart
-        .draw_series(std::iter::once(PathElement::new(
-            medians.clone(),
-            GREEN.stroke_width(2),
-        )))
-        .map_err(e)?
-        .label("median")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], GREEN.stroke_width(2)));
+    for (how, color) in VACATE_MODES.into_iter().zip([BLUE, GREEN]) {
+        let points = points(how);
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, color.mix(0.4).filled())),
+            )
+            .map_err(e)?;
+        let medians: Vec<(f64, f64)> = VACATE_CONCURRENCY
+            .iter()
+            .filter_map(|&n| {
+                let ms: Vec<f64> = points
+                    .iter()
+                    .filter(|p| p.0 == n as f64)
+                    .map(|p| p.1)
+                    .collect();
+                Some((n as f64, median(&ms)?))
+            })
+            .collect();
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                medians,
+                color.stroke_width(2),
+            )))
+            .map_err(e)?
+            .label(format!("{how}: median (dots: each vacate)"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 12, y)], color.stroke_width(2))
+            });
+    }
     chart
         .draw_series(std::iter::once(PathElement::new(
             vec![(0.0, 1000.0), (9.0, 1000.0)],
@@ -1423,10 +1364,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pause_time_is_read_from_the_decision() {
-        let d = "suspended after 2/5 pipelines, 10 B of state, paused in 17 ms (extract 1 ms";
-        assert_eq!(paused_ms(d), Some(17.0));
-        assert_eq!(paused_ms("suspended after 2/5 pipelines"), None);
+    fn time_at_the_boundary_is_read_from_the_decision() {
+        let d = "migrated after 2/5 pipelines at 120 ms: 10 B of state, paused in 17 ms";
+        assert_eq!(ran_ms(d), Some(120.0));
+        assert_eq!(ran_ms("suspended after 2/5 pipelines"), None);
     }
 
     #[test]

@@ -140,7 +140,12 @@ fn migration_bench_writes_a_row_per_query_and_boundary() {
             .iter()
             .filter(|r| field(r, "kind") == "vacate" && field(r, "concurrency") == n.to_string())
             .collect();
-        assert!(!reps.is_empty(), "no vacate rows for {n}\n{csv}");
+        for how in ["drain", "immediate"] {
+            assert!(
+                reps.iter().any(|r| field(r, "vacate_how") == how),
+                "no {how} vacate rows for {n}\n{csv}"
+            );
+        }
         for r in reps {
             assert_eq!(field(r, "rows_ok"), "true", "{r:?}");
             assert!(number(r, "vacate_ms") >= 0.0, "{r:?}");

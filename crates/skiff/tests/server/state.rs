@@ -24,6 +24,8 @@ struct Record {
     migrations: u32,
     suspensions: u32,
     restarts: u32,
+    snapshots: u32,
+    pipelines_total: u32,
     state_bytes: u64,
     decision: String,
 }
@@ -32,7 +34,8 @@ struct Record {
 async fn last_query(client: &tokio_postgres::Client) -> Record {
     let rows = simple_rows(
         client,
-        "SELECT id, state, migrations, suspensions, restarts, state_bytes, decision \
+        "SELECT id, state, migrations, suspensions, restarts, state_bytes, decision, \
+         snapshots, pipelines_total \
          FROM skiff.queries WHERE worker IS NOT NULL OR migrations > 0 OR restarts > 0 \
          ORDER BY id DESC LIMIT 1",
     )
@@ -49,6 +52,8 @@ async fn last_query(client: &tokio_postgres::Client) -> Record {
         restarts: number(4) as u32,
         state_bytes: number(5),
         decision: cell(6),
+        snapshots: number(7) as u32,
+        pipelines_total: number(8) as u32,
     }
 }
 
@@ -235,6 +240,60 @@ async fn tpch_survives_a_killed_worker_through_snapshots() {
     println!("{kills} queries continued from snapshots after their worker died");
 }
 
+/// Snapshots by time (`skiff.snapshot_every_seconds`): with a period far
+/// below a pipeline's runtime every query snapshots at its boundaries, and
+/// a worker that dies at the last boundary before the result leaves a
+/// snapshot to continue from on another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(4),
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let client = server.pg().await;
+    set(&client, "skiff.snapshot_every_seconds = 0.000001").await;
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for (query, sql) in queries("tpch") {
+        if let Err(e) = check(&query, run_pg(&client, &sql).await) {
+            failures.push(format!("{query} with timed snapshots: {e}"));
+            continue;
+        }
+        let record = last_query(&client).await;
+        if record.snapshots == 0 || record.migrations + record.restarts > 0 {
+            failures.push(format!("{query}: {record:?}"));
+        }
+        // Queries whose result is their only boundary left have nothing
+        // a snapshot could save.
+        let Some(k) = record.pipelines_total.checked_sub(1).filter(|&k| k >= 1) else {
+            continue;
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while live_workers(&client).await < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // A session of its own: the kill trigger must not outlive this run.
+        let killer = server.pg().await;
+        set(&killer, "skiff.snapshot_every_seconds = 0.000001").await;
+        set(&killer, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
+        let outcome = check(&query, run_pg(&killer, &sql).await);
+        let record = last_query(&client).await;
+        kills += 1;
+        if let Err(e) = outcome {
+            failures.push(format!("{query} k={k}: {e} {record:?}"));
+        } else if !record
+            .decision
+            .contains("lost; continued from the snapshot")
+        {
+            failures.push(format!("{query} k={k}: {record:?}"));
+        }
+    }
+    assert_none(&failures, &server);
+    assert!(kills >= 20, "only {kills} workers killed");
+}
+
 /// A flipped byte in the state is caught on the target: the query starts
 /// over and still answers correctly; the log says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,6 +378,11 @@ async fn migrate_from_sql_to_a_named_worker() {
             .simple_query(&format!("SELECT skiff.migrate({id}, '{target}', 'gently')"))
             .await
             .expect_err("unknown mode");
+        assert!(format!("{bad:?}").contains("unknown mode"), "{bad:?}");
+        let bad = admin
+            .simple_query(&format!("SELECT skiff.drain('{target}', 'gently')"))
+            .await
+            .expect_err("unknown drain mode");
         assert!(format!("{bad:?}").contains("unknown mode"), "{bad:?}");
         admin
             .simple_query(&format!("SELECT skiff.migrate({id}, '{target}')"))
@@ -505,8 +569,8 @@ async fn migrations_of(admin: &tokio_postgres::Client, ids: &[String]) -> Vec<u3
 
 const HELD: [&str; 4] = ["q03", "q05", "q09", "q10"];
 
-/// `skiff ctl drain` vacates a worker: its queries move, it takes no new
-/// query, and the latency is reported.
+/// `skiff ctl drain --immediate` vacates a worker: its queries move, it
+/// takes no new query, and the latency is reported. (SIGTERM drains.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_vacates_a_worker() {
     let data = dataset(Benchmark::Tpch, 0.01);
@@ -527,6 +591,7 @@ async fn drain_vacates_a_worker() {
             &server.flight.to_string(),
             "drain",
             &victim,
+            "--immediate",
         ])
         .output()
         .expect("skiff ctl drain");
