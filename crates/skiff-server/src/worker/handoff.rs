@@ -346,8 +346,14 @@ async fn produce(
                     query = control.query_id,
                     finished, "skiff.kill_worker_after_pipelines: the worker process dies now"
                 );
-                // Let the messages already sent (snapshots) leave first.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Let the messages already sent (snapshots) leave first: the
+                // stream has taken them all, then the transport gets a
+                // moment to write them out.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while tx.capacity() < tx.max_capacity() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 std::process::exit(137);
             }
             Step::Hold => {
@@ -461,7 +467,8 @@ async fn store_state(
             HandoffReason::Snapshot => SNAPSHOT_TTL,
         },
         read_once: reason == HandoffReason::Migrate,
-        durable: reason == HandoffReason::Suspend,
+        // Suspended state and snapshots outlive the memory node's process.
+        durable: reason != HandoffReason::Migrate,
     };
     let started = Instant::now();
     let stored = put_state(&control.cache, &key, &options, &state)
@@ -501,6 +508,7 @@ pub(super) async fn continue_from_state(
     partitions: usize,
 ) -> Result<Arc<QueryExecution>> {
     let key = &request.state_key;
+    let started = Instant::now();
     let state = get_state(&request.state_cache, key).await.map_err(|s| {
         let state = match s.code() {
             tonic::Code::DataLoss => SqlState::DataCorrupted,
@@ -511,8 +519,17 @@ pub(super) async fn continue_from_state(
             format!("state {key} from {}: {}", request.state_cache, s.message()),
         )
     })?;
+    let fetched = started.elapsed();
     let loaded = skiff_state::load(&state)
         .map_err(|e| ServerError::new(SqlState::DataCorrupted, format!("state {key}: {e}")))?;
+    info!(
+        query = request.query_id,
+        key = %key,
+        bytes = state.bytes(),
+        get_ms = fetched.as_millis() as u64,
+        load_ms = (started.elapsed() - fetched).as_millis() as u64,
+        "state loaded"
+    );
     let plan = skiff_state::with_partitions(plan, partitions)?;
     Ok(skiff_state::resume(plan, task_ctx, loaded)?)
 }

@@ -107,12 +107,21 @@ async fn tpch_through_flight_sql_matches_duckdb() {
     );
 }
 
-/// Judge one query file's results against its golden answers.
+/// Judge one TPC-H query file's results against its golden answers.
 pub(crate) fn check(
     query: &str,
     results: Result<Vec<(Vec<Row>, usize)>, String>,
 ) -> Result<(), String> {
-    let golden_dir = repo_root().join("tests/golden/tpch/sf0.01");
+    check_in("tpch", query, results)
+}
+
+/// Judge one query file of `bench` (SF 0.01) against its golden answers.
+pub(crate) fn check_in(
+    bench: &str,
+    query: &str,
+    results: Result<Vec<(Vec<Row>, usize)>, String>,
+) -> Result<(), String> {
+    let golden_dir = repo_root().join(format!("tests/golden/{bench}/sf0.01"));
     match load_golden(&golden_dir, query)? {
         Expected::Error(duckdb) => Err(format!("unexpected golden error {duckdb}")),
         Expected::Answers(answers) => {
