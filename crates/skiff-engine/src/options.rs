@@ -1,8 +1,11 @@
 //! Skiff's session settings: the `skiff` namespace of DataFusion's config,
 //! so that `SET skiff.<name> = <value>` works in SQL.
 
-use datafusion::common::config::ConfigExtension;
-use datafusion::common::extensions_options;
+use std::fmt;
+use std::str::FromStr;
+
+use datafusion::common::config::{ConfigExtension, ConfigField, Visit};
+use datafusion::common::{DataFusionError, Result, extensions_options};
 
 extensions_options! {
     /// Settings of Skiff's pipeline executor.
@@ -30,6 +33,10 @@ extensions_options! {
         /// operation (migrate, suspend, drain) moves it; so that tests can
         /// act on a query that surely runs on its worker.
         pub test_hold_after_pipelines: Option<usize>, default = None
+        /// Compression of extracted state frames: `none`, `lz4` or `zstd`.
+        /// None by default: the memory node sits on the cluster network,
+        /// faster than lz4 compresses on one core.
+        pub state_compression: StateCompression, default = StateCompression::None
         /// Test trigger: flip one byte of the state after extraction, so
         /// that the target must detect it and the query start over.
         pub test_corrupt_state: bool, default = false
@@ -38,4 +45,73 @@ extensions_options! {
 
 impl ConfigExtension for SkiffOptions {
     const PREFIX: &'static str = "skiff";
+}
+
+/// How extracted state frames are compressed (`skiff.state_compression`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateCompression {
+    #[default]
+    None,
+    Lz4,
+    Zstd,
+}
+
+impl FromStr for StateCompression {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(Self::None),
+            "lz4" => Ok(Self::Lz4),
+            "zstd" => Ok(Self::Zstd),
+            other => Err(DataFusionError::Configuration(format!(
+                "skiff.state_compression: '{other}' is none, lz4 or zstd"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for StateCompression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        })
+    }
+}
+
+impl ConfigField for StateCompression {
+    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, self, description)
+    }
+
+    fn set(&mut self, _: &str, value: &str) -> Result<()> {
+        *self = value.parse()?;
+        Ok(())
+    }
+
+    fn reset(&mut self, _: &str) -> Result<()> {
+        *self = Self::default();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_compression_parses_its_three_names_and_refuses_others() {
+        for name in ["none", "lz4", "zstd"] {
+            let parsed: StateCompression = name.parse().expect(name);
+            assert_eq!(parsed.to_string(), name);
+        }
+        assert_eq!(
+            "LZ4".parse::<StateCompression>().ok(),
+            Some(StateCompression::Lz4)
+        );
+        let err = "snappy".parse::<StateCompression>().expect_err("unknown");
+        assert!(err.to_string().contains("none, lz4 or zstd"), "{err}");
+    }
 }

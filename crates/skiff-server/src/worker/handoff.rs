@@ -23,7 +23,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use prost::Message;
-use skiff_engine::options::SkiffOptions;
+use skiff_engine::options::{SkiffOptions, StateCompression};
 use skiff_engine::store::PipelineStatus;
 use skiff_engine::{Pause, PauseMode, QueryExecution};
 use skiff_flight::FlightStream;
@@ -49,7 +49,8 @@ const SUSPEND_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Makes cache keys unique within this process.
 static HANDOFFS: AtomicU64 = AtomicU64::new(0);
 
-/// The session triggers of one query (see `SkiffOptions`).
+/// The session triggers and hand-off settings of one query (see
+/// `SkiffOptions`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Triggers {
     migrate_after: Option<usize>,
@@ -59,6 +60,7 @@ struct Triggers {
     snapshot_every: Option<usize>,
     snapshot_period: Option<Duration>,
     corrupt: bool,
+    compression: Compression,
 }
 
 /// What to do at a pause.
@@ -114,6 +116,11 @@ impl Control {
                     .and_then(|s| Duration::try_from_secs_f64(s).ok())
                     .filter(|d| !d.is_zero()),
                 corrupt: o.test_corrupt_state,
+                compression: match o.state_compression {
+                    StateCompression::None => Compression::None,
+                    StateCompression::Lz4 => Compression::Lz4,
+                    StateCompression::Zstd => Compression::Zstd,
+                },
             })
             .unwrap_or_default();
         Self {
@@ -437,8 +444,12 @@ async fn store_state(
     let selection = skiff_state::select(graph, &execution.state())?;
     let remaining = skiff_state::remaining_plan(graph, &selection.finished)?;
     let started = Instant::now();
-    let mut state =
-        skiff_state::extract(execution.store(), &remaining.reads, Compression::Lz4).await?;
+    let mut state = skiff_state::extract(
+        execution.store(),
+        &remaining.reads,
+        control.triggers.compression,
+    )
+    .await?;
     if control.triggers.corrupt {
         corrupt(&mut state);
     }

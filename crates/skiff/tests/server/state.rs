@@ -217,6 +217,9 @@ async fn suspend_sweep(bench: Benchmark, stride: usize) -> usize {
     let data = dataset(bench, 0.01);
     let server = Server::start(&data, Options::default());
     let client = Arc::new(server.pg().await);
+    // The migration sweep ships uncompressed frames (the default); these
+    // go through zstd, the kill sweep's through lz4.
+    set(&client, "skiff.state_compression = 'zstd'").await;
     let admin = server.pg().await;
     let mut failures = Vec::new();
     let mut suspensions = 0;
@@ -360,6 +363,7 @@ async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
     let server = Server::start(&data, options);
     let client = server.pg().await;
     set(&client, "skiff.snapshot_every_pipelines = 1").await;
+    set(&client, "skiff.state_compression = 'lz4'").await;
     let mut failures = Vec::new();
     let mut kills = 0;
     for (query, sql) in answerable(bench) {
@@ -542,6 +546,11 @@ async fn migrate_from_sql_to_a_named_worker() {
             .await
             .expect_err("unknown mode");
         assert!(format!("{bad:?}").contains("unknown mode"), "{bad:?}");
+        let bad = admin
+            .simple_query("SET skiff.state_compression = 'snappy'")
+            .await
+            .expect_err("unknown compression");
+        assert!(format!("{bad:?}").contains("none, lz4 or zstd"), "{bad:?}");
         let bad = admin
             .simple_query(&format!("SELECT skiff.drain('{target}', 'gently')"))
             .await
