@@ -42,7 +42,10 @@ impl Arch {
     /// rebuilt, (a) and (b) two-phase-commit recovery of in-doubt
     /// transactions; neither is built.
     pub fn survives_host_failure(self) -> bool {
-        matches!(self, Arch::SharedEverything | Arch::PashaStatic)
+        matches!(
+            self,
+            Arch::SharedEverything | Arch::PashaStatic | Arch::PashaDynamic
+        )
     }
 
     /// The letter of the list, `a` to `e`.

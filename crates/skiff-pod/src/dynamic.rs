@@ -42,6 +42,7 @@ use crate::cxl::{Coherence, CxlAccess, CxlCounters};
 use crate::futex;
 use crate::header::state;
 use crate::layout::{Array, LockTable};
+use crate::lease::{HostRecord, life};
 use crate::lockword::{self, AtomicWord, Conflict};
 use crate::memory::PodMemory;
 use crate::stats::thread_cpu_ns;
@@ -191,6 +192,8 @@ pub(crate) enum Reply {
     Busy,
     /// The run is stopping; the request was withdrawn.
     Stopped,
+    /// The owner's process is gone (or it restarted): nobody will answer.
+    OwnerDown,
     /// The owner found the request malformed.
     Refused,
 }
@@ -261,6 +264,14 @@ pub(crate) fn ask_owner(
     idx: u64,
 ) -> Result<Reply, String> {
     assert_ne!(owner, host, "a host asks only other hosts");
+    // A dead owner's mover answers nobody: fail fast, the transaction
+    // aborts and the worker moves on, instead of waiting for a restart.
+    // (The process check waits for the slow path below: it reads /proc.)
+    let record = HostRecord::of(mem, owner);
+    let incarnation = record.incarnation();
+    if record.life() != life::ALIVE {
+        return Ok(Reply::OwnerDown);
+    }
     let off = mem.layout.mailbox(host, worker);
     cxl.lock_word(off);
     let mb = Mailbox::of(mem, off);
@@ -290,13 +301,24 @@ pub(crate) fn ask_owner(
             });
         }
         let stopping = !matches!(control.state(), state::RUNNING | state::LOADED);
-        if stopping
+        let down = !record.alive_as(incarnation);
+        if (stopping || down)
             && mb
                 .state
                 .compare_exchange(mail::PENDING, mail::EMPTY, AcqRel, Acquire)
                 .is_ok()
         {
-            return Ok(Reply::Stopped);
+            return Ok(if down {
+                Reply::OwnerDown
+            } else {
+                Reply::Stopped
+            });
+        }
+        // Taken by a mover that died serving it: nobody will answer. No
+        // mover of the owner runs until it is ALIVE again (a restarted
+        // mover answers what it takes).
+        if down && record.life() != life::ALIVE && withdraw_taken(mb.state) {
+            return Ok(Reply::OwnerDown);
         }
         if started.elapsed() > ASK_ANSWER_MAX {
             return Err(format!(
@@ -304,6 +326,67 @@ pub(crate) fn ask_owner(
             ));
         }
     }
+}
+
+/// Empties a mailbox whose request a dead mover took.
+fn withdraw_taken(state: &AtomicU32) -> bool {
+    state
+        .compare_exchange(mail::TAKEN, mail::EMPTY, AcqRel, Acquire)
+        .is_ok()
+}
+
+/// A restarted host's mailboxes: requests its previous incarnation left
+/// behind are withdrawn, and answers nobody read are dropped, so every
+/// mailbox is EMPTY before its workers ask again. A survivor's mover that
+/// took a request answers within `ASK_ANSWER_MAX`.
+pub(crate) fn reset_mailboxes(mem: &PodMemory, host: u16) -> Result<(), String> {
+    let l = &mem.layout;
+    for k in 0..l.mailboxes_per_host() {
+        let mb = Mailbox::of(mem, l.mailbox(host, k));
+        let give_up = Instant::now() + ASK_ANSWER_MAX;
+        loop {
+            let s = mb.state.load(Acquire);
+            let emptied = match s {
+                mail::EMPTY => true,
+                mail::TAKEN => false,
+                _ => mb
+                    .state
+                    .compare_exchange(s, mail::EMPTY, AcqRel, Acquire)
+                    .is_ok(),
+            };
+            if emptied {
+                break;
+            }
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "mailbox {host}/{k} still taken after {ASK_ANSWER_MAX:?}"
+                ));
+            }
+            futex::wait(mb.state, s, ASK_SLICE);
+        }
+    }
+    Ok(())
+}
+
+/// Tuples of `table` owned by `host` that are in one of its slots, by
+/// their directory words: (warehouse, index, slot). Only the owner's mover
+/// changes them, so they are stable while it is not running. A forward out
+/// of the pool is skipped (it would be refused at every access).
+pub(crate) fn moved_tuples(
+    mem: &PodMemory,
+    host: u16,
+    table: LockTable,
+) -> impl Iterator<Item = (u32, u64, u32)> + '_ {
+    let l = &mem.layout;
+    let rows = l.lock_rows(table);
+    l.warehouses_of(host).flat_map(move |w| {
+        (0..rows).filter_map(move |idx| {
+            let dir = mem.pod.atomic_u64(l.directory(table, w, idx)).load(Acquire);
+            lockword::forwarded(dir)
+                .filter(|&s| s < l.dynamic_slots())
+                .map(|s| (w, idx, s))
+        })
+    })
 }
 
 /// What a host's mover did.
@@ -351,12 +434,23 @@ impl<'m> Mover<'m> {
         let pools = [LockTable::Customer, LockTable::Stock]
             .into_iter()
             .filter(|&t| l.movable(t))
-            .map(|table| Pool {
-                table,
-                // Pop from the end: hand out slot 0 first.
-                free: (0..slots).rev().collect(),
-                occupant: vec![None; slots as usize],
-                hand: 0,
+            .map(|table| {
+                // A restarted host's tuples may still be in its slots, where
+                // survivors kept using them: the directory says which.
+                let mut occupant = vec![None; slots as usize];
+                for (w, idx, slot) in moved_tuples(mem, host, table) {
+                    occupant[slot as usize] = Some((w, idx));
+                }
+                Pool {
+                    table,
+                    // Pop from the end: hand out slot 0 first.
+                    free: (0..slots)
+                        .rev()
+                        .filter(|&s| occupant[s as usize].is_none())
+                        .collect(),
+                    occupant,
+                    hand: 0,
+                }
             })
             .collect();
         Mover {

@@ -172,6 +172,10 @@ fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     let started = Instant::now();
     let (records, rows) = crate::recovery::rebuild_partition(mem, host)?;
+    if mem.layout.dynamic_slots() > 0 {
+        crate::dynamic::reset_mailboxes(mem, host)
+            .map_err(|reason| PodError::HostFailed { host, reason })?;
+    }
     HostRecord::of(mem, host).note_rebuilt(started.elapsed(), records, rows);
     HostRecord::of(mem, host).announce();
     if mem.control().state() != state::RUNNING {
@@ -354,6 +358,11 @@ fn execute(
             Err(TxnError::Rollback) => {
                 txn.abort();
                 return Ok(Outcome::RolledBack);
+            }
+            Err(TxnError::Unavailable) => {
+                txn.abort();
+                counters.aborted += 1;
+                return Ok(Outcome::Abandoned);
             }
             Err(fatal) => {
                 txn.abort();

@@ -98,6 +98,20 @@ impl<'m> HostRecord<'m> {
         self.u32(LIFE).load(Acquire)
     }
 
+    pub(crate) fn incarnation(&self) -> u32 {
+        self.u32(INCARNATION).load(Acquire)
+    }
+
+    /// Whether incarnation `inc` of the host may still be running: a
+    /// request sent to it may yet be answered. False once its process is
+    /// gone (even before a survivor noticed) or it restarted, so callers
+    /// that wait on it fail fast instead of waiting out a lease.
+    pub(crate) fn alive_as(&self, inc: u32) -> bool {
+        self.life() == life::ALIVE
+            && self.incarnation() == inc
+            && !process_gone(self.u32(PID).load(Acquire))
+    }
+
     pub(crate) fn beat(&self) {
         self.u64(HEARTBEAT_MS).store(mono_ms(), Release);
     }

@@ -39,7 +39,7 @@ use crate::cxl::CxlAccess;
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header;
-use crate::layout::{Array, RECOVERY_GLOBAL_BYTES};
+use crate::layout::{Array, LockTable, RECOVERY_GLOBAL_BYTES};
 use crate::lockword;
 use crate::memory::PodMemory;
 use crate::tpcc::schema::District;
@@ -357,7 +357,32 @@ pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16) -> Result<(u64, u64)
     if mem.layout.dynamic_slots() == 0 {
         replay_own_log(mem, host)
     } else {
-        replay_all_logs(mem, host)
+        let replayed = replay_all_logs(mem, host)?;
+        restore_home_words(mem, host);
+        Ok(replayed)
+    }
+}
+
+/// (e): a tuple the host had moved to one of its slots stays there while
+/// it is dead (survivors keep using it through the directory), so its home
+/// word must forward to the slot again; every other home word is free (no
+/// transaction of the dead host survives it).
+fn restore_home_words(mem: &PodMemory, host: u16) {
+    let l = &mem.layout;
+    let part = mem.part(host);
+    for table in [LockTable::Customer, LockTable::Stock] {
+        if !l.movable(table) {
+            continue;
+        }
+        for w in l.warehouses_of(host) {
+            for idx in 0..l.lock_rows(table) {
+                part.atomic_u64(l.lock(table, w, idx).off).store(0, Release);
+            }
+        }
+        for (w, idx, slot) in crate::dynamic::moved_tuples(mem, host, table) {
+            let home = part.atomic_u64(l.lock(table, w, idx).off);
+            home.store(lockword::forward_to(slot), Release);
+        }
     }
 }
 

@@ -77,6 +77,10 @@ pub struct FaultReport {
     pub survivors_per_s_until_reclaimed: f64,
     pub survivors_per_s_until_restart: f64,
     pub survivors_per_s_after_restart: f64,
+    /// Seconds from the kill to the start of the first timeline interval
+    /// (100 ms) in which the other hosts committed at half their rate
+    /// before the kill or more: how long the failure held them up.
+    pub survivors_resumed_s: Option<f64>,
     /// Commits the other hosts reported from the end of the reclaim to the
     /// end of the run.
     pub survivors_committed_after_reclaim: u64,
@@ -437,5 +441,10 @@ fn fmt_fault(f: &mut fmt::Formatter<'_>, k: &FaultReport) -> fmt::Result {
         k.survivors_per_s_until_reclaimed,
         k.survivors_per_s_until_restart,
         k.survivors_per_s_after_restart
+    )?;
+    write!(
+        f,
+        "; back to half their rate {} after the kill",
+        secs(k.survivors_resumed_s)
     )
 }

@@ -47,6 +47,10 @@ pub(crate) enum TxnError {
     Conflict,
     /// The transaction asked to roll back (NewOrder's invalid item).
     Rollback,
+    /// A tuple's owner host is down (dead, or restarting): abort and give
+    /// the input up, as a client would be told the host is unavailable,
+    /// rather than retry until it is back.
+    Unavailable,
     /// A table is full (order slots of a district): the run must stop.
     Capacity(String),
     /// A value read from pod memory is out of range.
@@ -382,6 +386,7 @@ impl<'m> Txn<'m> {
             match reply {
                 Reply::Moved => {}
                 Reply::Busy | Reply::Stopped => return Err(TxnError::Conflict),
+                Reply::OwnerDown => return Err(TxnError::Unavailable),
                 Reply::Refused => {
                     return Err(TxnError::Corrupt(format!(
                         "host {owner} refused to move {table:?} {w}/{idx}"

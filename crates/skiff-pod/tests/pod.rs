@@ -406,21 +406,25 @@ fn killed_host_in_shared_everything_under_wait_die_recovers_and_loses_nothing() 
     );
 }
 
+/// (e): the dead owner's moved tuples stay in its slots, where the
+/// survivor keeps using them; requests to the dead owner's mover fail at
+/// once; the restarted owner takes its slots back from the directory.
 #[test]
-fn a_fault_needs_processes_and_an_architecture_that_survives_it() {
+fn killed_host_in_pasha_dynamic_recovers_and_loses_nothing() {
+    let mix = skiff_pod::Mix::NewOrderPayment;
+    let report = kill_and_restart("kill-e", Arch::PashaDynamic, CcProtocol::NoWait, mix, 1);
+    assert!(report.movement.moved_in > 0, "{report}");
+}
+
+#[test]
+fn a_fault_needs_host_processes() {
     let pod = Pod::new("fault-refused");
-    let mut cfg = config(&pod, Arch::PashaDynamic, 2, 2, 1);
+    let mut cfg = config(&pod, Arch::PashaStatic, 2, 2, 1);
     cfg.fault = Some(skiff_pod::HostFault {
         host: 1,
         kill_after: Duration::from_millis(100),
         restart_after: Duration::from_millis(100),
     });
-    cfg.launch = processes();
-    assert!(matches!(
-        skiff_pod::run(&cfg),
-        Err(PodError::NotImplemented(_))
-    ));
-    cfg.arch = Arch::PashaStatic;
     cfg.launch = Launch::Threads;
     assert!(matches!(skiff_pod::run(&cfg), Err(PodError::Config(_))));
 }
