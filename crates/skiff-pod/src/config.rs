@@ -147,8 +147,7 @@ pub struct PodConfig {
 }
 
 /// A host [`crate::run`] kills with SIGKILL `kill_after` into the run and
-/// restarts (`--recover`) `restart_after` later. Needs host processes and an
-/// architecture that survives a host failure ((c), (d)).
+/// restarts (`--recover`) `restart_after` later. Needs host processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostFault {
     pub host: u16,
@@ -257,12 +256,6 @@ impl PodConfig {
     }
 
     fn validate_fault(&self, f: &HostFault) -> Result<()> {
-        if !self.arch.survives_host_failure() {
-            return Err(PodError::NotImplemented(format!(
-                "killing a host in {}: only (c) and (d) survive a host failure",
-                self.arch.name()
-            )));
-        }
         if self.launch == Launch::Threads {
             return Err(PodError::Config(
                 "killing a host needs host processes, not threads".into(),

@@ -129,14 +129,7 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     }
     // Shared nothing over TCP: listen before counting in, so every port is
     // published by the time the run starts.
-    let listener = if mem.params().arch == Arch::SharedNothingTcp {
-        let (l, port) = remote::listen().map_err(|reason| PodError::HostFailed { host, reason })?;
-        let word = mem.pod.atomic_u32(mem.layout.port_word(host));
-        word.store(port as u32, std::sync::atomic::Ordering::Release);
-        Some(l)
-    } else {
-        None
-    };
+    let listener = listen(mem, host)?;
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     HostRecord::of(mem, host).announce();
     Control::count_in(control.hosts_ready);
@@ -155,6 +148,19 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     run_workers(mem, host, &wal, listener.as_ref(), Instant::now())
 }
 
+/// Shared nothing over TCP: a listener for the other hosts' workers, its
+/// port published in the pod (before the host is announced, so whoever
+/// sees it ALIVE finds the port of this incarnation).
+fn listen(mem: &PodMemory, host: u16) -> Result<Option<std::net::TcpListener>> {
+    if mem.params().arch != Arch::SharedNothingTcp {
+        return Ok(None);
+    }
+    let (l, port) = remote::listen().map_err(|reason| PodError::HostFailed { host, reason })?;
+    let word = mem.pod.atomic_u32(mem.layout.port_word(host));
+    word.store(port as u32, std::sync::atomic::Ordering::Release);
+    Ok(Some(l))
+}
+
 /// A restarted host: takes its record back (reclaiming its previous
 /// incarnation's pod locks and writes if no survivor did), rebuilds its
 /// partition from the initial population and every host's log, opens its
@@ -162,27 +168,22 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
 /// its workers until the stop.
 fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     mem.params().arch.require_implemented()?;
-    if !mem.params().arch.survives_host_failure() {
-        return Err(PodError::NotImplemented(format!(
-            "restarting a host in {}: only (c) and (d) recover from a host failure",
-            mem.params().arch.name()
-        )));
-    }
     lease::take_over(mem, host, Instant::now() + HOST_START_TIMEOUT)?;
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     let started = Instant::now();
-    let (records, rows) = crate::recovery::rebuild_partition(mem, host)?;
+    let (records, rows) = crate::recovery::rebuild_partition(mem, host, &wal)?;
     if mem.layout.dynamic_slots() > 0 {
         crate::dynamic::reset_mailboxes(mem, host)
             .map_err(|reason| PodError::HostFailed { host, reason })?;
     }
     HostRecord::of(mem, host).note_rebuilt(started.elapsed(), records, rows);
+    let listener = listen(mem, host)?;
     HostRecord::of(mem, host).announce();
     if mem.control().state() != state::RUNNING {
         return Ok((WorkerStats::default(), Duration::ZERO));
     }
     let start = Instant::now();
-    run_workers(mem, host, &wal, None, start)
+    run_workers(mem, host, &wal, listener.as_ref(), start)
 }
 
 /// Runs the host's workers (and auditor, mover, participants, lease
@@ -260,8 +261,10 @@ fn join(
 }
 
 /// Shared nothing: serves the other hosts' workers, one participant thread
-/// each (a pod channel each in (b); a TCP connection each in (a), accepted
-/// by this thread). Their CPU time is the host's busy time.
+/// each: a pod channel each in (b), for the whole run (a coordinator's
+/// next incarnation reuses it); a TCP connection each in (a), accepted by
+/// this thread until the run stops (a restarted coordinator connects
+/// again). Their CPU time is the host's busy time.
 fn participants<'s, 'm: 's>(
     s: &'s std::thread::Scope<'s, '_>,
     mem: &'m PodMemory,
@@ -285,24 +288,27 @@ fn participants<'s, 'm: 's>(
     };
     Some(s.spawn(move || {
         let mut handles = Vec::new();
-        let remote_workers = (p.hosts as usize - 1) * p.workers_per_host as usize;
-        for i in 0..remote_workers {
-            let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> = match listener {
-                Some(l) => {
-                    let stream = remote::accept(l, hard_stop).map_err(failed)?;
-                    Box::new(move || remote::serve(mem, host, wal, remote::TcpServe(stream)))
+        match listener {
+            Some(l) => {
+                let stopped = || mem.control().state() != state::RUNNING;
+                while let Some(stream) = remote::accept(l, hard_stop, stopped).map_err(failed)? {
+                    let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
+                        Box::new(move || remote::serve(mem, host, wal, remote::TcpServe(stream)));
+                    handles.push(s.spawn(move || serve_one(link)));
                 }
-                None => {
-                    let others: Vec<u16> = (0..p.hosts).filter(|&g| g != host).collect();
-                    let g = others[i / p.workers_per_host as usize];
-                    let k = (i % p.workers_per_host as usize) as u16;
-                    Box::new(move || {
-                        let ch = remote::PodChannel::open(mem, g, k, host, hard_stop);
-                        remote::serve(mem, host, wal, ch)
-                    })
+            }
+            None => {
+                for g in (0..p.hosts).filter(|&g| g != host) {
+                    for k in 0..p.workers_per_host {
+                        let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
+                            Box::new(move || {
+                                let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
+                                remote::serve(mem, host, wal, ch)
+                            });
+                        handles.push(s.spawn(move || serve_one(link)));
+                    }
                 }
-            };
-            handles.push(s.spawn(move || serve_one(link)));
+            }
         }
         let mut total = WorkerStats::default();
         for h in handles {
@@ -343,6 +349,10 @@ fn execute(
                 txn.commit();
                 if let Some(e) = txn.take_fatal() {
                     return Err(TxnError::Corrupt(e));
+                }
+                if txn.take_unavailable() {
+                    counters.aborted += 1;
+                    return Ok(Outcome::Abandoned);
                 }
                 return Ok(Outcome::Committed);
             }
@@ -395,8 +405,7 @@ fn worker(
     txn.attach_log(wal, true);
     let record = HostRecord::of(mem, host);
     if mem.layout.shared_nothing() {
-        txn.connect_remote(hard_stop)
-            .map_err(|reason| PodError::HostFailed { host, reason })?;
+        txn.connect_remote();
     }
     let mut stats = WorkerStats::default();
     let cpu_start = thread_cpu_ns();

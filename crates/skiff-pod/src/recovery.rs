@@ -42,8 +42,9 @@ use crate::header;
 use crate::layout::{Array, LockTable, RECOVERY_GLOBAL_BYTES};
 use crate::lockword;
 use crate::memory::PodMemory;
+use crate::remote;
 use crate::tpcc::schema::District;
-use crate::wal;
+use crate::wal::{self, Redo, Tag, Wal, kind};
 
 /// Transaction slot states.
 const SLOT_IDLE: u64 = 0;
@@ -347,15 +348,17 @@ fn copy_sparse(src: &Path, mut put: impl FnMut(u64, &[u8]) -> Result<()>) -> Res
 /// Rebuilds host `host`'s partition, which must be freshly zeroed: its
 /// checkpoint (the partition as loaded), then the newest after-image (by
 /// sequence number, `wal`) of each of its rows from every host's log.
-/// Returns the number of log records read and rows written.
-pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
+/// Returns the number of log records read and rows written. `wal` is the
+/// host's reopened log, where the outcomes of prepared transactions that
+/// were in doubt are logged.
+pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
     if !mem.layout.has_partitions() {
         // (c): every row is in pod memory; nothing private was lost.
         return Ok((0, 0));
     }
     restore_checkpoint(mem, host)?;
     if mem.layout.dynamic_slots() == 0 {
-        replay_own_log(mem, host)
+        replay_own_log(mem, host, wal)
     } else {
         let replayed = replay_all_logs(mem, host)?;
         restore_home_words(mem, host);
@@ -424,12 +427,60 @@ fn in_partition(mem: &PodMemory, host: u16, e: &wal::Entry<'_>) -> bool {
 /// transactions that wrote one row appended their records in commit order
 /// (the second waited for the first's locks, released after its append):
 /// replaying its own log front to back, each image over the last, is exact.
-fn replay_own_log(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
-    let (mut records, mut rows) = (0u64, 0u64);
+///
+/// In shared nothing a participant's `PREPARED` record counts iff its
+/// distributed transaction committed: its own `RESOLVED_*` marker says so,
+/// or, for one that was in doubt when the host died, the coordinator's log
+/// ([`remote::await_decision`]); that outcome is logged now, so the log
+/// answers for itself from here on. (Its locks were held until the
+/// outcome, so records after it in the log are later writes.)
+fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
     let path = wal::wal_path(mem.pod.path(), host);
+    let mut outcomes: HashMap<u64, bool> = HashMap::new();
+    let mut prepared = Vec::new();
+    wal::read_log(&path, |r, _| {
+        match r.tag.kind {
+            kind::RESOLVED_COMMIT => _ = outcomes.insert(r.tag.peer, true),
+            kind::RESOLVED_ABORT => _ = outcomes.insert(r.tag.peer, false),
+            kind::PREPARED => prepared.push((r.txn_id, r.tag)),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    for (txn_id, tag) in prepared {
+        if outcomes.contains_key(&tag.peer) {
+            continue;
+        }
+        let committed = remote::await_decision(mem, tag).map_err(PodError::Corrupt)?;
+        outcomes.insert(tag.peer, committed);
+        let kind = if committed {
+            kind::RESOLVED_COMMIT
+        } else {
+            kind::RESOLVED_ABORT
+        };
+        let logged = wal
+            .append(
+                &Redo::default(),
+                txn_id,
+                wal.next_seq(None),
+                Tag { kind, ..tag },
+                |_, _| {},
+            )
+            .and_then(|end| wal.wait_durable(end));
+        logged.map_err(PodError::Corrupt)?;
+    }
+    let (mut records, mut rows) = (0u64, 0u64);
     let part = mem.part(host);
     wal::read_log(&path, |r, _| {
         records += 1;
+        let applies = match r.tag.kind {
+            kind::LOCAL | kind::DECIDED_COMMIT => true,
+            kind::PREPARED => outcomes.get(&r.tag.peer) == Some(&true),
+            _ => false,
+        };
+        if !applies {
+            return Ok(());
+        }
         let entries = r
             .entries()
             .map_err(|e| PodError::Corrupt(format!("{}: {e}", path.display())))?;
@@ -656,7 +707,7 @@ mod tests {
                 restore_checkpoint(&lost, 1).unwrap();
                 replay_all_logs(&lost, 1).unwrap()
             } else {
-                rebuild_partition(&lost, 1).unwrap()
+                rebuild_partition(&lost, 1, &wal).unwrap()
             };
             assert!(records >= 200 && rows > 0, "{records} {rows}");
             drop(lost);

@@ -19,9 +19,18 @@
 //!
 //! ```text
 //! record  = [payload_len u32][magic u32][checksum u64][payload]
-//! payload = [txn_id u64][gsn u64][entries u32] entry*
+//! payload = [txn_id u64][gsn u64][entries u32][kind u32][peer_inc u32]
+//!           [peer u64] entry*
 //! entry   = [array u8][0 u8; 3][w u32][idx u64][len u32] bytes[len]
 //! ```
+//!
+//! `kind` says how the record counts ([`Tag`]); most are `LOCAL` commits.
+//! Shared nothing's two-phase commit adds the others: a participant's
+//! `PREPARED` record (its writes, redone only if the coordinator's
+//! transaction `peer`, of its incarnation `peer_inc`, committed), its
+//! `RESOLVED_*` markers, and the coordinator's `DECIDED_*` records, whose
+//! `txn_id` is the distributed transaction's (a `DECIDED_COMMIT` record
+//! carries the coordinator's own writes: it is the commit point).
 //!
 //! Group commit is leader/follower: a committer appends its record to the
 //! in-memory tail under the log mutex; the first committer that finds no
@@ -53,7 +62,7 @@ use crate::region::Mapping;
 
 const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
 const RECORD_HEAD_BYTES: usize = 16;
-const PAYLOAD_HEAD_BYTES: usize = 20;
+const PAYLOAD_HEAD_BYTES: usize = 36;
 const ENTRY_HEAD_BYTES: usize = 20;
 
 /// `PATH.hostN.wal`: the log of host `host`.
@@ -71,6 +80,31 @@ fn checksum(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// How a record counts (`kind` in the record).
+pub(crate) mod kind {
+    /// A transaction's commit: redo it.
+    pub const LOCAL: u32 = 0;
+    /// A participant voted yes: redo it iff `peer` committed.
+    pub const PREPARED: u32 = 1;
+    /// A participant learned `peer`'s outcome (no entries).
+    pub const RESOLVED_COMMIT: u32 = 2;
+    pub const RESOLVED_ABORT: u32 = 3;
+    /// A coordinator's decision on its distributed transaction `txn_id`;
+    /// the commit carries the coordinator's own writes.
+    pub const DECIDED_COMMIT: u32 = 4;
+    pub const DECIDED_ABORT: u32 = 5;
+}
+
+/// A record's kind and the distributed transaction it refers to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub kind: u32,
+    /// The coordinator's transaction id (`PREPARED`, `RESOLVED_*`).
+    pub peer: u64,
+    /// The coordinator's incarnation when it prepared.
+    pub peer_inc: u32,
 }
 
 /// A transaction's redo entries while it runs (encoded as it writes).
@@ -102,7 +136,7 @@ impl Redo {
     }
 
     /// The whole record for transaction `txn_id` with sequence `gsn`.
-    fn encode(&self, txn_id: u64, gsn: u64, out: &mut Vec<u8>) {
+    fn encode(&self, txn_id: u64, gsn: u64, tag: Tag, out: &mut Vec<u8>) {
         let payload_len = PAYLOAD_HEAD_BYTES + self.bytes.len();
         let start = out.len();
         out.extend_from_slice(&(payload_len as u32).to_le_bytes());
@@ -111,6 +145,9 @@ impl Redo {
         out.extend_from_slice(&txn_id.to_le_bytes());
         out.extend_from_slice(&gsn.to_le_bytes());
         out.extend_from_slice(&self.entries.to_le_bytes());
+        out.extend_from_slice(&tag.kind.to_le_bytes());
+        out.extend_from_slice(&tag.peer_inc.to_le_bytes());
+        out.extend_from_slice(&tag.peer.to_le_bytes());
         out.extend_from_slice(&self.bytes);
         let sum = checksum(&out[start + RECORD_HEAD_BYTES..]);
         out[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
@@ -133,6 +170,7 @@ pub(crate) struct Entry<'a> {
 pub(crate) struct Record<'a> {
     pub txn_id: u64,
     pub gsn: u64,
+    pub tag: Tag,
     payload: &'a [u8],
     entries: u32,
 }
@@ -191,6 +229,11 @@ fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
         txn_id: u64::from_le_bytes(payload[0..8].try_into().ok()?),
         gsn: u64::from_le_bytes(payload[8..16].try_into().ok()?),
         entries: u32::from_le_bytes(payload[16..20].try_into().ok()?),
+        tag: Tag {
+            kind: u32::from_le_bytes(payload[20..24].try_into().ok()?),
+            peer_inc: u32::from_le_bytes(payload[24..28].try_into().ok()?),
+            peer: u64::from_le_bytes(payload[28..36].try_into().ok()?),
+        },
         payload,
     };
     Some((record, RECORD_HEAD_BYTES + len))
@@ -265,6 +308,24 @@ pub(crate) fn holds_record(path: &Path, start: u64, end: u64, txn_id: u64) -> Re
         return Ok(false);
     }
     Ok(decode(&buf).is_some_and(|(r, n)| n == buf.len() && r.txn_id == txn_id))
+}
+
+/// The decision on distributed transaction `id` in its coordinator's log
+/// at `path`: `Some(true)` committed, `Some(false)` aborted, `None` not
+/// (yet) decided there.
+pub(crate) fn find_decision(path: &Path, id: u64) -> Result<Option<bool>> {
+    let mut found = None;
+    read_log(path, |r, _| {
+        if r.txn_id == id {
+            match r.tag.kind {
+                kind::DECIDED_COMMIT => found = Some(true),
+                kind::DECIDED_ABORT => found = Some(false),
+                _ => {}
+            }
+        }
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// Whether `file` lives on tmpfs, where fdatasync is a no-op.
@@ -402,6 +463,7 @@ impl Wal {
         redo: &Redo,
         txn_id: u64,
         gsn: u64,
+        tag: Tag,
         placed: impl FnOnce(u64, u64),
     ) -> std::result::Result<u64, String> {
         let n = redo.record_bytes();
@@ -421,7 +483,7 @@ impl Wal {
         placed(start, end);
         let t = &mut *t;
         t.scratch.clear();
-        redo.encode(txn_id, gsn, &mut t.scratch);
+        redo.encode(txn_id, gsn, tag, &mut t.scratch);
         debug_assert_eq!(t.scratch.len(), n);
         self.map.write_bytes(start, &t.scratch);
         t.end = end;
@@ -544,9 +606,13 @@ mod tests {
             for i in 0..5u8 {
                 let mut at = (0, 0);
                 let end = wal
-                    .append(&redo_of(i), 100 + i as u64, 10 + i as u64, |s, e| {
-                        at = (s, e)
-                    })
+                    .append(
+                        &redo_of(i),
+                        100 + i as u64,
+                        10 + i as u64,
+                        Tag::default(),
+                        |s, e| at = (s, e),
+                    )
                     .unwrap();
                 assert_eq!(at.1, end);
                 wal.wait_durable(end).unwrap();
@@ -576,7 +642,9 @@ mod tests {
         // Reopening cuts the torn tail and appends after the valid prefix.
         let wal = Wal::open(&path, false).unwrap();
         let end = wal
-            .append(&redo_of(9), 109, 19, |s, _| assert_eq!(s, ends[3].1))
+            .append(&redo_of(9), 109, 19, Tag::default(), |s, _| {
+                assert_eq!(s, ends[3].1)
+            })
             .unwrap();
         wal.wait_durable(end).unwrap();
         let mut n = 0;
@@ -607,7 +675,13 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..200u64 {
                         let end = wal
-                            .append(&redo_of(t), t as u64 * 1000 + i, i, |_, _| {})
+                            .append(
+                                &redo_of(t),
+                                t as u64 * 1000 + i,
+                                i,
+                                Tag::default(),
+                                |_, _| {},
+                            )
                             .unwrap();
                         wal.wait_durable(end).unwrap();
                     }
@@ -650,7 +724,7 @@ mod cost {
         let n = 200_000u64;
         let t = std::time::Instant::now();
         for i in 0..n {
-            let end = wal.append(&r, i, i, |_, _| {}).unwrap();
+            let end = wal.append(&r, i, i, Tag::default(), |_, _| {}).unwrap();
             wal.wait_durable(end).unwrap();
         }
         let ns = t.elapsed().as_nanos() as f64 / n as f64;

@@ -348,8 +348,8 @@ fn kill_and_restart(
     cfg.multi_warehouse_pct = 60.0;
     // The restarted host rebuilds its partition (two warehouses loaded
     // again, then the logs replayed) before it rejoins: seconds in a debug
-    // build, so the run leaves it room.
-    cfg.duration = Duration::from_millis(5_500);
+    // build with other tests running, so the run leaves it room.
+    cfg.duration = Duration::from_millis(8_000);
     cfg.fault = Some(skiff_pod::HostFault {
         host: killed,
         kill_after: Duration::from_millis(800),
@@ -414,6 +414,35 @@ fn killed_host_in_pasha_dynamic_recovers_and_loses_nothing() {
     let mix = skiff_pod::Mix::NewOrderPayment;
     let report = kill_and_restart("kill-e", Arch::PashaDynamic, CcProtocol::NoWait, mix, 1);
     assert!(report.movement.moved_in > 0, "{report}");
+}
+
+/// (a): the survivor's workers and participants find the dead host's TCP
+/// connections broken: coordinators give up what needed it, participants
+/// undo or, once prepared, follow the dead coordinator's log. The restarted
+/// host resolves its in-doubt prepared transactions from the survivor's
+/// log, listens on a new port, and the survivor connects again.
+#[test]
+fn killed_host_in_shared_nothing_over_tcp_recovers_and_loses_nothing() {
+    let mix = skiff_pod::Mix::NewOrderPayment;
+    let report = kill_and_restart("kill-a", Arch::SharedNothingTcp, CcProtocol::NoWait, mix, 1);
+    assert!(report.payment.remote > 0, "{report}");
+}
+
+/// (b): the same over pod-memory channels, which outlive the dead host:
+/// each end notices the other's incarnation is gone (its process, or a
+/// restart), and the restarted host's participants serve the channels
+/// again. Under WAIT_DIE, with the standard mix.
+#[test]
+fn killed_host_in_shared_nothing_over_pod_channels_recovers_and_loses_nothing() {
+    let mix = skiff_pod::Mix::Standard;
+    let report = kill_and_restart(
+        "kill-b",
+        Arch::SharedNothingCxl,
+        CcProtocol::WaitDie,
+        mix,
+        0,
+    );
+    assert!(report.payment.remote > 0, "{report}");
 }
 
 #[test]
