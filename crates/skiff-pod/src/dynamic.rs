@@ -37,6 +37,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::Gate;
 use crate::constants::DYNAMIC_COOL_SWEEP_MAX;
 use crate::cxl::{Coherence, CxlAccess, CxlCounters};
 use crate::futex;
@@ -46,6 +47,7 @@ use crate::lease::{HostRecord, life};
 use crate::lockword::{self, AtomicWord, Conflict};
 use crate::memory::PodMemory;
 use crate::stats::thread_cpu_ns;
+use crate::wal::{Redo, Tag, Wal};
 
 /// Where [`lock_tuple`] found the tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -418,7 +420,18 @@ pub(crate) struct Mover<'m> {
     pools: Vec<Pool>,
     buf: Vec<u8>,
     stats: MoverStats,
+    /// The host's log: a tuple moved home is logged there, so the host's
+    /// own log and checkpoint rebuild its partition (writes other hosts
+    /// made while it was moved are in their logs, which their checkpoints
+    /// truncate).
+    wal: Option<&'m Wal>,
+    redo: Redo,
+    /// A move back that could not be logged: the mover stops.
+    fatal: Option<String>,
 }
+
+/// The transaction id (below the host bits) of the mover's records.
+const MOVER_TXN_ID: u64 = (1 << 56) - 1;
 
 /// How often a mover sweeps a pool that is over half full for tuples that
 /// cooled (and how long it sleeps when nobody asks). A pool with room keeps
@@ -460,21 +473,37 @@ impl<'m> Mover<'m> {
             pools,
             buf: Vec::with_capacity(512),
             stats: MoverStats::default(),
+            wal: None,
+            redo: Redo::default(),
+            fatal: None,
         }
     }
 
-    /// Serves until the run leaves RUNNING or `hard_stop`.
-    pub(crate) fn run(mut self, hard_stop: Instant) -> MoverStats {
+    /// Logs every tuple it moves home to `wal`.
+    pub(crate) fn with_log(mut self, wal: &'m Wal) -> Mover<'m> {
+        self.wal = Some(wal);
+        self
+    }
+
+    /// Serves until the run leaves RUNNING or `hard_stop`; an error if a
+    /// move back could not be logged. Its moves change the partition, so
+    /// they happen inside the checkpoint `gate`.
+    pub(crate) fn run(mut self, gate: &Gate, hard_stop: Instant) -> Result<MoverStats, String> {
         let cpu_start = thread_cpu_ns();
         let control = self.mem.control();
         let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
         let mut last_sweep = Instant::now();
         while control.state() == state::RUNNING && Instant::now() < hard_stop {
             let rung = bell.load(Acquire);
+            gate.enter();
             self.serve();
             if last_sweep.elapsed() >= COOL_INTERVAL {
                 self.cool(DYNAMIC_COOL_SWEEP_MAX);
                 last_sweep = Instant::now();
+            }
+            gate.leave();
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
             }
             // Woken by a request (the doorbell changes), the stop (a
             // request withdrawn is fine), or the next sweep.
@@ -482,7 +511,7 @@ impl<'m> Mover<'m> {
         }
         self.stats.cxl = self.cxl.counters();
         self.stats.cpu_ns = thread_cpu_ns() - cpu_start;
-        self.stats
+        Ok(self.stats)
     }
 
     /// Answers every pending request addressed to this host.
@@ -643,14 +672,29 @@ impl<'m> Mover<'m> {
         let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
         let dir = self.cxl.lock_word(l.directory(table, w, idx));
         let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
-        let (cxl, buf) = (&mut self.cxl, &mut self.buf);
+        let (cxl, buf, redo) = (&mut self.cxl, &mut self.buf, &mut self.redo);
+        let (wal, fatal) = (self.wal, &mut self.fatal);
         move_back(home, dir, slot_word, slot, host, || {
+            redo.clear();
             for array in arrays_of(table) {
                 let src = l.slot_row(array, host, slot);
                 let dst = l.row(array, w, idx);
                 buf.resize(array.row_bytes() as usize, 0);
                 cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
                 mem.part(host).write_bytes(dst.off, buf);
+                redo.push(array, w, idx, buf);
+            }
+            // Durable before the directory lets go of the slot: until then
+            // a restart finds the tuple in the slot.
+            if let Some(wal) = wal {
+                let gsn = wal.next_seq(Some(crate::recovery::gsn_word(mem)));
+                let id = (host as u64) << 56 | MOVER_TXN_ID;
+                let logged = wal
+                    .append(redo, id, gsn, Tag::default(), |_, _| {})
+                    .and_then(|end| wal.wait_durable(end));
+                if let Err(e) = logged {
+                    fatal.get_or_insert(e);
+                }
             }
         })
     }

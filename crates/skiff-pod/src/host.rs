@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::arch::{Arch, Place};
+use crate::checkpoint::{self, Gate};
 use crate::config::Mix;
 use crate::constants::TXN_ATTEMPTS_MAX;
 use crate::dynamic::Mover;
@@ -198,22 +199,33 @@ fn run_workers(
     let hard_stop = start + Duration::from_millis(mem.params().duration_ms) + HOST_STOP_GRACE;
     let workers = mem.params().workers_per_host;
     let lease_stop = AtomicBool::new(false);
+    let gate = Gate::default();
     let mut total = WorkerStats::default();
     let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
-        let lease_stop = &lease_stop;
+        let (lease_stop, gate) = (&lease_stop, &gate);
         let lease = s.spawn(move || lease::lease_thread(mem, host, lease_stop));
+        let every = Duration::from_millis(mem.params().checkpoint_ms);
+        let checkpoints = (!every.is_zero()).then(|| {
+            s.spawn(move || {
+                let c = checkpoint::checkpointer(mem, host, wal, gate, every, lease_stop)?;
+                let mut stats = WorkerStats::default();
+                stats.protocol.checkpoints = c.taken;
+                stats.protocol.checkpoint_pause_us_max = c.pause_max_us;
+                Ok(stats)
+            })
+        });
         let handles: Vec<_> = (0..workers)
-            .map(|w| s.spawn(move || worker(mem, host, wal, w, hard_stop)))
+            .map(|w| s.spawn(move || worker(mem, host, wal, gate, w, hard_stop)))
             .collect();
         let auditor = mem
             .params()
             .auditor
-            .then(|| s.spawn(move || auditor(mem, host, wal, hard_stop)));
-        let participants = participants(s, mem, host, wal, listener, hard_stop);
+            .then(|| s.spawn(move || auditor(mem, host, wal, gate, hard_stop)));
+        let participants = participants(s, mem, host, wal, gate, listener, hard_stop);
         let mover = (mem.layout.dynamic_slots() > 0).then(|| {
             std::thread::Builder::new()
                 .name(format!("pod-mover-{host}"))
-                .spawn_scoped(s, move || mover(mem, host, hard_stop))
+                .spawn_scoped(s, move || mover(mem, host, wal, gate, hard_stop))
         });
         let mut out: Vec<Result<WorkerStats>> =
             handles.into_iter().map(|h| join(host, h)).collect();
@@ -229,6 +241,9 @@ fn run_workers(
             out.push(join(host, p));
         }
         lease_stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(c) = checkpoints {
+            out.push(join(host, c));
+        }
         let lease = lease.join().unwrap_or_else(|_| {
             Err(PodError::HostFailed {
                 host,
@@ -270,6 +285,7 @@ fn participants<'s, 'm: 's>(
     mem: &'m PodMemory,
     host: u16,
     wal: &'s Wal,
+    gate: &'s Gate,
     listener: Option<&'s std::net::TcpListener>,
     hard_stop: Instant,
 ) -> Option<std::thread::ScopedJoinHandle<'s, Result<WorkerStats>>> {
@@ -293,7 +309,9 @@ fn participants<'s, 'm: 's>(
                 let stopped = || mem.control().state() != state::RUNNING;
                 while let Some(stream) = remote::accept(l, hard_stop, stopped).map_err(failed)? {
                     let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
-                        Box::new(move || remote::serve(mem, host, wal, remote::TcpServe(stream)));
+                        Box::new(move || {
+                            remote::serve(mem, host, wal, gate, remote::TcpServe(stream))
+                        });
                     handles.push(s.spawn(move || serve_one(link)));
                 }
             }
@@ -303,7 +321,7 @@ fn participants<'s, 'm: 's>(
                         let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
                             Box::new(move || {
                                 let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
-                                remote::serve(mem, host, wal, ch)
+                                remote::serve(mem, host, wal, gate, ch)
                             });
                         handles.push(s.spawn(move || serve_one(link)));
                     }
@@ -388,6 +406,7 @@ fn worker(
     mem: &PodMemory,
     host: u16,
     wal: &Wal,
+    gate: &Gate,
     id: u16,
     hard_stop: Instant,
 ) -> Result<WorkerStats> {
@@ -419,6 +438,7 @@ fn worker(
         let now = unix_now();
         let started = Instant::now();
         let kind = Kind::pick(params, &mut rng);
+        gate.enter();
         let (outcome, remote) = run_one(
             &mut txn,
             &control,
@@ -427,6 +447,7 @@ fn worker(
             || inputs.generate(kind, &mut rng, w),
             now,
         );
+        gate.leave();
         let (counters, latency) = stats.of(kind);
         match outcome {
             Ok(Outcome::Committed) => {
@@ -582,8 +603,17 @@ fn protocol_counters(txn: &Txn<'_>) -> ProtocolCounters {
 
 /// Pasha dynamic: the host's mover, which serves other hosts' requests and
 /// moves tuples back. Its CPU time and CXL traffic are the host's.
-fn mover(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
-    let m = Mover::new(mem, host).run(hard_stop);
+fn mover(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    gate: &Gate,
+    hard_stop: Instant,
+) -> Result<WorkerStats> {
+    let m = Mover::new(mem, host)
+        .with_log(wal)
+        .run(gate, hard_stop)
+        .map_err(|reason| PodError::HostFailed { host, reason })?;
     Ok(WorkerStats {
         cxl: m.cxl,
         cpu_ns: m.cpu_ns,
@@ -617,7 +647,13 @@ fn home_warehouses(range: std::ops::RangeInclusive<u32>, workers: u16, id: u16) 
 /// Audits W_YTD = sum(D_YTD) round-robin over the warehouses this host can
 /// reach: all of them when WAREHOUSE and DISTRICT are in pod memory, its own
 /// otherwise. Counts only audit outcomes (it is an observer, not load).
-fn auditor(mem: &PodMemory, host: u16, wal: &Wal, hard_stop: Instant) -> Result<WorkerStats> {
+fn auditor(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    gate: &Gate,
+    hard_stop: Instant,
+) -> Result<WorkerStats> {
     let layout = &mem.layout;
     let shared = layout.place_of(Array::Warehouse) == Place::Pod
         && layout.place_of(Array::District) == Place::Pod;
@@ -637,10 +673,13 @@ fn auditor(mem: &PodMemory, host: u16, wal: &Wal, hard_stop: Instant) -> Result<
         next += 1;
         let mut holds = true;
         let mut counters = TxnCounters::default();
+        // Its shared locks are in the partition too.
+        gate.enter();
         let outcome = execute(&mut txn, &control, &mut counters, |t| {
             holds = audit_warehouse(t, w)?;
             Ok(())
         });
+        gate.leave();
         stats.audit.aborted += counters.aborted;
         match outcome {
             Ok(Outcome::Committed) => {

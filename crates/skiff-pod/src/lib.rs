@@ -43,6 +43,7 @@
 
 mod arch;
 mod bench;
+mod checkpoint;
 mod config;
 mod constants;
 mod cxl;

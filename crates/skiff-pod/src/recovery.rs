@@ -291,25 +291,16 @@ pub(crate) fn checkpoint_path(pod_path: &Path, host: u16) -> PathBuf {
     s.into()
 }
 
-/// Saves every partition as loaded (the coordinator, after the load): a
-/// checkpoint that log replay starts from. Partition files are sparse and
-/// mostly holes (order slots for the whole run), so only their data is
-/// copied, and the copy stays sparse.
+/// Saves every partition as loaded (the coordinator, after the load): the
+/// first checkpoint, which log replay starts from until a host takes its
+/// own (`checkpoint`). Partition files are sparse and mostly holes (order
+/// slots for the whole run), so only their data is copied, and the copy
+/// stays sparse.
 pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
     for h in 0..mem.params().hosts {
         if let Some(Some(part)) = mem.parts.get(h as usize) {
             let dst = checkpoint_path(mem.pod.path(), h);
-            let to = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&dst)
-                .map_err(|e| PodError::io(&dst, e))?;
-            to.set_len(part.len()).map_err(|e| PodError::io(&dst, e))?;
-            copy_sparse(part.path(), |off, bytes| {
-                to.write_all_at(bytes, off)
-                    .map_err(|e| PodError::io(&dst, e))
-            })?;
+            crate::checkpoint::write_image(part.path(), part.len(), &dst)?;
         }
     }
     Ok(())
@@ -317,7 +308,10 @@ pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
 
 /// Calls `put(offset, bytes)` for each data extent of `src` (holes
 /// skipped, found with SEEK_DATA / SEEK_HOLE). Returns the file's length.
-fn copy_sparse(src: &Path, mut put: impl FnMut(u64, &[u8]) -> Result<()>) -> Result<u64> {
+pub(crate) fn copy_sparse(
+    src: &Path,
+    mut put: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
     use std::os::fd::AsRawFd;
     let from = std::fs::File::open(src).map_err(|e| PodError::io(src, e))?;
     let len = from.metadata().map_err(|e| PodError::io(src, e))?.len();
@@ -346,8 +340,8 @@ fn copy_sparse(src: &Path, mut put: impl FnMut(u64, &[u8]) -> Result<()>) -> Res
 }
 
 /// Rebuilds host `host`'s partition, which must be freshly zeroed: its
-/// checkpoint (the partition as loaded), then the newest after-image (by
-/// sequence number, `wal`) of each of its rows from every host's log.
+/// latest checkpoint, then its own log from the log's start (the
+/// checkpoint's end, or earlier), front to back.
 /// Returns the number of log records read and rows written. `wal` is the
 /// host's reopened log, where the outcomes of prepared transactions that
 /// were in doubt are logged.
@@ -357,13 +351,11 @@ pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result
         return Ok((0, 0));
     }
     restore_checkpoint(mem, host)?;
-    if mem.layout.dynamic_slots() == 0 {
-        replay_own_log(mem, host, wal)
-    } else {
-        let replayed = replay_all_logs(mem, host)?;
+    let replayed = replay_own_log(mem, host, wal)?;
+    if mem.layout.dynamic_slots() > 0 {
         restore_home_words(mem, host);
-        Ok(replayed)
     }
+    Ok(replayed)
 }
 
 /// (e): a tuple the host had moved to one of its slots stays there while
@@ -493,45 +485,6 @@ fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
     Ok((records, rows))
 }
 
-/// In (e), other hosts write the partition's movable rows while they are
-/// moved, so every log may hold some: the newest image of each row by
-/// sequence number (GSN in (e)), the later record of one log on a tie.
-fn replay_all_logs(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
-    let layout = &mem.layout;
-    let mut newest: HashMap<(u8, u32, u64), (u64, Vec<u8>)> = HashMap::new();
-    let mut records = 0u64;
-    for h in 0..mem.params().hosts {
-        let path = wal::wal_path(mem.pod.path(), h);
-        wal::read_log(&path, |r, _| {
-            records += 1;
-            let entries = r
-                .entries()
-                .map_err(|e| PodError::Corrupt(format!("{}: {e}", path.display())))?;
-            for e in entries.iter().filter(|e| in_partition(mem, host, e)) {
-                let key = (e.array as u8, e.w, e.idx);
-                match newest.get_mut(&key) {
-                    Some((gsn, img)) if *gsn <= r.gsn => {
-                        *gsn = r.gsn;
-                        img.copy_from_slice(e.image);
-                    }
-                    Some(_) => {}
-                    None => {
-                        newest.insert(key, (r.gsn, e.image.to_vec()));
-                    }
-                }
-            }
-            Ok(())
-        })?;
-    }
-    let rows = newest.len() as u64;
-    for ((a, w, idx), (_, img)) in newest {
-        let array = crate::layout::ARRAYS[a as usize];
-        let loc = layout.row(array, w, idx);
-        mem.part(host).write_bytes(loc.off, &img);
-    }
-    Ok((records, rows))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,8 +592,7 @@ mod tests {
     }
 
     /// A partition lost with its host comes back row for row from the
-    /// checkpoint and the log, by the owner's log alone and by the general
-    /// merge of every log ((e)'s path) alike; then all conditions hold.
+    /// checkpoint and the log; then all conditions hold.
     #[test]
     fn rebuild_restores_a_lost_partition_from_checkpoint_and_log() {
         let shm = TempShm::new("rebuild");
@@ -700,21 +652,89 @@ mod tests {
         };
         let before = snapshot(&mem);
         drop(mem);
-        for merged in [false, true] {
-            let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
-            assert_ne!(snapshot(&lost), before, "the partition is gone");
-            let (records, rows) = if merged {
-                restore_checkpoint(&lost, 1).unwrap();
-                replay_all_logs(&lost, 1).unwrap()
-            } else {
-                rebuild_partition(&lost, 1, &wal).unwrap()
-            };
-            assert!(records >= 200 && rows > 0, "{records} {rows}");
-            drop(lost);
+        let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
+        assert_ne!(snapshot(&lost), before, "the partition is gone");
+        let (records, rows) = rebuild_partition(&lost, 1, &wal).unwrap();
+        assert!(records >= 200 && rows > 0, "{records} {rows}");
+        drop(lost);
+        let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
+        assert!(snapshot(&mem) == before);
+        let report = check_pod(&mem);
+        assert!(report.passed(), "{report}");
+    }
+
+    /// Shared nothing: a participant that died after it prepared (its
+    /// PREPARED record durable, no outcome) is rebuilt with its part iff
+    /// the coordinator's log says commit; without a decision from a
+    /// coordinator that is gone, it is aborted. Either way the outcome is
+    /// logged, so a second rebuild needs no coordinator log.
+    #[test]
+    fn a_restarted_participant_follows_the_coordinators_decision() {
+        use crate::layout::LockTable;
+        use crate::lockword::Mode;
+        use crate::tpcc::schema::Customer;
+        for decision in [Some(true), Some(false), None] {
+            let shm = TempShm::new("in-doubt");
+            let mut cfg = PodConfig::new(&shm.0, 2, 2);
+            cfg.arch = Arch::SharedNothingCxl;
+            cfg.duration = std::time::Duration::from_secs(1);
+            crate::load(&cfg).unwrap();
             let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-            assert!(snapshot(&mem) == before, "merged: {merged}");
-            let report = check_pod(&mem);
-            assert!(report.passed(), "{report}");
+            let wal1 = Wal::open(&wal::wal_path(&shm.0, 1), false).unwrap();
+            let wal0 = Wal::open(&wal::wal_path(&shm.0, 0), false).unwrap();
+            let c = crate::tpcc::keys::customer(3, 17);
+            let before: Customer = mem.part(1).read(mem.layout.row(Array::Customer, 2, c).off);
+            // Host 0's transaction 7 of incarnation 0; host 1 prepares its
+            // part and dies.
+            let id = 7u64;
+            let mut p = Txn::for_worker(&mem, 1, 0);
+            p.attach_log(&wal1, false);
+            p.begin(1);
+            p.lock(LockTable::Customer, 2, c, Mode::Exclusive).unwrap();
+            let mut cu: Customer = p.get(Array::Customer, 2, c);
+            cu.c_balance += 12_345;
+            p.put(Array::Customer, 2, c, &cu);
+            p.prepare(Tag {
+                kind: kind::PREPARED,
+                peer: id,
+                peer_inc: 0,
+            })
+            .unwrap();
+            std::mem::forget(p);
+            if let Some(committed) = decision {
+                let kind = if committed {
+                    kind::DECIDED_COMMIT
+                } else {
+                    kind::DECIDED_ABORT
+                };
+                let tag = Tag {
+                    kind,
+                    ..Tag::default()
+                };
+                wal0.append(&Redo::default(), id, 1, tag, |_, _| {})
+                    .unwrap();
+            }
+            drop(mem);
+            let committed = decision == Some(true);
+            let want = before.c_balance + if committed { 12_345 } else { 0 };
+            for round in 0..2 {
+                let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
+                rebuild_partition(&lost, 1, &wal1).unwrap();
+                let loc = lost.layout.row(Array::Customer, 2, c);
+                let after: Customer = lost.part(1).read(loc.off);
+                assert_eq!(after.c_balance, want, "{decision:?}, round {round}");
+                // The coordinator (never announced) is gone; its log too
+                // for the second round: the marker answers.
+                std::fs::remove_file(wal::wal_path(&shm.0, 0)).unwrap_or(());
+            }
+            let mut markers = 0;
+            wal::read_log(&wal::wal_path(&shm.0, 1), |r, _| {
+                let resolved = [kind::RESOLVED_COMMIT, kind::RESOLVED_ABORT];
+                markers += (resolved.contains(&r.tag.kind) && r.tag.peer == id) as u32;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(markers, 1, "{decision:?}");
         }
     }
 

@@ -550,6 +550,7 @@ pub(crate) fn serve<'m>(
     mem: &'m PodMemory,
     host: u16,
     wal: &'m crate::wal::Wal,
+    gate: &crate::checkpoint::Gate,
     mut link: impl Serve,
 ) -> Result<u64, String> {
     let mut txn = Txn::for_worker(mem, host, 0);
@@ -558,17 +559,32 @@ pub(crate) fn serve<'m>(
     txn.attach_log(wal, false);
     let (mut request, mut reply) = (Vec::new(), Msg::default());
     let mut answered = 0;
+    // Inside the checkpoint gate from a transaction's first request to
+    // its end.
+    let mut inside = false;
     loop {
         match link.recv(&mut request)? {
             Received::Request => {
+                if !inside {
+                    gate.enter();
+                    inside = true;
+                }
                 reply.0.clear();
                 handle(&mut txn, host, &request, &mut reply);
+                if !txn.is_active() {
+                    gate.leave();
+                    inside = false;
+                }
                 link.reply(&reply.0)?;
                 answered += 1;
             }
             Received::Closed => break,
             Received::CoordinatorGone => {
                 end_session(mem, &mut txn)?;
+                if inside {
+                    gate.leave();
+                    inside = false;
+                }
                 if !link.outlives_coordinator() {
                     break;
                 }
@@ -576,6 +592,9 @@ pub(crate) fn serve<'m>(
         }
     }
     end_session(mem, &mut txn)?;
+    if inside {
+        gate.leave();
+    }
     Ok(answered)
 }
 

@@ -56,6 +56,10 @@ pub struct LogReport {
     pub flushes: u64,
     /// records / flushes.
     pub records_per_flush: f64,
+    /// Checkpoints the hosts took during the run, and the longest one
+    /// kept a host's transactions waiting.
+    pub checkpoints: u64,
+    pub checkpoint_pause_ms_max: f64,
 }
 
 /// A host killed mid-run (SIGKILL), reclaimed by a survivor and restarted.
@@ -301,6 +305,8 @@ impl RunReport {
                 bytes: p.log_bytes,
                 flushes: p.log_flushes,
                 records_per_flush: p.log_records as f64 / p.log_flushes.max(1) as f64,
+                checkpoints: p.checkpoints,
+                checkpoint_pause_ms_max: p.checkpoint_pause_us_max as f64 / 1e3,
             },
             fault: None,
             ended_early: f.ended_early,
@@ -397,6 +403,13 @@ impl fmt::Display for RunReport {
             self.log.flushes,
             self.log.records_per_flush
         )?;
+        if self.log.checkpoints > 0 {
+            write!(
+                f,
+                "; {} checkpoints, longest pause {:.1} ms",
+                self.log.checkpoints, self.log.checkpoint_pause_ms_max
+            )?;
+        }
         if let Some(k) = &self.fault {
             fmt_fault(f, k)?;
         }

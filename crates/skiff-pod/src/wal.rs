@@ -18,6 +18,7 @@
 //! logs, any number of times (`recovery`).
 //!
 //! ```text
+//! file    = [magic u64][start u64][zeros to 4 KiB] hole? record*
 //! record  = [payload_len u32][magic u32][checksum u64][payload]
 //! payload = [txn_id u64][gsn u64][entries u32][kind u32][peer_inc u32]
 //!           [peer u64] entry*
@@ -44,6 +45,11 @@
 //! A transaction releases its locks only after its record is durable, so no
 //! host ever reads a write that a crash could still take back.
 //!
+//! A checkpoint (`checkpoint`) makes the log before it useless to its host:
+//! [`Wal::truncate_before`] moves `start` past it and punches the bytes out
+//! of the file (a hole costs no memory). Offsets never change, so a
+//! transaction slot's record offsets stay valid.
+//!
 //! The tail holds at most one record per thread of the host (a committer
 //! appends one record, then waits), so it needs no bound of its own beyond
 //! `WAL_RECORD_BYTES_MAX` per record.
@@ -61,6 +67,9 @@ use crate::layout::{ARRAYS, Array};
 use crate::region::Mapping;
 
 const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
+const LOG_MAGIC: u64 = 0x4C41_5746_4649_4B53; // "SKIFFWAL"
+/// The log file's header page: magic, and where its records start.
+const LOG_HEADER_BYTES: u64 = 4096;
 const RECORD_HEAD_BYTES: usize = 16;
 const PAYLOAD_HEAD_BYTES: usize = 36;
 const ENTRY_HEAD_BYTES: usize = 20;
@@ -239,21 +248,49 @@ fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
     Some((record, RECORD_HEAD_BYTES + len))
 }
 
-/// Reads the log at `path` from the start, calling `f` on each valid record
-/// with its end offset, and returns where the valid prefix ends (a torn or
-/// garbled tail ends it). A missing file is an empty log.
+/// Where the records of the log in `file` start; `None` for a file without
+/// a header yet (an empty log). The header is data: checked.
+fn log_start(file: &File, path: &Path) -> Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata().map_err(|e| PodError::io(path, e))?.len();
+    if len < LOG_HEADER_BYTES {
+        return Ok(None);
+    }
+    let mut head = [0u8; 16];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| PodError::io(path, e))?;
+    let magic = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+    let start = u64::from_le_bytes(head[8..].try_into().unwrap_or_default());
+    if magic != LOG_MAGIC || start < LOG_HEADER_BYTES || start > len {
+        return Err(PodError::BadPodFile {
+            path: path.to_path_buf(),
+            reason: format!("log header: magic {magic:#x}, records from {start} of {len}"),
+        });
+    }
+    Ok(Some(start))
+}
+
+/// Reads the log at `path` from its start (after its last truncation),
+/// calling `f` on each valid record with its end offset, and returns where
+/// the valid prefix ends (a torn or garbled tail ends it). A missing file
+/// is an empty log.
 pub(crate) fn read_log(
     path: &Path,
     mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
 ) -> Result<u64> {
     let file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LOG_HEADER_BYTES),
         Err(e) => return Err(PodError::io(path, e)),
     };
+    let Some(start) = log_start(&file, path)? else {
+        return Ok(LOG_HEADER_BYTES);
+    };
     let mut r = BufReader::with_capacity(1 << 20, file);
+    r.seek(SeekFrom::Start(start))
+        .map_err(|e| PodError::io(path, e))?;
     let mut buf = Vec::with_capacity(WAL_RECORD_BYTES_MAX + RECORD_HEAD_BYTES);
-    let mut at = 0u64;
+    let mut at = start;
     loop {
         buf.resize(RECORD_HEAD_BYTES, 0);
         if read_full(&mut r, &mut buf, path)? < RECORD_HEAD_BYTES {
@@ -396,11 +433,7 @@ impl Wal {
     /// — except on tmpfs (/dev/shm), where a written page is as durable as
     /// it gets (it survives a process crash, not the machine's).
     pub(crate) fn open(path: &Path, sync: bool) -> Result<Wal> {
-        let mut last_seq = 0;
-        let end = read_log(path, |r, _| {
-            last_seq = last_seq.max(r.gsn);
-            Ok(())
-        })?;
+        use std::os::unix::fs::FileExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -408,6 +441,18 @@ impl Wal {
             .truncate(false)
             .open(path)
             .map_err(|e| PodError::io(path, e))?;
+        if log_start(&file, path)?.is_none() {
+            let mut head = vec![0u8; LOG_HEADER_BYTES as usize];
+            head[..8].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+            head[8..16].copy_from_slice(&LOG_HEADER_BYTES.to_le_bytes());
+            file.write_all_at(&head, 0)
+                .map_err(|e| PodError::io(path, e))?;
+        }
+        let mut last_seq = 0;
+        let end = read_log(path, |r, _| {
+            last_seq = last_seq.max(r.gsn);
+            Ok(())
+        })?;
         // Cut the torn tail (and zeros of an unused chunk): a new record
         // must follow the last valid one directly.
         file.set_len(end).map_err(|e| PodError::io(path, e))?;
@@ -570,6 +615,46 @@ impl Wal {
 
     pub(crate) fn counters(&self) -> WalCounters {
         self.lock().counters
+    }
+
+    /// Where the next record goes: a checkpoint taken now covers every
+    /// record before it.
+    pub(crate) fn end(&self) -> u64 {
+        self.lock().end
+    }
+
+    /// Forgets the records before `start` (a record boundary, covered by a
+    /// durable checkpoint): readers start there from now on, and the whole
+    /// pages before it are punched out of the file.
+    pub(crate) fn truncate_before(&self, start: u64) -> std::result::Result<(), String> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let fail = |e: std::io::Error| format!("{}: truncate: {e}", self.path.display());
+        assert!(start >= LOG_HEADER_BYTES && start <= self.end());
+        self.file
+            .write_all_at(&start.to_le_bytes(), 8)
+            .map_err(fail)?;
+        if self.sync {
+            self.file.sync_data().map_err(fail)?;
+        }
+        let hole = (start & !(LOG_HEADER_BYTES - 1)).saturating_sub(LOG_HEADER_BYTES);
+        if hole == 0 {
+            return Ok(());
+        }
+        // SAFETY: fallocate on a file descriptor this log owns; nothing
+        // reads or writes the punched pages again.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                LOG_HEADER_BYTES as libc::off_t,
+                hole as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        Ok(())
     }
 }
 

@@ -339,6 +339,22 @@ fn kill_and_restart(
     mix: skiff_pod::Mix,
     killed: u16,
 ) -> RunReport {
+    kill_and_restart_with(tag, arch, cc, mix, killed, |_| {})
+}
+
+fn kill_and_restart_with(
+    tag: &str,
+    arch: Arch,
+    cc: CcProtocol,
+    mix: skiff_pod::Mix,
+    killed: u16,
+    tweak: impl FnOnce(&mut PodConfig),
+) -> RunReport {
+    // One kill test at a time: each runs two host processes and a rebuild
+    // that takes seconds in a debug build; several at once on two cores
+    // can starve the restarted host until the run is over.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let pod = Pod::new(tag);
     let mut cfg = config(&pod, arch, 2, 4, 1);
     cfg.cc = cc;
@@ -355,6 +371,7 @@ fn kill_and_restart(
         kill_after: Duration::from_millis(800),
         restart_after: Duration::from_millis(1_200),
     });
+    tweak(&mut cfg);
     let report = skiff_pod::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
     eprintln!("{report}");
     let check = skiff_pod::check(&CheckConfig {
@@ -443,6 +460,35 @@ fn killed_host_in_shared_nothing_over_pod_channels_recovers_and_loses_nothing() 
         0,
     );
     assert!(report.payment.remote > 0, "{report}");
+}
+
+/// Checkpoints every 300 ms: each host copies its partition while its
+/// transactions are kept out, then drops the log before it. The restarted
+/// host replays only the tail after its latest checkpoint, a small part of
+/// what the logs took in; (e) also logs tuples it moved home, so its own
+/// log and checkpoint are enough.
+#[test]
+fn checkpoints_during_the_run_shorten_the_replay_after_a_kill() {
+    for arch in [Arch::PashaStatic, Arch::PashaDynamic] {
+        let mix = skiff_pod::Mix::Standard;
+        let report = kill_and_restart_with("ckpt", arch, CcProtocol::NoWait, mix, 1, |c| {
+            c.checkpoint_every = Duration::from_millis(300);
+            c.fault = c.fault.map(|f| skiff_pod::HostFault {
+                kill_after: Duration::from_millis(2_500),
+                ..f
+            });
+        });
+        let f = report.fault.clone().expect("a fault report");
+        assert!(report.log.checkpoints >= 2, "{report}");
+        eprintln!(
+            "{arch:?}: replayed {} of {} records written",
+            f.reclaim.rebuild_log_records, report.log.records
+        );
+        assert!(
+            f.reclaim.rebuild_log_records < report.log.records / 4,
+            "{report}"
+        );
+    }
 }
 
 #[test]

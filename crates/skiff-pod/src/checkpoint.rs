@@ -1,0 +1,210 @@
+//! Checkpoints during a run, so a restarted host replays only the tail of
+//! its log, and the log does not grow for the whole run.
+//!
+//! Every `checkpoint_every` a host's checkpointer closes the host's
+//! [`Gate`]: every thread that writes its partition (workers, auditor,
+//! mover, participants) enters the gate at the start of a transaction and
+//! leaves it at the end, so once nobody is inside, the partition holds
+//! exactly the transactions whose records are before the log's end, and
+//! no lock. It copies the partition to `PATH.hostN.ckpt.tmp` (sparse),
+//! reopens the gate, syncs the copy and renames it over `PATH.hostN.ckpt`:
+//! a crash while writing leaves the previous checkpoint whole. Then the
+//! log before that end is dropped (`Wal::truncate_before`). Replaying the
+//! log from its start over the newest checkpoint is exact, since a crash
+//! between the rename and the truncation only replays, in order, records
+//! the checkpoint already holds.
+//!
+//! A gate that does not empty within `QUIESCE_MAX` (a thread inside waits
+//! for another host whose own gate is closed) is reopened and the
+//! checkpoint skipped: checkpoints never deadlock the pod.
+//!
+//! In (c) there is no partition: a checkpoint only drops the log before
+//! the quiet point (nothing before it can be committing). In (a) and (b)
+//! the log also holds this host's decisions on distributed transactions,
+//! which a participant that died in doubt reads when it restarts: while
+//! another host is down the log is not truncated.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Acquire;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{PodError, Result};
+use crate::futex;
+use crate::header::state;
+use crate::lease::{HostRecord, life};
+use crate::memory::PodMemory;
+use crate::recovery::{checkpoint_path, copy_sparse};
+use crate::wal::Wal;
+
+/// How long a checkpointer waits for its host's threads to leave their
+/// transactions before it gives this checkpoint up.
+const QUIESCE_MAX: Duration = Duration::from_millis(500);
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    inside: u32,
+}
+
+/// Keeps a host's partition writers out while a checkpoint copies it.
+#[derive(Default)]
+pub(crate) struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // Every change is a single field store: a panic cannot leave it
+        // half-done.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A transaction starts: waits while a checkpoint copies.
+    pub(crate) fn enter(&self) {
+        let mut g = self.lock();
+        while g.closed {
+            g = self.changed.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.inside += 1;
+    }
+
+    /// The transaction is over (committed or undone, locks released).
+    pub(crate) fn leave(&self) {
+        let mut g = self.lock();
+        assert!(g.inside > 0, "leaving a gate nobody entered");
+        g.inside -= 1;
+        if g.closed && g.inside == 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Runs `f` with nobody inside, or returns `None` if that did not
+    /// happen within `max`.
+    fn quiesced<T>(&self, max: Duration, f: impl FnOnce() -> T) -> Option<T> {
+        let until = Instant::now() + max;
+        let mut g = self.lock();
+        g.closed = true;
+        while g.inside > 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = self
+                .changed
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let out = (g.inside == 0).then(f);
+        g.closed = false;
+        self.changed.notify_all();
+        out
+    }
+}
+
+/// What a host's checkpointer did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CheckpointStats {
+    pub taken: u64,
+    /// Gates that did not empty in time.
+    pub skipped: u64,
+    /// Longest time the gate was closed.
+    pub pause_max_us: u64,
+}
+
+/// Takes a checkpoint every `every` until `stop` or the run leaves
+/// RUNNING.
+pub(crate) fn checkpointer(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    gate: &Gate,
+    every: Duration,
+    stop: &AtomicBool,
+) -> Result<CheckpointStats> {
+    let control = mem.control();
+    let mut stats = CheckpointStats::default();
+    let mut next = Instant::now() + every;
+    while !stop.load(Acquire) && control.state() == state::RUNNING {
+        let now = Instant::now();
+        if now < next {
+            // Wakes early when the run stops.
+            let slice = (next - now).min(Duration::from_millis(100));
+            futex::wait(control.run_state, state::RUNNING, slice);
+            continue;
+        }
+        next = now + every;
+        let closed = Instant::now();
+        let copied = gate.quiesced(QUIESCE_MAX, || {
+            let upto = wal.end();
+            copy_partition(mem, host).map(|tmp| (upto, tmp))
+        });
+        let Some(copied) = copied else {
+            stats.skipped += 1;
+            continue;
+        };
+        let pause = closed.elapsed().as_micros() as u64;
+        stats.pause_max_us = stats.pause_max_us.max(pause);
+        let (upto, tmp) = copied?;
+        if let Some(tmp) = tmp {
+            install(&tmp, &checkpoint_path(mem.pod.path(), host))?;
+        }
+        if mem.layout.shared_nothing() && another_host_is_down(mem, host) {
+            continue;
+        }
+        wal.truncate_before(upto).map_err(PodError::Corrupt)?;
+        stats.taken += 1;
+    }
+    Ok(stats)
+}
+
+fn another_host_is_down(mem: &PodMemory, host: u16) -> bool {
+    (0..mem.params().hosts)
+        .filter(|&g| g != host)
+        .any(|g| HostRecord::of(mem, g).life() != life::ALIVE)
+}
+
+/// Copies the host's partition to a temporary file beside its checkpoint;
+/// `None` when there is no partition ((c)).
+fn copy_partition(mem: &PodMemory, host: u16) -> Result<Option<PathBuf>> {
+    let Some(Some(part)) = mem.parts.get(host as usize) else {
+        return Ok(None);
+    };
+    let mut tmp = checkpoint_path(mem.pod.path(), host).into_os_string();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    write_image(part.path(), part.len(), &tmp)?;
+    Ok(Some(tmp))
+}
+
+/// Writes a sparse copy of the file at `src` (`len` bytes) to `dst`.
+pub(crate) fn write_image(src: &Path, len: u64, dst: &Path) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let to = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dst)
+        .map_err(|e| PodError::io(dst, e))?;
+    to.set_len(len).map_err(|e| PodError::io(dst, e))?;
+    copy_sparse(src, |off, bytes| {
+        to.write_all_at(bytes, off)
+            .map_err(|e| PodError::io(dst, e))
+    })?;
+    Ok(())
+}
+
+/// Makes the copy at `tmp` durable, then the checkpoint (an atomic rename).
+fn install(tmp: &Path, ckpt: &Path) -> Result<()> {
+    let f = std::fs::File::open(tmp).map_err(|e| PodError::io(tmp, e))?;
+    f.sync_all().map_err(|e| PodError::io(tmp, e))?;
+    std::fs::rename(tmp, ckpt).map_err(|e| PodError::io(ckpt, e))?;
+    if let Some(dir) = ckpt.parent() {
+        let d = std::fs::File::open(dir).map_err(|e| PodError::io(dir, e))?;
+        d.sync_all().map_err(|e| PodError::io(dir, e))?;
+    }
+    Ok(())
+}
