@@ -164,9 +164,10 @@ fn listen(mem: &PodMemory, host: u16) -> Result<Option<std::net::TcpListener>> {
 
 /// A restarted host: takes its record back (reclaiming its previous
 /// incarnation's pod locks and writes if no survivor did), rebuilds its
-/// partition from the initial population and every host's log, opens its
-/// log after the last durable record and, if the run is still on, runs
-/// its workers until the stop.
+/// partition from its latest checkpoint and its log (resolving prepared
+/// transactions that were in doubt), opens its log after the last durable
+/// record, listens again in (a), and, if the run is still on, runs its
+/// workers until the stop.
 fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     mem.params().arch.require_implemented()?;
     lease::take_over(mem, host, Instant::now() + HOST_START_TIMEOUT)?;

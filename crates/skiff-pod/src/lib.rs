@@ -36,10 +36,12 @@
 //! over TCP / pod-memory channels (`remote`), (c) shared-everything, (d)
 //! Pasha static, (e) Pasha dynamic (`dynamic`); under NO_WAIT or WAIT_DIE.
 //! [`bench`] runs the Figure 3 sweep. Every host logs its commits (`wal`,
-//! group commit); in (c) and (d) a host killed mid-run is reclaimed by a
-//! survivor (`lease`, `recovery`) and restarts from its checkpoint and the
-//! logs ([`PodConfig::fault`]). See `docs/pod.md` for the design and for
-//! what is not built yet.
+//! group commit) and checkpoints its partition during the run
+//! (`checkpoint`); a host killed mid-run is reclaimed by a survivor
+//! (`lease`, `recovery`; in (a) and (b) its two-phase commits are resolved,
+//! `remote`) and restarts from its checkpoint and its log
+//! ([`PodConfig::fault`]). See `docs/pod.md` for the design and for what is
+//! not built yet.
 
 mod arch;
 mod bench;

@@ -17,10 +17,9 @@
 //!   and the dead host's exclusive locks (owner field) and shared locks
 //!   (its reader bit) are released.
 //! - **Rebuild** ([`rebuild_partition`], by the restarted host): a fresh,
-//!   zeroed partition gets the host's checkpoint (`PATH.hostN.ckpt`, the
-//!   partition as loaded, written by the coordinator after the load), then,
-//!   for every row of it, the after-image with the highest sequence number
-//!   in any host's log.
+//!   zeroed partition gets the host's latest checkpoint (`PATH.hostN.ckpt`:
+//!   the partition as loaded, or as a checkpoint during the run copied it,
+//!   `checkpoint`), then its own log from the log's start, in order.
 //!
 //! A transaction a host reported committed had its record durable before it
 //! released anything, so reclaim keeps its pod writes and rebuild redoes its

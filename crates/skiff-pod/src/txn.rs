@@ -888,8 +888,8 @@ impl Drop for Txn<'_> {
         // A transaction dropped half-way (an early return on an error) must
         // not leave locks behind: under NO_WAIT the other hosts would abort on
         // them forever. Not while panicking: a second panic aborts the
-        // process; the host then fails and exits, and in (c) and (d) a
-        // survivor reclaims what it held once its process is gone (`lease`).
+        // process; the host then fails and exits, and a survivor reclaims
+        // what it held once its process is gone (`lease`).
         if self.active && !std::thread::panicking() {
             self.abort();
         }
