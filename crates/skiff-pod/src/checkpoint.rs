@@ -1,14 +1,17 @@
 //! Checkpoints during a run, so a restarted host replays only the tail of
 //! its log, and the log does not grow for the whole run.
 //!
-//! Every `checkpoint_every` a host's checkpointer closes the host's
-//! [`Gate`]: every thread that writes its partition (workers, auditor,
-//! mover, participants) enters the gate at the start of a transaction and
-//! leaves it at the end, so once nobody is inside, the partition holds
-//! exactly the transactions whose records are before the log's end, and
-//! no lock. It copies the partition to `PATH.hostN.ckpt.tmp` (sparse),
-//! reopens the gate, syncs the copy and renames it over `PATH.hostN.ckpt`:
-//! a crash while writing leaves the previous checkpoint whole. Then the
+//! Every `checkpoint_every` a host's checkpointer copies its latest
+//! checkpoint to `PATH.hostN.ckpt.tmp` (sparse) while transactions run,
+//! then closes the host's [`Gate`]: every thread that writes its partition
+//! (workers, auditor, mover, participants) enters the gate at the start of
+//! a transaction and leaves it at the end, so once nobody is inside, the
+//! partition holds exactly the transactions whose records are before the
+//! log's end, and no lock. It copies the pages written since the last
+//! checkpoint (the partition's mapping tracks them, `region`) over the
+//! copy, reopens the gate, syncs the copy and renames it over
+//! `PATH.hostN.ckpt`: a crash while writing leaves the previous checkpoint
+//! whole. The pause is the dirty pages' copy, not the partition's. Then the
 //! log before that end is dropped (`Wal::truncate_before`). Replaying the
 //! log from its start over the newest checkpoint is exact, since a crash
 //! between the rename and the truncation only replays, in order, records
@@ -36,6 +39,7 @@ use crate::header::state;
 use crate::lease::{HostRecord, life};
 use crate::memory::PodMemory;
 use crate::recovery::{checkpoint_path, copy_sparse};
+use crate::region::{Dirty, PAGE_BYTES};
 use crate::wal::Wal;
 
 /// How long a checkpointer waits for its host's threads to leave their
@@ -137,10 +141,11 @@ pub(crate) fn checkpointer(
             continue;
         }
         next = now + every;
+        let tmp = previous_image(mem, host)?;
         let closed = Instant::now();
         let copied = gate.quiesced(QUIESCE_MAX, || {
             let upto = wal.end();
-            copy_partition(mem, host).map(|tmp| (upto, tmp))
+            copy_dirty_pages(mem, host, tmp.as_deref()).map(|()| (upto, tmp))
         });
         let Some(copied) = copied else {
             stats.skipped += 1;
@@ -167,17 +172,57 @@ fn another_host_is_down(mem: &PodMemory, host: u16) -> bool {
         .any(|g| HostRecord::of(mem, g).life() != life::ALIVE)
 }
 
-/// Copies the host's partition to a temporary file beside its checkpoint;
-/// `None` when there is no partition ((c)).
-fn copy_partition(mem: &PodMemory, host: u16) -> Result<Option<PathBuf>> {
+/// Copies the host's latest checkpoint to a temporary file beside it, to
+/// be brought up to date; `None` when there is no partition ((c)).
+fn previous_image(mem: &PodMemory, host: u16) -> Result<Option<PathBuf>> {
     let Some(Some(part)) = mem.parts.get(host as usize) else {
         return Ok(None);
     };
-    let mut tmp = checkpoint_path(mem.pod.path(), host).into_os_string();
+    let ckpt = checkpoint_path(mem.pod.path(), host);
+    let mut tmp = ckpt.clone().into_os_string();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    write_image(part.path(), part.len(), &tmp)?;
+    write_image(&ckpt, part.len(), &tmp)?;
     Ok(Some(tmp))
+}
+
+/// Copies the partition's pages written since the last checkpoint into
+/// the image at `tmp`. Run with the gate closed.
+fn copy_dirty_pages(mem: &PodMemory, host: u16, tmp: Option<&Path>) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let (Some(tmp), Some(Some(part))) = (tmp, mem.parts.get(host as usize)) else {
+        return Ok(());
+    };
+    let to = std::fs::OpenOptions::new()
+        .write(true)
+        .open(tmp)
+        .map_err(|e| PodError::io(tmp, e))?;
+    let runs = match part.take_dirty() {
+        Dirty::Pages(runs) => runs,
+        // A rebuilt partition: its data extents, holes skipped.
+        Dirty::All => {
+            return copy_sparse(part.path(), |off, bytes| {
+                to.write_all_at(bytes, off)
+                    .map_err(|e| PodError::io(tmp, e))
+            })
+            .map(|_| ());
+        }
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    for (first, pages) in runs {
+        let (mut off, end) = (
+            first * PAGE_BYTES,
+            ((first + pages) * PAGE_BYTES).min(part.len()),
+        );
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            part.read_bytes(off, &mut buf[..n]);
+            to.write_all_at(&buf[..n], off)
+                .map_err(|e| PodError::io(tmp, e))?;
+            off += n as u64;
+        }
+    }
+    Ok(())
 }
 
 /// Writes a sparse copy of the file at `src` (`len` bytes) to `dst`.

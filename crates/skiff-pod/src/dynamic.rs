@@ -268,10 +268,11 @@ pub(crate) fn ask_owner(
     assert_ne!(owner, host, "a host asks only other hosts");
     // A dead owner's mover answers nobody: fail fast, the transaction
     // aborts and the worker moves on, instead of waiting for a restart.
-    // (The process check waits for the slow path below: it reads /proc.)
+    // The process check reads /proc: only when a heartbeat is late.
     let record = HostRecord::of(mem, owner);
     let incarnation = record.incarnation();
-    if record.life() != life::ALIVE {
+    let late = record.beat_is_late();
+    if record.life() != life::ALIVE || late && !record.alive_as(incarnation) {
         return Ok(Reply::OwnerDown);
     }
     let off = mem.layout.mailbox(host, worker);

@@ -92,11 +92,17 @@ impl HostArgs {
 /// statistics (or its error) go to its slot in the coherent region, so the
 /// coordinator learns the outcome even from a process it cannot join.
 pub fn host_main(args: &HostArgs) -> Result<()> {
-    let mem = if args.recover {
+    let mut mem = if args.recover {
         PodMemory::open_restarting(&args.shm_path, args.host)?
     } else {
         PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?
     };
+    // Checkpoints copy only the pages written since the last one. A fresh
+    // partition is the load's checkpoint; a rebuilt one is not.
+    if let Some(Some(part)) = mem.parts.get_mut(args.host as usize) {
+        part.track_writes(args.recover);
+    }
+    let mem = mem;
     let control = mem.control();
     let result = if args.recover {
         rejoin(&mem, args.host)

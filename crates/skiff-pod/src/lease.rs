@@ -112,6 +112,14 @@ impl<'m> HostRecord<'m> {
             && !process_gone(self.u32(PID).load(Acquire))
     }
 
+    /// Whether the host missed a heartbeat: cheap (no /proc read), so a
+    /// caller can afford it per request and check [`HostRecord::alive_as`]
+    /// only then.
+    pub(crate) fn beat_is_late(&self) -> bool {
+        let beat = self.u64(HEARTBEAT_MS).load(Acquire);
+        mono_ms().saturating_sub(beat) > 2 * LEASE_BEAT_MS
+    }
+
     pub(crate) fn beat(&self) {
         self.u64(HEARTBEAT_MS).store(mono_ms(), Release);
     }

@@ -827,6 +827,12 @@ impl<'m> Coordinator<'m> {
             return Err(RemoteError::Fatal(format!("no link to host {to}")));
         }
         let record = HostRecord::of(mem, to);
+        // A host that missed a heartbeat and whose process is gone gets no
+        // request: over a pod channel it would take a slice to notice.
+        if record.beat_is_late() && !record.alive_as(record.incarnation()) {
+            self.links[to as usize] = None;
+            return Err(RemoteError::Unreachable);
+        }
         let slot = &mut self.links[to as usize];
         let current = slot
             .as_ref()

@@ -365,7 +365,7 @@ fn kill_and_restart_with(
     // The restarted host rebuilds its partition (two warehouses loaded
     // again, then the logs replayed) before it rejoins: seconds in a debug
     // build with other tests running, so the run leaves it room.
-    cfg.duration = Duration::from_millis(8_000);
+    cfg.duration = Duration::from_millis(10_000);
     cfg.fault = Some(skiff_pod::HostFault {
         host: killed,
         kill_after: Duration::from_millis(800),
