@@ -97,10 +97,11 @@ pub fn host_main(args: &HostArgs) -> Result<()> {
     } else {
         PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?
     };
-    // Checkpoints copy only the pages written since the last one. A fresh
-    // partition is the load's checkpoint; a rebuilt one is not.
+    // Checkpoints copy only the pages written since the last one: a fresh
+    // partition is the load's checkpoint, a restarted one is cleared once
+    // its checkpoint is copied in (`recovery::rebuild_partition`).
     if let Some(Some(part)) = mem.parts.get_mut(args.host as usize) {
-        part.track_writes(args.recover);
+        part.track_writes();
     }
     let mem = mem;
     let control = mem.control();

@@ -350,6 +350,9 @@ pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result
         return Ok((0, 0));
     }
     restore_checkpoint(mem, host)?;
+    // The partition is its checkpoint now; the next one copies only what
+    // replay and later transactions write.
+    mem.part(host).forget_dirty();
     let replayed = replay_own_log(mem, host, wal)?;
     if mem.layout.dynamic_slots() > 0 {
         restore_home_words(mem, host);

@@ -28,13 +28,11 @@ pub(crate) struct Mapping {
     /// last [`Mapping::take_dirty`] (a host's own partition, for
     /// incremental checkpoints); atomics are not tracked.
     dirty: Option<Box<[AtomicU64]>>,
-    /// Every page counts as written (until the next `take_dirty`).
-    all_dirty: std::sync::atomic::AtomicBool,
 }
 
 /// What [`Mapping::take_dirty`] found.
 pub(crate) enum Dirty {
-    /// Any page may differ from the last checkpoint: copy the file.
+    /// Writes are not tracked: any page may differ; copy the file.
     All,
     /// Runs of written pages: (first page, pages).
     Pages(Vec<(u64, u64)>),
@@ -65,7 +63,6 @@ impl Mapping {
             len,
             writable: true,
             dirty: None,
-            all_dirty: false.into(),
         })
     }
 
@@ -101,7 +98,6 @@ impl Mapping {
             len,
             writable,
             dirty: None,
-            all_dirty: false.into(),
         })
     }
 
@@ -120,7 +116,6 @@ impl Mapping {
             len: reserve,
             writable: true,
             dirty: None,
-            all_dirty: false.into(),
         })
     }
 
@@ -186,12 +181,18 @@ impl Mapping {
         unsafe { std::ptr::read(p as *const T) }
     }
 
-    /// Tracks which pages are written from now on; `all_dirty`: start with
-    /// every page dirty (the file is not known to match a checkpoint).
-    pub(crate) fn track_writes(&mut self, all_dirty: bool) {
+    /// Tracks which pages are written from now on.
+    pub(crate) fn track_writes(&mut self) {
         let words = self.len.div_ceil(PAGE_BYTES).div_ceil(64);
         self.dirty = Some((0..words).map(|_| AtomicU64::new(0)).collect());
-        self.all_dirty = all_dirty.into();
+    }
+
+    /// The file matches its checkpoint again (a restart just copied the
+    /// checkpoint in): forget what was written.
+    pub(crate) fn forget_dirty(&self) {
+        for word in self.dirty.iter().flatten() {
+            word.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn mark(&self, off: u64, len: u64) {
@@ -214,9 +215,7 @@ impl Mapping {
         let Some(bits) = &self.dirty else {
             return Dirty::All;
         };
-        let all = self
-            .all_dirty
-            .swap(false, std::sync::atomic::Ordering::Relaxed);
+
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for (i, word) in bits.iter().enumerate() {
             let mut w = word.swap(0, std::sync::atomic::Ordering::Relaxed);
@@ -232,7 +231,7 @@ impl Mapping {
                 }
             }
         }
-        if all { Dirty::All } else { Dirty::Pages(runs) }
+        Dirty::Pages(runs)
     }
 
     /// Copies a row in.
@@ -301,7 +300,7 @@ pub(crate) mod tests {
     fn written_pages_are_tracked_for_checkpoints() {
         let shm = TempShm::new("dirty");
         let mut m = Mapping::create(&shm.0, 200 * PAGE_BYTES).unwrap();
-        m.track_writes(false);
+        m.track_writes();
         m.write::<u64>(5 * PAGE_BYTES + 8, &1);
         m.write_bytes(7 * PAGE_BYTES - 2, b"abcd");
         m.write_bytes(9 * PAGE_BYTES, b"z");
@@ -315,8 +314,8 @@ pub(crate) mod tests {
             panic!("all pages dirty")
         };
         assert!(runs.is_empty());
-        m.track_writes(true);
-        assert!(matches!(m.take_dirty(), Dirty::All));
+        m.write_bytes(0, b"y");
+        m.forget_dirty();
         assert!(matches!(m.take_dirty(), Dirty::Pages(r) if r.is_empty()));
     }
 
