@@ -218,6 +218,7 @@ fn run_workers(
                 let c = checkpoint::checkpointer(mem, host, wal, gate, every, lease_stop)?;
                 let mut stats = WorkerStats::default();
                 stats.protocol.checkpoints = c.taken;
+                stats.protocol.checkpoints_skipped = c.skipped;
                 stats.protocol.checkpoint_pause_us_max = c.pause_max_us;
                 Ok(stats)
             })

@@ -59,6 +59,9 @@ pub struct LogReport {
     /// Checkpoints the hosts took during the run, and the longest one
     /// kept a host's transactions waiting.
     pub checkpoints: u64,
+    /// Checkpoints given up: a host's threads did not all leave their
+    /// transactions in time.
+    pub checkpoints_skipped: u64,
     pub checkpoint_pause_ms_max: f64,
 }
 
@@ -306,6 +309,7 @@ impl RunReport {
                 flushes: p.log_flushes,
                 records_per_flush: p.log_records as f64 / p.log_flushes.max(1) as f64,
                 checkpoints: p.checkpoints,
+                checkpoints_skipped: p.checkpoints_skipped,
                 checkpoint_pause_ms_max: p.checkpoint_pause_us_max as f64 / 1e3,
             },
             fault: None,
@@ -403,11 +407,13 @@ impl fmt::Display for RunReport {
             self.log.flushes,
             self.log.records_per_flush
         )?;
-        if self.log.checkpoints > 0 {
+        if self.log.checkpoints + self.log.checkpoints_skipped > 0 {
             write!(
                 f,
-                "; {} checkpoints, longest pause {:.1} ms",
-                self.log.checkpoints, self.log.checkpoint_pause_ms_max
+                "; {} checkpoints ({} given up), longest pause {:.1} ms",
+                self.log.checkpoints,
+                self.log.checkpoints_skipped,
+                self.log.checkpoint_pause_ms_max
             )?;
         }
         if let Some(k) = &self.fault {

@@ -151,6 +151,8 @@ pub(crate) struct ProtocolCounters {
     /// Checkpoints taken during the run, and the longest time one kept
     /// its host's transactions out (`checkpoint`).
     pub checkpoints: u64,
+    /// Checkpoints given up because the gate did not empty in time.
+    pub checkpoints_skipped: u64,
     pub checkpoint_pause_us_max: u64,
 }
 
@@ -167,6 +169,7 @@ impl ProtocolCounters {
         self.log_bytes += o.log_bytes;
         self.log_flushes += o.log_flushes;
         self.checkpoints += o.checkpoints;
+        self.checkpoints_skipped += o.checkpoints_skipped;
         self.checkpoint_pause_us_max = self.checkpoint_pause_us_max.max(o.checkpoint_pause_us_max);
     }
 }
