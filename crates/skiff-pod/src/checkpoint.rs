@@ -25,8 +25,10 @@
 //! In (c) there is no partition: a checkpoint only drops the log before
 //! the quiet point (nothing before it can be committing). In (a) and (b)
 //! the log also holds this host's decisions on distributed transactions,
-//! which a participant that died in doubt reads when it restarts: while
-//! another host is down the log is not truncated.
+//! which a participant in doubt reads: while any participant, on any host,
+//! holds a prepared part of one of this host's transactions that is not
+//! resolved (a count in this host's record in pod memory), the log is not
+//! truncated.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -37,7 +39,7 @@ use std::time::{Duration, Instant};
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header::state;
-use crate::lease::{HostRecord, life};
+use crate::lease::HostRecord;
 use crate::memory::PodMemory;
 use crate::recovery::{checkpoint_path, copy_sparse};
 use crate::region::{Dirty, PAGE_BYTES};
@@ -165,18 +167,14 @@ pub(crate) fn checkpointer(
             install(&tmp, &checkpoint_path(mem.pod.path(), host))?;
         }
         stats.taken += 1;
-        if mem.layout.shared_nothing() && another_host_is_down(mem, host) {
+        // A participant in doubt about one of this host's transactions
+        // may need its decision from the log.
+        if HostRecord::of(mem, host).in_doubt() > 0 {
             continue;
         }
         wal.truncate_before(upto).map_err(PodError::Corrupt)?;
     }
     Ok(stats)
-}
-
-fn another_host_is_down(mem: &PodMemory, host: u16) -> bool {
-    (0..mem.params().hosts)
-        .filter(|&g| g != host)
-        .any(|g| HostRecord::of(mem, g).life() != life::ALIVE)
 }
 
 /// Copies the host's latest checkpoint to a temporary file beside it, to

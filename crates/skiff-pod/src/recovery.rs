@@ -447,6 +447,9 @@ fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
         }
         let committed = remote::await_decision(mem, tag).map_err(PodError::Corrupt)?;
         outcomes.insert(tag.peer, committed);
+        if let Some(coordinator) = remote::coordinator_of(mem, tag) {
+            crate::lease::HostRecord::of(mem, coordinator).in_doubt_sub();
+        }
         let kind = if committed {
             kind::RESOLVED_COMMIT
         } else {
@@ -696,6 +699,8 @@ mod tests {
             let mut cu: Customer = p.get(Array::Customer, 2, c);
             cu.c_balance += 12_345;
             p.put(Array::Customer, 2, c, &cu);
+            // As the participant's handler does: counted, then logged.
+            crate::lease::HostRecord::of(&mem, 0).in_doubt_add();
             p.prepare(Tag {
                 kind: kind::PREPARED,
                 peer: id,
@@ -737,6 +742,9 @@ mod tests {
             })
             .unwrap();
             assert_eq!(markers, 1, "{decision:?}");
+            // Resolved: host 0 may truncate its log again.
+            let mem = PodMemory::open(&shm.0, false, Parts::All).unwrap();
+            assert_eq!(crate::lease::HostRecord::of(&mem, 0).in_doubt(), 0);
         }
     }
 

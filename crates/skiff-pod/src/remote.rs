@@ -204,6 +204,10 @@ impl TcpLink {
     pub(crate) fn connect(port: u16) -> Result<TcpLink, String> {
         let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
+        // A dead participant's socket is closed by its kernel at once; the
+        // timeout bounds a participant that is alive but stuck.
+        s.set_read_timeout(Some(REPLY_WAIT_MAX))
+            .map_err(|e| e.to_string())?;
         Ok(TcpLink(s))
     }
 }
@@ -570,7 +574,9 @@ pub(crate) fn serve<'m>(
                     inside = true;
                 }
                 reply.0.clear();
+                let prepared = txn.prepared();
                 handle(&mut txn, host, &request, &mut reply);
+                settled(mem, prepared, &txn);
                 if !txn.is_active() {
                     gate.leave();
                     inside = false;
@@ -580,7 +586,9 @@ pub(crate) fn serve<'m>(
             }
             Received::Closed => break,
             Received::CoordinatorGone => {
+                let prepared = txn.prepared();
                 end_session(mem, &mut txn)?;
+                settled(mem, prepared, &txn);
                 if inside {
                     gate.leave();
                     inside = false;
@@ -591,11 +599,24 @@ pub(crate) fn serve<'m>(
             }
         }
     }
+    let prepared = txn.prepared();
     end_session(mem, &mut txn)?;
+    settled(mem, prepared, &txn);
     if inside {
         gate.leave();
     }
     Ok(answered)
+}
+
+/// A prepared part (`prepared`, before the request) that is resolved now
+/// no longer holds its coordinator's decision in its log.
+fn settled(mem: &PodMemory, prepared: Option<wal::Tag>, txn: &Txn<'_>) {
+    if let Some(tag) = prepared
+        && txn.prepared().is_none()
+        && let Some(coordinator) = coordinator_of(mem, tag)
+    {
+        HostRecord::of(mem, coordinator).in_doubt_sub();
+    }
 }
 
 /// The coordinator's transaction ends without it: what was not prepared is
@@ -617,16 +638,22 @@ fn end_session(mem: &PodMemory, txn: &mut Txn<'_>) -> Result<(), String> {
     txn.take_fatal().map_or(Ok(()), Err)
 }
 
+/// The coordinator host of the distributed transaction a tag names, if it
+/// is one (tags are data).
+pub(crate) fn coordinator_of(mem: &PodMemory, tag: wal::Tag) -> Option<u16> {
+    let host = (tag.peer >> 56) as u16;
+    (host < mem.params().hosts).then_some(host)
+}
+
 /// The outcome of the distributed transaction a `PREPARED` record names:
 /// its coordinator's decision if its log has one; otherwise abort once
 /// that incarnation of the coordinator is gone (it can no longer decide:
 /// presumed abort). While it lives it has not decided yet, and will as
 /// soon as it learns that this participant's host went down.
 pub(crate) fn await_decision(mem: &PodMemory, tag: wal::Tag) -> Result<bool, String> {
-    let coordinator = (tag.peer >> 56) as u16;
-    if coordinator >= mem.params().hosts {
-        return Err(format!("prepared record names host {coordinator}"));
-    }
+    let Some(coordinator) = coordinator_of(mem, tag) else {
+        return Err(format!("prepared record names transaction {:#x}", tag.peer));
+    };
     let log = wal::wal_path(mem.pod.path(), coordinator);
     let give_up = Instant::now() + DECISION_WAIT_MAX;
     loop {
@@ -749,6 +776,12 @@ fn prepare(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) ->
         peer: id,
         peer_inc: inc,
     };
+    let Some(coordinator) = coordinator_of(txn.mem(), tag) else {
+        return false;
+    };
+    // Counted before it is logged, so the coordinator never drops a
+    // decision a logged prepared part may need.
+    HostRecord::of(txn.mem(), coordinator).in_doubt_add();
     // Durable before the vote: a restart redoes it if the coordinator
     // decides to commit.
     if txn.prepare(tag).is_err() {
