@@ -1,21 +1,20 @@
 //! Checkpoints during a run, so a restarted host replays only the tail of
 //! its log, and the log does not grow for the whole run.
 //!
-//! Every `checkpoint_every` a host's checkpointer copies its latest
-//! checkpoint to `PATH.hostN.ckpt.tmp` (sparse) while transactions run,
-//! then closes the host's [`Gate`]: every thread that writes its partition
-//! (workers, auditor, mover, participants) enters the gate at the start of
-//! a transaction and leaves it at the end, so once nobody is inside, the
+//! A host keeps two checkpoint images of its partition (`PATH.hostN.ckpt0`,
+//! `.ckpt1`); its log's header names the current one and where the log
+//! after it starts. Every `checkpoint_every` a host's checkpointer closes
+//! the host's [`Gate`]: every thread that writes its partition (workers,
+//! auditor, mover, participants) enters the gate at the start of a
+//! transaction and leaves it at the end, so once nobody is inside, the
 //! partition holds exactly the transactions whose records are before the
-//! log's end, and no lock. It copies the pages written since the last
-//! checkpoint (the partition's mapping tracks them, `region`) over the
-//! copy, reopens the gate, syncs the copy and renames it over
-//! `PATH.hostN.ckpt`: a crash while writing leaves the previous checkpoint
-//! whole. The pause is the dirty pages' copy, not the partition's. Then the
-//! log before that end is dropped (`Wal::truncate_before`). Replaying the
-//! log from its start over the newest checkpoint is exact, since a crash
-//! between the rename and the truncation only replays, in order, records
-//! the checkpoint already holds.
+//! log's end, and no lock. It brings the other image up to date with the
+//! pages written since that image's checkpoint (the partition's mapping
+//! tracks them, `region`), reopens the gate, syncs the image, and only then
+//! names it and the log's end in the log's header, one write
+//! ([`Wal::advance`], which also punches the log before it out). A crash
+//! while an image is written leaves the header naming the other, untouched
+//! one. The pause is the dirty pages' copy, not the partition's.
 //!
 //! A gate that does not empty within `QUIESCE_MAX` (a thread inside waits
 //! for another host whose own gate is closed) is reopened and the
@@ -30,7 +29,7 @@
 //! resolved (a count in this host's record in pod memory), the log is not
 //! truncated.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -42,7 +41,7 @@ use crate::header::state;
 use crate::lease::HostRecord;
 use crate::memory::PodMemory;
 use crate::recovery::{checkpoint_path, copy_sparse};
-use crate::region::{Dirty, PAGE_BYTES};
+use crate::region::{Mapping, PAGE_BYTES};
 use crate::wal::Wal;
 
 /// How long a checkpointer waits for its host's threads to leave their
@@ -135,8 +134,15 @@ pub(crate) fn checkpointer(
     every: Duration,
     stop: &AtomicBool,
 ) -> Result<CheckpointStats> {
+    // A restarted host rebuilt its partition from the current image.
+    let restarted = HostRecord::of(mem, host).incarnation() > 1;
     let control = mem.control();
     let mut stats = CheckpointStats::default();
+    let mut current = crate::wal::checkpoint_image(&crate::wal::wal_path(mem.pod.path(), host))?;
+    // What the image that is not current lacks: the pages written between
+    // its checkpoint and the current one. Unknown after a restart (a
+    // checkpoint may have died writing it); both are the load at first.
+    let mut behind: Option<Vec<(u64, u64)>> = (!restarted).then(Vec::new);
     // Hosts that checkpoint at the same moment wait on each other's gates
     // in (a), (b) and (e): spread them over the interval.
     let hosts = mem.params().hosts as u32;
@@ -150,71 +156,67 @@ pub(crate) fn checkpointer(
             continue;
         }
         next = now + every;
-        let tmp = previous_image(mem, host)?;
+        let part = mem.parts.get(host as usize).and_then(|p| p.as_ref());
+        let target = 1 - current;
+        let path = checkpoint_path(mem.pod.path(), host, target);
+        if let (Some(part), None) = (part, &behind) {
+            // While transactions run: the current image, to catch up from.
+            let from = checkpoint_path(mem.pod.path(), host, current);
+            write_image(&from, part.len(), &path)?;
+            behind = Some(Vec::new());
+        }
         let closed = Instant::now();
         let copied = gate.quiesced(QUIESCE_MAX, || {
             let upto = wal.end();
-            copy_dirty_pages(mem, host, tmp.as_deref()).map(|()| (upto, tmp))
+            let Some(part) = part else {
+                return Ok((upto, Vec::new()));
+            };
+            let runs = part.take_dirty();
+            let older = behind.as_deref().unwrap_or_default();
+            copy_pages(part, &runs, older, &path).map(|()| (upto, runs))
         });
         let Some(copied) = copied else {
             stats.skipped += 1;
             continue;
         };
-        let pause = closed.elapsed().as_micros() as u64;
-        stats.pause_max_us = stats.pause_max_us.max(pause);
-        let (upto, tmp) = copied?;
-        if let Some(tmp) = tmp {
-            install(&tmp, &checkpoint_path(mem.pod.path(), host))?;
+        stats.pause_max_us = stats.pause_max_us.max(closed.elapsed().as_micros() as u64);
+        let (upto, runs) = copied?;
+        if part.is_some() {
+            sync(&path)?;
+            // The image that was current lacks what was just copied.
+            behind = Some(runs);
+            current = target;
         }
+        // A participant in doubt about one of this host's transactions may
+        // need its decision from the log: keep the log, switch the image
+        // (replaying from an older start over a newer image is exact).
+        let start = if HostRecord::of(mem, host).in_doubt() > 0 {
+            wal.start()
+        } else {
+            upto
+        };
+        wal.advance(start, current).map_err(PodError::Corrupt)?;
         stats.taken += 1;
-        // A participant in doubt about one of this host's transactions
-        // may need its decision from the log.
-        if HostRecord::of(mem, host).in_doubt() > 0 {
-            continue;
-        }
-        wal.truncate_before(upto).map_err(PodError::Corrupt)?;
     }
     Ok(stats)
 }
 
-/// Copies the host's latest checkpoint to a temporary file beside it, to
-/// be brought up to date; `None` when there is no partition ((c)).
-fn previous_image(mem: &PodMemory, host: u16) -> Result<Option<PathBuf>> {
-    let Some(Some(part)) = mem.parts.get(host as usize) else {
-        return Ok(None);
-    };
-    let ckpt = checkpoint_path(mem.pod.path(), host);
-    let mut tmp = ckpt.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    write_image(&ckpt, part.len(), &tmp)?;
-    Ok(Some(tmp))
-}
-
-/// Copies the partition's pages written since the last checkpoint into
-/// the image at `tmp`. Run with the gate closed.
-fn copy_dirty_pages(mem: &PodMemory, host: u16, tmp: Option<&Path>) -> Result<()> {
+/// Brings the image at `path` up to the partition: the pages written since
+/// the last checkpoint (`runs`) and those it lacked already (`older`). Run
+/// with the gate closed.
+fn copy_pages(
+    part: &Mapping,
+    runs: &[(u64, u64)],
+    older: &[(u64, u64)],
+    path: &Path,
+) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let (Some(tmp), Some(Some(part))) = (tmp, mem.parts.get(host as usize)) else {
-        return Ok(());
-    };
     let to = std::fs::OpenOptions::new()
         .write(true)
-        .open(tmp)
-        .map_err(|e| PodError::io(tmp, e))?;
-    let runs = match part.take_dirty() {
-        Dirty::Pages(runs) => runs,
-        // Not tracked: its data extents, holes skipped.
-        Dirty::All => {
-            return copy_sparse(part.path(), |off, bytes| {
-                to.write_all_at(bytes, off)
-                    .map_err(|e| PodError::io(tmp, e))
-            })
-            .map(|_| ());
-        }
-    };
+        .open(path)
+        .map_err(|e| PodError::io(path, e))?;
     let mut buf = vec![0u8; 1 << 20];
-    for (first, pages) in runs {
+    for &(first, pages) in runs.iter().chain(older) {
         let (mut off, end) = (
             first * PAGE_BYTES,
             ((first + pages) * PAGE_BYTES).min(part.len()),
@@ -223,7 +225,7 @@ fn copy_dirty_pages(mem: &PodMemory, host: u16, tmp: Option<&Path>) -> Result<()
             let n = ((end - off) as usize).min(buf.len());
             part.read_bytes(off, &mut buf[..n]);
             to.write_all_at(&buf[..n], off)
-                .map_err(|e| PodError::io(tmp, e))?;
+                .map_err(|e| PodError::io(path, e))?;
             off += n as u64;
         }
     }
@@ -247,14 +249,8 @@ pub(crate) fn write_image(src: &Path, len: u64, dst: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Makes the copy at `tmp` durable, then the checkpoint (an atomic rename).
-fn install(tmp: &Path, ckpt: &Path) -> Result<()> {
-    let f = std::fs::File::open(tmp).map_err(|e| PodError::io(tmp, e))?;
-    f.sync_all().map_err(|e| PodError::io(tmp, e))?;
-    std::fs::rename(tmp, ckpt).map_err(|e| PodError::io(ckpt, e))?;
-    if let Some(dir) = ckpt.parent() {
-        let d = std::fs::File::open(dir).map_err(|e| PodError::io(dir, e))?;
-        d.sync_all().map_err(|e| PodError::io(dir, e))?;
-    }
-    Ok(())
+/// Makes the image at `path` durable before the log names it.
+fn sync(path: &Path) -> Result<()> {
+    let f = std::fs::File::open(path).map_err(|e| PodError::io(path, e))?;
+    f.sync_all().map_err(|e| PodError::io(path, e))
 }

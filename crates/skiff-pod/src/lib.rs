@@ -7,7 +7,7 @@
 //! transaction's remote part to its owner and commit with 2PC.
 //!
 //! This crate owns the pod files (`/dev/shm/...`, `.hostN` partitions, their
-//! `.wal` logs and `.ckpt` checkpoints),
+//! `.wal` logs and `.ckpt0`/`.ckpt1` checkpoint images),
 //! the TPC-C schema, loader, NewOrder/Payment, the consistency check and the
 //! emulated-CXL accounting. It knows nothing of SQL, DataFusion or Flight,
 //! and nothing else in Skiff depends on its internals.

@@ -17,9 +17,10 @@
 //!   and the dead host's exclusive locks (owner field) and shared locks
 //!   (its reader bit) are released.
 //! - **Rebuild** ([`rebuild_partition`], by the restarted host): a fresh,
-//!   zeroed partition gets the host's latest checkpoint (`PATH.hostN.ckpt`:
-//!   the partition as loaded, or as a checkpoint during the run copied it,
-//!   `checkpoint`), then its own log from the log's start, in order.
+//!   zeroed partition gets the checkpoint image its log names
+//!   (`PATH.hostN.ckpt0` or `.ckpt1`: the partition as loaded, or as a
+//!   checkpoint during the run left it, `checkpoint`), then its own log from
+//!   the log's start, in order.
 //!
 //! A transaction a host reported committed had its record durable before it
 //! released anything, so reclaim keeps its pod writes and rebuild redoes its
@@ -282,11 +283,12 @@ fn release_locks(mem: &PodMemory, dead: u16) -> u64 {
     released
 }
 
-/// `PATH.hostN.ckpt`: host `host`'s partition as loaded, the starting point
-/// of its rebuild.
-pub(crate) fn checkpoint_path(pod_path: &Path, host: u16) -> PathBuf {
+/// `PATH.hostN.ckptI`: checkpoint image `image` (0 or 1) of host `host`'s
+/// partition. The log's header says which one a restart starts from; the
+/// other is the one the next checkpoint brings up to date (`checkpoint`).
+pub(crate) fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf {
     let mut s = pod_path.as_os_str().to_owned();
-    s.push(format!(".host{host}.ckpt"));
+    s.push(format!(".host{host}.ckpt{image}"));
     s.into()
 }
 
@@ -298,8 +300,10 @@ pub(crate) fn checkpoint_path(pod_path: &Path, host: u16) -> PathBuf {
 pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
     for h in 0..mem.params().hosts {
         if let Some(Some(part)) = mem.parts.get(h as usize) {
-            let dst = checkpoint_path(mem.pod.path(), h);
-            crate::checkpoint::write_image(part.path(), part.len(), &dst)?;
+            for image in 0..2 {
+                let dst = checkpoint_path(mem.pod.path(), h, image);
+                crate::checkpoint::write_image(part.path(), part.len(), &dst)?;
+            }
         }
     }
     Ok(())
@@ -383,10 +387,12 @@ fn restore_home_words(mem: &PodMemory, host: u16) {
     }
 }
 
-/// Copies host `host`'s checkpoint into its (zeroed) partition.
+/// Copies host `host`'s checkpoint (the image its log follows) into its
+/// (zeroed) partition.
 fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
     let part = mem.part(host);
-    let ckpt = checkpoint_path(mem.pod.path(), host);
+    let image = wal::checkpoint_image(&wal::wal_path(mem.pod.path(), host))?;
+    let ckpt = checkpoint_path(mem.pod.path(), host, image);
     let bad = |what: String| PodError::BadPodFile {
         path: ckpt.clone(),
         reason: what,

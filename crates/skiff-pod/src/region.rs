@@ -30,14 +30,6 @@ pub(crate) struct Mapping {
     dirty: Option<Box<[AtomicU64]>>,
 }
 
-/// What [`Mapping::take_dirty`] found.
-pub(crate) enum Dirty {
-    /// Writes are not tracked: any page may differ; copy the file.
-    All,
-    /// Runs of written pages: (first page, pages).
-    Pages(Vec<(u64, u64)>),
-}
-
 /// The page size dirty tracking counts in.
 pub(crate) const PAGE_BYTES: u64 = 4096;
 
@@ -208,12 +200,12 @@ impl Mapping {
         }
     }
 
-    /// The pages written since the last call, and forgets them. The caller
-    /// keeps writers out while it copies them.
-    pub(crate) fn take_dirty(&self) -> Dirty {
+    /// The pages written since the last call, as runs (first page, pages),
+    /// and forgets them. The caller keeps writers out while it copies them.
+    pub(crate) fn take_dirty(&self) -> Vec<(u64, u64)> {
         let pages = self.len.div_ceil(PAGE_BYTES);
         let Some(bits) = &self.dirty else {
-            return Dirty::All;
+            panic!("{}: writes are not tracked", self.path.display());
         };
 
         let mut runs: Vec<(u64, u64)> = Vec::new();
@@ -231,7 +223,7 @@ impl Mapping {
                 }
             }
         }
-        Dirty::Pages(runs)
+        runs
     }
 
     /// Copies a row in.
@@ -306,17 +298,11 @@ pub(crate) mod tests {
         m.write_bytes(9 * PAGE_BYTES, b"z");
         m.write_bytes(130 * PAGE_BYTES, b"x");
         m.atomic_u64(50 * PAGE_BYTES).store(9, Ordering::Relaxed);
-        let Dirty::Pages(runs) = m.take_dirty() else {
-            panic!("all pages dirty")
-        };
-        assert_eq!(runs, vec![(5, 3), (9, 1), (130, 1)]);
-        let Dirty::Pages(runs) = m.take_dirty() else {
-            panic!("all pages dirty")
-        };
-        assert!(runs.is_empty());
+        assert_eq!(m.take_dirty(), vec![(5, 3), (9, 1), (130, 1)]);
+        assert!(m.take_dirty().is_empty());
         m.write_bytes(0, b"y");
         m.forget_dirty();
-        assert!(matches!(m.take_dirty(), Dirty::Pages(r) if r.is_empty()));
+        assert!(m.take_dirty().is_empty());
     }
 
     #[test]

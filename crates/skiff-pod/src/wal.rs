@@ -18,7 +18,8 @@
 //! logs, any number of times (`recovery`).
 //!
 //! ```text
-//! file    = [magic u64][start u64][zeros to 4 KiB] hole? record*
+//! file    = [magic u64][start u64][checkpoint u64][zeros to 4 KiB] hole?
+//!           record*
 //! record  = [payload_len u32][magic u32][checksum u64][payload]
 //! payload = [txn_id u64][gsn u64][entries u32][kind u32][peer_inc u32]
 //!           [peer u64] entry*
@@ -46,9 +47,10 @@
 //! host ever reads a write that a crash could still take back.
 //!
 //! A checkpoint (`checkpoint`) makes the log before it useless to its host:
-//! [`Wal::truncate_before`] moves `start` past it and punches the bytes out
-//! of the file (a hole costs no memory). Offsets never change, so a
-//! transaction slot's record offsets stay valid.
+//! [`Wal::advance`] names the checkpoint image to restart from, moves
+//! `start` past the log it holds, and punches those bytes out of the file
+//! (a hole costs no memory). Offsets never change, so a transaction slot's
+//! record offsets stay valid.
 //!
 //! The tail holds at most one record per thread of the host (a committer
 //! appends one record, then waits), so it needs no bound of its own beyond
@@ -248,26 +250,43 @@ fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
     Some((record, RECORD_HEAD_BYTES + len))
 }
 
-/// Where the records of the log in `file` start; `None` for a file without
-/// a header yet (an empty log). The header is data: checked.
-fn log_start(file: &File, path: &Path) -> Result<Option<u64>> {
+/// Where the records of the log in `file` start, and which checkpoint
+/// image (0 or 1) they follow; `None` for a file without a header yet (an
+/// empty log). The header is data: checked.
+fn log_anchor(file: &File, path: &Path) -> Result<Option<(u64, u8)>> {
     use std::os::unix::fs::FileExt;
     let len = file.metadata().map_err(|e| PodError::io(path, e))?.len();
     if len < LOG_HEADER_BYTES {
         return Ok(None);
     }
-    let mut head = [0u8; 16];
+    let mut head = [0u8; 24];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| PodError::io(path, e))?;
-    let magic = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
-    let start = u64::from_le_bytes(head[8..].try_into().unwrap_or_default());
-    if magic != LOG_MAGIC || start < LOG_HEADER_BYTES || start > len {
+    let word = |i: usize| {
+        let bytes = head[8 * i..8 * i + 8].try_into().unwrap_or_default();
+        u64::from_le_bytes(bytes)
+    };
+    let (magic, start, image) = (word(0), word(1), word(2));
+    if magic != LOG_MAGIC || start < LOG_HEADER_BYTES || start > len || image > 1 {
         return Err(PodError::BadPodFile {
             path: path.to_path_buf(),
-            reason: format!("log header: magic {magic:#x}, records from {start} of {len}"),
+            reason: format!(
+                "log header: magic {magic:#x}, records from {start} of {len}, image {image}"
+            ),
         });
     }
-    Ok(Some(start))
+    Ok(Some((start, image as u8)))
+}
+
+/// The checkpoint image (0 or 1) the log at `path` follows: the one a
+/// restart starts from. A missing or empty log follows image 0.
+pub(crate) fn checkpoint_image(path: &Path) -> Result<u8> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(PodError::io(path, e)),
+    };
+    Ok(log_anchor(&file, path)?.map_or(0, |(_, image)| image))
 }
 
 /// Reads the log at `path` from its start (after its last truncation),
@@ -283,7 +302,7 @@ pub(crate) fn read_log(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LOG_HEADER_BYTES),
         Err(e) => return Err(PodError::io(path, e)),
     };
-    let Some(start) = log_start(&file, path)? else {
+    let Some((start, _)) = log_anchor(&file, path)? else {
         return Ok(LOG_HEADER_BYTES);
     };
     let mut r = BufReader::with_capacity(1 << 20, file);
@@ -425,6 +444,8 @@ pub(crate) struct Wal {
     flushed: Condvar,
     /// The highest sequence number this host has logged or taken.
     last_seq: AtomicU64,
+    /// Where the records start (after the last [`Wal::advance`]).
+    start: AtomicU64,
 }
 
 impl Wal {
@@ -441,7 +462,8 @@ impl Wal {
             .truncate(false)
             .open(path)
             .map_err(|e| PodError::io(path, e))?;
-        if log_start(&file, path)?.is_none() {
+        let anchor = log_anchor(&file, path)?;
+        if anchor.is_none() {
             let mut head = vec![0u8; LOG_HEADER_BYTES as usize];
             head[..8].copy_from_slice(&LOG_MAGIC.to_le_bytes());
             head[8..16].copy_from_slice(&LOG_HEADER_BYTES.to_le_bytes());
@@ -475,6 +497,7 @@ impl Wal {
             }),
             flushed: Condvar::new(),
             last_seq: AtomicU64::new(last_seq),
+            start: AtomicU64::new(anchor.map_or(LOG_HEADER_BYTES, |(start, _)| start)),
         })
     }
 
@@ -617,26 +640,36 @@ impl Wal {
         self.lock().counters
     }
 
+    /// Where the records start: a restart replays from here.
+    pub(crate) fn start(&self) -> u64 {
+        self.start.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Where the next record goes: a checkpoint taken now covers every
     /// record before it.
     pub(crate) fn end(&self) -> u64 {
         self.lock().end
     }
 
-    /// Forgets the records before `start` (a record boundary, covered by a
-    /// durable checkpoint): readers start there from now on, and the whole
-    /// pages before it are punched out of the file.
-    pub(crate) fn truncate_before(&self, start: u64) -> std::result::Result<(), String> {
+    /// A durable checkpoint image `image` holds every record before
+    /// `start` (a record boundary): a restart starts from it and reads the
+    /// log from `start`, and the whole pages before `start` are punched out
+    /// of the file. The header is one write of both: a crash leaves the
+    /// old pair or the new one.
+    pub(crate) fn advance(&self, start: u64, image: u8) -> std::result::Result<(), String> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::FileExt;
-        let fail = |e: std::io::Error| format!("{}: truncate: {e}", self.path.display());
-        assert!(start >= LOG_HEADER_BYTES && start <= self.end());
-        self.file
-            .write_all_at(&start.to_le_bytes(), 8)
-            .map_err(fail)?;
+        let fail = |e: std::io::Error| format!("{}: advance: {e}", self.path.display());
+        assert!(start >= LOG_HEADER_BYTES && start <= self.end() && image <= 1);
+        let mut anchor = [0u8; 16];
+        anchor[..8].copy_from_slice(&start.to_le_bytes());
+        anchor[8..].copy_from_slice(&(image as u64).to_le_bytes());
+        self.file.write_all_at(&anchor, 8).map_err(fail)?;
         if self.sync {
             self.file.sync_data().map_err(fail)?;
         }
+        self.start
+            .store(start, std::sync::atomic::Ordering::Release);
         let hole = (start & !(LOG_HEADER_BYTES - 1)).saturating_sub(LOG_HEADER_BYTES);
         if hole == 0 {
             return Ok(());
