@@ -1,7 +1,7 @@
 //! A host killed mid-run, without the `skiff` binary (hosts are this crate's
 //! `skiff-pod-host`, built beside it): `cargo run --release -p skiff-pod
-//! --example pod_fault -- [ARCH] [MIX] [CSV]`, e.g. `d standard
-//! bench/results/pod-fault-d.csv`. Two hosts, four warehouses, 60%
+//! --example pod_fault -- [ARCH] [MIX] [CSV] [CHECKPOINT_S]`, e.g. `d
+//! standard bench/results/pod-fault-d.csv 1`. Two hosts, four warehouses, 60%
 //! multi-warehouse, 8 s; host 1 is SIGKILLed after 2 s and restarted 3 s
 //! later. Prints the report and the check; the CSV is the timeline of
 //! commits each host reported, every 100 ms.
@@ -16,7 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arch: Arch = args.first().map_or("d", |s| s.as_str()).parse()?;
     let mix: Mix = args.get(1).map_or("standard", |s| s.as_str()).parse()?;
-    let csv = args.get(2).map(PathBuf::from);
+    let csv = args
+        .get(2)
+        .map(PathBuf::from)
+        .filter(|p| p.as_os_str() != "-");
+    let checkpoint_s: Option<f64> = args.get(3).map(|s| s.parse()).transpose()?;
     let host = std::env::current_exe()?
         .parent()
         .and_then(|examples| examples.parent())
@@ -28,6 +32,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.mix = mix;
     cfg.multi_warehouse_pct = 60.0;
     cfg.duration = Duration::from_secs(8);
+    if let Some(s) = checkpoint_s {
+        cfg.checkpoint_every = Duration::try_from_secs_f64(s)?;
+    }
     cfg.launch = Launch::Processes(HostCommand {
         program: host,
         args: vec![],

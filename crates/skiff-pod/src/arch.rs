@@ -37,14 +37,6 @@ impl Arch {
         Arch::PashaDynamic,
     ];
 
-    /// Whether a run survives a host's death (leases, reclaim, restart):
-    /// (c) and (d). (e) would also need the dead owner's mover state
-    /// rebuilt, (a) and (b) two-phase-commit recovery of in-doubt
-    /// transactions; neither is built.
-    pub fn survives_host_failure(self) -> bool {
-        matches!(self, Arch::SharedEverything | Arch::PashaStatic)
-    }
-
     /// The letter of the list, `a` to `e`.
     pub fn letter(self) -> char {
         match self {

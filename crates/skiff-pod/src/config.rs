@@ -144,11 +144,14 @@ pub struct PodConfig {
     pub launch: Launch,
     /// Kill a host mid-run and restart it (partial failure, durability).
     pub fault: Option<HostFault>,
+    /// How often each host checkpoints its partition and drops the log
+    /// before it (`Duration::ZERO`: never; a restart then replays the log
+    /// from the load).
+    pub checkpoint_every: Duration,
 }
 
 /// A host [`crate::run`] kills with SIGKILL `kill_after` into the run and
-/// restarts (`--recover`) `restart_after` later. Needs host processes and an
-/// architecture that survives a host failure ((c), (d)).
+/// restarts (`--recover`) `restart_after` later. Needs host processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostFault {
     pub host: u16,
@@ -180,6 +183,7 @@ impl PodConfig {
             seed: 0x5eed,
             launch: Launch::Threads,
             fault: None,
+            checkpoint_every: Duration::from_secs(10),
         }
     }
 
@@ -250,6 +254,12 @@ impl PodConfig {
                 "dynamic slots per host must be {DYNAMIC_SLOTS_MIN}..={DYNAMIC_SLOTS_MAX}, not {n}"
             ));
         }
+        if self.checkpoint_every.as_millis() > DURATION_MS_MAX as u128 {
+            return bad(format!(
+                "checkpoint interval must be at most 24 h, not {:?}",
+                self.checkpoint_every
+            ));
+        }
         if let Some(f) = &self.fault {
             self.validate_fault(f)?;
         }
@@ -257,12 +267,6 @@ impl PodConfig {
     }
 
     fn validate_fault(&self, f: &HostFault) -> Result<()> {
-        if !self.arch.survives_host_failure() {
-            return Err(PodError::NotImplemented(format!(
-                "killing a host in {}: only (c) and (d) survive a host failure",
-                self.arch.name()
-            )));
-        }
         if self.launch == Launch::Threads {
             return Err(PodError::Config(
                 "killing a host needs host processes, not threads".into(),
@@ -313,6 +317,8 @@ pub(crate) struct Params {
     pub shared_bytes: u64,
     /// Slots per host and movable table in (e); 0 in other architectures.
     pub dynamic_slots: u32,
+    /// Milliseconds between a host's checkpoints; 0: none during the run.
+    pub checkpoint_ms: u64,
 }
 
 impl Params {
@@ -337,6 +343,7 @@ impl Params {
             nurand: NurandConstants::generate(&mut rng),
             coherent_bytes: cfg.coherent_bytes,
             shared_bytes: cfg.shared_bytes.unwrap_or(0),
+            checkpoint_ms: cfg.checkpoint_every.as_millis().min(u64::MAX as u128) as u64,
             dynamic_slots: if cfg.arch == Arch::PashaDynamic {
                 cfg.dynamic_slots_per_host.unwrap_or(DYNAMIC_SLOTS_DEFAULT)
             } else {

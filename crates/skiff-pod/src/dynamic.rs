@@ -37,14 +37,17 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::Gate;
 use crate::constants::DYNAMIC_COOL_SWEEP_MAX;
 use crate::cxl::{Coherence, CxlAccess, CxlCounters};
 use crate::futex;
 use crate::header::state;
 use crate::layout::{Array, LockTable};
+use crate::lease::{HostRecord, life};
 use crate::lockword::{self, AtomicWord, Conflict};
 use crate::memory::PodMemory;
 use crate::stats::thread_cpu_ns;
+use crate::wal::{Redo, Tag, Wal};
 
 /// Where [`lock_tuple`] found the tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +194,8 @@ pub(crate) enum Reply {
     Busy,
     /// The run is stopping; the request was withdrawn.
     Stopped,
+    /// The owner's process is gone (or it restarted): nobody will answer.
+    OwnerDown,
     /// The owner found the request malformed.
     Refused,
 }
@@ -261,6 +266,15 @@ pub(crate) fn ask_owner(
     idx: u64,
 ) -> Result<Reply, String> {
     assert_ne!(owner, host, "a host asks only other hosts");
+    // A dead owner's mover answers nobody: fail fast, the transaction
+    // aborts and the worker moves on, instead of waiting for a restart.
+    // The process check reads /proc: only when a heartbeat is late.
+    let record = HostRecord::of(mem, owner);
+    let incarnation = record.incarnation();
+    let late = record.beat_is_late();
+    if record.life() != life::ALIVE || late && !record.alive_as(incarnation) {
+        return Ok(Reply::OwnerDown);
+    }
     let off = mem.layout.mailbox(host, worker);
     cxl.lock_word(off);
     let mb = Mailbox::of(mem, off);
@@ -290,13 +304,24 @@ pub(crate) fn ask_owner(
             });
         }
         let stopping = !matches!(control.state(), state::RUNNING | state::LOADED);
-        if stopping
+        let down = !record.alive_as(incarnation);
+        if (stopping || down)
             && mb
                 .state
                 .compare_exchange(mail::PENDING, mail::EMPTY, AcqRel, Acquire)
                 .is_ok()
         {
-            return Ok(Reply::Stopped);
+            return Ok(if down {
+                Reply::OwnerDown
+            } else {
+                Reply::Stopped
+            });
+        }
+        // Taken by a mover that died serving it: nobody will answer. No
+        // mover of the owner runs until it is ALIVE again (a restarted
+        // mover answers what it takes).
+        if down && record.life() != life::ALIVE && withdraw_taken(mb.state) {
+            return Ok(Reply::OwnerDown);
         }
         if started.elapsed() > ASK_ANSWER_MAX {
             return Err(format!(
@@ -304,6 +329,67 @@ pub(crate) fn ask_owner(
             ));
         }
     }
+}
+
+/// Empties a mailbox whose request a dead mover took.
+fn withdraw_taken(state: &AtomicU32) -> bool {
+    state
+        .compare_exchange(mail::TAKEN, mail::EMPTY, AcqRel, Acquire)
+        .is_ok()
+}
+
+/// A restarted host's mailboxes: requests its previous incarnation left
+/// behind are withdrawn, and answers nobody read are dropped, so every
+/// mailbox is EMPTY before its workers ask again. A survivor's mover that
+/// took a request answers within `ASK_ANSWER_MAX`.
+pub(crate) fn reset_mailboxes(mem: &PodMemory, host: u16) -> Result<(), String> {
+    let l = &mem.layout;
+    for k in 0..l.mailboxes_per_host() {
+        let mb = Mailbox::of(mem, l.mailbox(host, k));
+        let give_up = Instant::now() + ASK_ANSWER_MAX;
+        loop {
+            let s = mb.state.load(Acquire);
+            let emptied = match s {
+                mail::EMPTY => true,
+                mail::TAKEN => false,
+                _ => mb
+                    .state
+                    .compare_exchange(s, mail::EMPTY, AcqRel, Acquire)
+                    .is_ok(),
+            };
+            if emptied {
+                break;
+            }
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "mailbox {host}/{k} still taken after {ASK_ANSWER_MAX:?}"
+                ));
+            }
+            futex::wait(mb.state, s, ASK_SLICE);
+        }
+    }
+    Ok(())
+}
+
+/// Tuples of `table` owned by `host` that are in one of its slots, by
+/// their directory words: (warehouse, index, slot). Only the owner's mover
+/// changes them, so they are stable while it is not running. A forward out
+/// of the pool is skipped (it would be refused at every access).
+pub(crate) fn moved_tuples(
+    mem: &PodMemory,
+    host: u16,
+    table: LockTable,
+) -> impl Iterator<Item = (u32, u64, u32)> + '_ {
+    let l = &mem.layout;
+    let rows = l.lock_rows(table);
+    l.warehouses_of(host).flat_map(move |w| {
+        (0..rows).filter_map(move |idx| {
+            let dir = mem.pod.atomic_u64(l.directory(table, w, idx)).load(Acquire);
+            lockword::forwarded(dir)
+                .filter(|&s| s < l.dynamic_slots())
+                .map(|s| (w, idx, s))
+        })
+    })
 }
 
 /// What a host's mover did.
@@ -335,7 +421,18 @@ pub(crate) struct Mover<'m> {
     pools: Vec<Pool>,
     buf: Vec<u8>,
     stats: MoverStats,
+    /// The host's log: a tuple moved home is logged there, so the host's
+    /// own log and checkpoint rebuild its partition (writes other hosts
+    /// made while it was moved are in their logs, which their checkpoints
+    /// truncate).
+    wal: Option<&'m Wal>,
+    redo: Redo,
+    /// A move back that could not be logged: the mover stops.
+    fatal: Option<String>,
 }
+
+/// The transaction id (below the host bits) of the mover's records.
+const MOVER_TXN_ID: u64 = (1 << 56) - 1;
 
 /// How often a mover sweeps a pool that is over half full for tuples that
 /// cooled (and how long it sleeps when nobody asks). A pool with room keeps
@@ -351,12 +448,23 @@ impl<'m> Mover<'m> {
         let pools = [LockTable::Customer, LockTable::Stock]
             .into_iter()
             .filter(|&t| l.movable(t))
-            .map(|table| Pool {
-                table,
-                // Pop from the end: hand out slot 0 first.
-                free: (0..slots).rev().collect(),
-                occupant: vec![None; slots as usize],
-                hand: 0,
+            .map(|table| {
+                // A restarted host's tuples may still be in its slots, where
+                // survivors kept using them: the directory says which.
+                let mut occupant = vec![None; slots as usize];
+                for (w, idx, slot) in moved_tuples(mem, host, table) {
+                    occupant[slot as usize] = Some((w, idx));
+                }
+                Pool {
+                    table,
+                    // Pop from the end: hand out slot 0 first.
+                    free: (0..slots)
+                        .rev()
+                        .filter(|&s| occupant[s as usize].is_none())
+                        .collect(),
+                    occupant,
+                    hand: 0,
+                }
             })
             .collect();
         Mover {
@@ -366,21 +474,37 @@ impl<'m> Mover<'m> {
             pools,
             buf: Vec::with_capacity(512),
             stats: MoverStats::default(),
+            wal: None,
+            redo: Redo::default(),
+            fatal: None,
         }
     }
 
-    /// Serves until the run leaves RUNNING or `hard_stop`.
-    pub(crate) fn run(mut self, hard_stop: Instant) -> MoverStats {
+    /// Logs every tuple it moves home to `wal`.
+    pub(crate) fn with_log(mut self, wal: &'m Wal) -> Mover<'m> {
+        self.wal = Some(wal);
+        self
+    }
+
+    /// Serves until the run leaves RUNNING or `hard_stop`; an error if a
+    /// move back could not be logged. Its moves change the partition, so
+    /// they happen inside the checkpoint `gate`.
+    pub(crate) fn run(mut self, gate: &Gate, hard_stop: Instant) -> Result<MoverStats, String> {
         let cpu_start = thread_cpu_ns();
         let control = self.mem.control();
         let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
         let mut last_sweep = Instant::now();
         while control.state() == state::RUNNING && Instant::now() < hard_stop {
             let rung = bell.load(Acquire);
+            gate.enter();
             self.serve();
             if last_sweep.elapsed() >= COOL_INTERVAL {
                 self.cool(DYNAMIC_COOL_SWEEP_MAX);
                 last_sweep = Instant::now();
+            }
+            gate.leave();
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
             }
             // Woken by a request (the doorbell changes), the stop (a
             // request withdrawn is fine), or the next sweep.
@@ -388,7 +512,7 @@ impl<'m> Mover<'m> {
         }
         self.stats.cxl = self.cxl.counters();
         self.stats.cpu_ns = thread_cpu_ns() - cpu_start;
-        self.stats
+        Ok(self.stats)
     }
 
     /// Answers every pending request addressed to this host.
@@ -549,14 +673,29 @@ impl<'m> Mover<'m> {
         let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
         let dir = self.cxl.lock_word(l.directory(table, w, idx));
         let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
-        let (cxl, buf) = (&mut self.cxl, &mut self.buf);
+        let (cxl, buf, redo) = (&mut self.cxl, &mut self.buf, &mut self.redo);
+        let (wal, fatal) = (self.wal, &mut self.fatal);
         move_back(home, dir, slot_word, slot, host, || {
+            redo.clear();
             for array in arrays_of(table) {
                 let src = l.slot_row(array, host, slot);
                 let dst = l.row(array, w, idx);
                 buf.resize(array.row_bytes() as usize, 0);
                 cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
                 mem.part(host).write_bytes(dst.off, buf);
+                redo.push(array, w, idx, buf);
+            }
+            // Durable before the directory lets go of the slot: until then
+            // a restart finds the tuple in the slot.
+            if let Some(wal) = wal {
+                let gsn = wal.next_seq(Some(crate::recovery::gsn_word(mem)));
+                let id = (host as u64) << 56 | MOVER_TXN_ID;
+                let logged = wal
+                    .append(redo, id, gsn, Tag::default(), |_, _| {})
+                    .and_then(|end| wal.wait_durable(end));
+                if let Err(e) = logged {
+                    fatal.get_or_insert(e);
+                }
             }
         })
     }

@@ -103,6 +103,7 @@ struct PodHeaderFixed {
     shared_bytes: u64,
     dynamic_slots: u64,
     mix: u64,
+    checkpoint_ms: u64,
 }
 
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -148,6 +149,7 @@ pub(crate) fn write_pod_header(pod: &Mapping, layout: &Layout) {
         shared_bytes: layout.shared.end - layout.shared.start,
         dynamic_slots: p.dynamic_slots as u64,
         mix: p.mix.code(),
+        checkpoint_ms: p.checkpoint_ms,
     };
     pod.write(0, &fixed);
     let c = Control::of(pod);
@@ -257,6 +259,7 @@ fn params_from(h: &PodHeaderFixed) -> std::result::Result<Params, String> {
             u32::MAX as u64,
         )? as u32,
         duration_ms: in_range("duration_ms", h.duration_ms, 1, DURATION_MS_MAX)?,
+        checkpoint_ms: in_range("checkpoint_ms", h.checkpoint_ms, 0, DURATION_MS_MAX)?,
         seed: h.seed,
         auditor: in_range("auditor", h.auditor, 0, 1)? == 1,
         cxl: CxlModel {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::arch::{Arch, Place};
+use crate::checkpoint::{self, Gate};
 use crate::config::Mix;
 use crate::constants::TXN_ATTEMPTS_MAX;
 use crate::dynamic::Mover;
@@ -91,11 +92,18 @@ impl HostArgs {
 /// statistics (or its error) go to its slot in the coherent region, so the
 /// coordinator learns the outcome even from a process it cannot join.
 pub fn host_main(args: &HostArgs) -> Result<()> {
-    let mem = if args.recover {
+    let mut mem = if args.recover {
         PodMemory::open_restarting(&args.shm_path, args.host)?
     } else {
         PodMemory::open(&args.shm_path, true, Parts::Own(args.host))?
     };
+    // Checkpoints copy only the pages written since the last one: a fresh
+    // partition is the load's checkpoint, a restarted one is cleared once
+    // its checkpoint is copied in (`recovery::rebuild_partition`).
+    if let Some(Some(part)) = mem.parts.get_mut(args.host as usize) {
+        part.track_writes();
+    }
+    let mem = mem;
     let control = mem.control();
     let result = if args.recover {
         rejoin(&mem, args.host)
@@ -129,14 +137,7 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     }
     // Shared nothing over TCP: listen before counting in, so every port is
     // published by the time the run starts.
-    let listener = if mem.params().arch == Arch::SharedNothingTcp {
-        let (l, port) = remote::listen().map_err(|reason| PodError::HostFailed { host, reason })?;
-        let word = mem.pod.atomic_u32(mem.layout.port_word(host));
-        word.store(port as u32, std::sync::atomic::Ordering::Release);
-        Some(l)
-    } else {
-        None
-    };
+    let listener = listen(mem, host)?;
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     HostRecord::of(mem, host).announce();
     Control::count_in(control.hosts_ready);
@@ -155,30 +156,43 @@ fn run_host(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     run_workers(mem, host, &wal, listener.as_ref(), Instant::now())
 }
 
+/// Shared nothing over TCP: a listener for the other hosts' workers, its
+/// port published in the pod (before the host is announced, so whoever
+/// sees it ALIVE finds the port of this incarnation).
+fn listen(mem: &PodMemory, host: u16) -> Result<Option<std::net::TcpListener>> {
+    if mem.params().arch != Arch::SharedNothingTcp {
+        return Ok(None);
+    }
+    let (l, port) = remote::listen().map_err(|reason| PodError::HostFailed { host, reason })?;
+    let word = mem.pod.atomic_u32(mem.layout.port_word(host));
+    word.store(port as u32, std::sync::atomic::Ordering::Release);
+    Ok(Some(l))
+}
+
 /// A restarted host: takes its record back (reclaiming its previous
 /// incarnation's pod locks and writes if no survivor did), rebuilds its
-/// partition from the initial population and every host's log, opens its
-/// log after the last durable record and, if the run is still on, runs
-/// its workers until the stop.
+/// partition from its latest checkpoint and its log (resolving prepared
+/// transactions that were in doubt), opens its log after the last durable
+/// record, listens again in (a), and, if the run is still on, runs its
+/// workers until the stop.
 fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     mem.params().arch.require_implemented()?;
-    if !mem.params().arch.survives_host_failure() {
-        return Err(PodError::NotImplemented(format!(
-            "restarting a host in {}: only (c) and (d) recover from a host failure",
-            mem.params().arch.name()
-        )));
-    }
     lease::take_over(mem, host, Instant::now() + HOST_START_TIMEOUT)?;
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     let started = Instant::now();
-    let (records, rows) = crate::recovery::rebuild_partition(mem, host)?;
+    let (records, rows) = crate::recovery::rebuild_partition(mem, host, &wal)?;
+    if mem.layout.dynamic_slots() > 0 {
+        crate::dynamic::reset_mailboxes(mem, host)
+            .map_err(|reason| PodError::HostFailed { host, reason })?;
+    }
     HostRecord::of(mem, host).note_rebuilt(started.elapsed(), records, rows);
+    let listener = listen(mem, host)?;
     HostRecord::of(mem, host).announce();
     if mem.control().state() != state::RUNNING {
         return Ok((WorkerStats::default(), Duration::ZERO));
     }
     let start = Instant::now();
-    run_workers(mem, host, &wal, None, start)
+    run_workers(mem, host, &wal, listener.as_ref(), start)
 }
 
 /// Runs the host's workers (and auditor, mover, participants, lease
@@ -193,22 +207,34 @@ fn run_workers(
     let hard_stop = start + Duration::from_millis(mem.params().duration_ms) + HOST_STOP_GRACE;
     let workers = mem.params().workers_per_host;
     let lease_stop = AtomicBool::new(false);
+    let gate = Gate::default();
     let mut total = WorkerStats::default();
     let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
-        let lease_stop = &lease_stop;
+        let (lease_stop, gate) = (&lease_stop, &gate);
         let lease = s.spawn(move || lease::lease_thread(mem, host, lease_stop));
+        let every = Duration::from_millis(mem.params().checkpoint_ms);
+        let checkpoints = (!every.is_zero()).then(|| {
+            s.spawn(move || {
+                let c = checkpoint::checkpointer(mem, host, wal, gate, every, lease_stop)?;
+                let mut stats = WorkerStats::default();
+                stats.protocol.checkpoints = c.taken;
+                stats.protocol.checkpoints_skipped = c.skipped;
+                stats.protocol.checkpoint_pause_us_max = c.pause_max_us;
+                Ok(stats)
+            })
+        });
         let handles: Vec<_> = (0..workers)
-            .map(|w| s.spawn(move || worker(mem, host, wal, w, hard_stop)))
+            .map(|w| s.spawn(move || worker(mem, host, wal, gate, w, hard_stop)))
             .collect();
         let auditor = mem
             .params()
             .auditor
-            .then(|| s.spawn(move || auditor(mem, host, wal, hard_stop)));
-        let participants = participants(s, mem, host, wal, listener, hard_stop);
+            .then(|| s.spawn(move || auditor(mem, host, wal, gate, hard_stop)));
+        let participants = participants(s, mem, host, wal, gate, listener, hard_stop);
         let mover = (mem.layout.dynamic_slots() > 0).then(|| {
             std::thread::Builder::new()
                 .name(format!("pod-mover-{host}"))
-                .spawn_scoped(s, move || mover(mem, host, hard_stop))
+                .spawn_scoped(s, move || mover(mem, host, wal, gate, hard_stop))
         });
         let mut out: Vec<Result<WorkerStats>> =
             handles.into_iter().map(|h| join(host, h)).collect();
@@ -224,6 +250,9 @@ fn run_workers(
             out.push(join(host, p));
         }
         lease_stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(c) = checkpoints {
+            out.push(join(host, c));
+        }
         let lease = lease.join().unwrap_or_else(|_| {
             Err(PodError::HostFailed {
                 host,
@@ -256,13 +285,16 @@ fn join(
 }
 
 /// Shared nothing: serves the other hosts' workers, one participant thread
-/// each (a pod channel each in (b); a TCP connection each in (a), accepted
-/// by this thread). Their CPU time is the host's busy time.
+/// each: a pod channel each in (b), for the whole run (a coordinator's
+/// next incarnation reuses it); a TCP connection each in (a), accepted by
+/// this thread until the run stops (a restarted coordinator connects
+/// again). Their CPU time is the host's busy time.
 fn participants<'s, 'm: 's>(
     s: &'s std::thread::Scope<'s, '_>,
     mem: &'m PodMemory,
     host: u16,
     wal: &'s Wal,
+    gate: &'s Gate,
     listener: Option<&'s std::net::TcpListener>,
     hard_stop: Instant,
 ) -> Option<std::thread::ScopedJoinHandle<'s, Result<WorkerStats>>> {
@@ -281,24 +313,29 @@ fn participants<'s, 'm: 's>(
     };
     Some(s.spawn(move || {
         let mut handles = Vec::new();
-        let remote_workers = (p.hosts as usize - 1) * p.workers_per_host as usize;
-        for i in 0..remote_workers {
-            let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> = match listener {
-                Some(l) => {
-                    let stream = remote::accept(l, hard_stop).map_err(failed)?;
-                    Box::new(move || remote::serve(mem, host, wal, remote::TcpServe(stream)))
+        match listener {
+            Some(l) => {
+                let stopped = || mem.control().state() != state::RUNNING;
+                while let Some(stream) = remote::accept(l, hard_stop, stopped).map_err(failed)? {
+                    let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
+                        Box::new(move || {
+                            remote::serve(mem, host, wal, gate, remote::TcpServe(stream))
+                        });
+                    handles.push(s.spawn(move || serve_one(link)));
                 }
-                None => {
-                    let others: Vec<u16> = (0..p.hosts).filter(|&g| g != host).collect();
-                    let g = others[i / p.workers_per_host as usize];
-                    let k = (i % p.workers_per_host as usize) as u16;
-                    Box::new(move || {
-                        let ch = remote::PodChannel::open(mem, g, k, host, hard_stop);
-                        remote::serve(mem, host, wal, ch)
-                    })
+            }
+            None => {
+                for g in (0..p.hosts).filter(|&g| g != host) {
+                    for k in 0..p.workers_per_host {
+                        let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
+                            Box::new(move || {
+                                let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
+                                remote::serve(mem, host, wal, gate, ch)
+                            });
+                        handles.push(s.spawn(move || serve_one(link)));
+                    }
                 }
-            };
-            handles.push(s.spawn(move || serve_one(link)));
+            }
         }
         let mut total = WorkerStats::default();
         for h in handles {
@@ -340,6 +377,10 @@ fn execute(
                 if let Some(e) = txn.take_fatal() {
                     return Err(TxnError::Corrupt(e));
                 }
+                if txn.take_unavailable() {
+                    counters.aborted += 1;
+                    return Ok(Outcome::Abandoned);
+                }
                 return Ok(Outcome::Committed);
             }
             Err(TxnError::Conflict) => {
@@ -355,6 +396,11 @@ fn execute(
                 txn.abort();
                 return Ok(Outcome::RolledBack);
             }
+            Err(TxnError::Unavailable) => {
+                txn.abort();
+                counters.aborted += 1;
+                return Ok(Outcome::Abandoned);
+            }
             Err(fatal) => {
                 txn.abort();
                 return Err(fatal);
@@ -369,6 +415,7 @@ fn worker(
     mem: &PodMemory,
     host: u16,
     wal: &Wal,
+    gate: &Gate,
     id: u16,
     hard_stop: Instant,
 ) -> Result<WorkerStats> {
@@ -386,8 +433,7 @@ fn worker(
     txn.attach_log(wal, true);
     let record = HostRecord::of(mem, host);
     if mem.layout.shared_nothing() {
-        txn.connect_remote(hard_stop)
-            .map_err(|reason| PodError::HostFailed { host, reason })?;
+        txn.connect_remote();
     }
     let mut stats = WorkerStats::default();
     let cpu_start = thread_cpu_ns();
@@ -401,6 +447,7 @@ fn worker(
         let now = unix_now();
         let started = Instant::now();
         let kind = Kind::pick(params, &mut rng);
+        gate.enter();
         let (outcome, remote) = run_one(
             &mut txn,
             &control,
@@ -409,6 +456,7 @@ fn worker(
             || inputs.generate(kind, &mut rng, w),
             now,
         );
+        gate.leave();
         let (counters, latency) = stats.of(kind);
         match outcome {
             Ok(Outcome::Committed) => {
@@ -564,8 +612,17 @@ fn protocol_counters(txn: &Txn<'_>) -> ProtocolCounters {
 
 /// Pasha dynamic: the host's mover, which serves other hosts' requests and
 /// moves tuples back. Its CPU time and CXL traffic are the host's.
-fn mover(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
-    let m = Mover::new(mem, host).run(hard_stop);
+fn mover(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    gate: &Gate,
+    hard_stop: Instant,
+) -> Result<WorkerStats> {
+    let m = Mover::new(mem, host)
+        .with_log(wal)
+        .run(gate, hard_stop)
+        .map_err(|reason| PodError::HostFailed { host, reason })?;
     Ok(WorkerStats {
         cxl: m.cxl,
         cpu_ns: m.cpu_ns,
@@ -599,7 +656,13 @@ fn home_warehouses(range: std::ops::RangeInclusive<u32>, workers: u16, id: u16) 
 /// Audits W_YTD = sum(D_YTD) round-robin over the warehouses this host can
 /// reach: all of them when WAREHOUSE and DISTRICT are in pod memory, its own
 /// otherwise. Counts only audit outcomes (it is an observer, not load).
-fn auditor(mem: &PodMemory, host: u16, wal: &Wal, hard_stop: Instant) -> Result<WorkerStats> {
+fn auditor(
+    mem: &PodMemory,
+    host: u16,
+    wal: &Wal,
+    gate: &Gate,
+    hard_stop: Instant,
+) -> Result<WorkerStats> {
     let layout = &mem.layout;
     let shared = layout.place_of(Array::Warehouse) == Place::Pod
         && layout.place_of(Array::District) == Place::Pod;
@@ -619,10 +682,13 @@ fn auditor(mem: &PodMemory, host: u16, wal: &Wal, hard_stop: Instant) -> Result<
         next += 1;
         let mut holds = true;
         let mut counters = TxnCounters::default();
+        // Its shared locks are in the partition too.
+        gate.enter();
         let outcome = execute(&mut txn, &control, &mut counters, |t| {
             holds = audit_warehouse(t, w)?;
             Ok(())
         });
+        gate.leave();
         stats.audit.aborted += counters.aborted;
         match outcome {
             Ok(Outcome::Committed) => {

@@ -58,7 +58,10 @@ const DETECTED_AT_MS: u64 = REPORTED + 8 * REPORTED_KINDS as u64;
 const REBUILD_US: u64 = DETECTED_AT_MS + 8;
 const REBUILD_RECORDS: u64 = REBUILD_US + 8;
 const REBUILD_ROWS: u64 = REBUILD_RECORDS + 8;
-const _: () = assert!(REBUILD_ROWS + 8 <= crate::layout::HOST_RECORD_BYTES);
+/// (a), (b): participants' prepared transactions of this coordinator that
+/// are not resolved yet, on any host.
+const IN_DOUBT: u64 = REBUILD_ROWS + 8;
+const _: () = assert!(IN_DOUBT + 4 <= crate::layout::HOST_RECORD_BYTES);
 
 /// Milliseconds of CLOCK_MONOTONIC: the same clock in every process.
 pub(crate) fn mono_ms() -> u64 {
@@ -98,6 +101,28 @@ impl<'m> HostRecord<'m> {
         self.u32(LIFE).load(Acquire)
     }
 
+    pub(crate) fn incarnation(&self) -> u32 {
+        self.u32(INCARNATION).load(Acquire)
+    }
+
+    /// Whether incarnation `inc` of the host may still be running: a
+    /// request sent to it may yet be answered. False once its process is
+    /// gone (even before a survivor noticed) or it restarted, so callers
+    /// that wait on it fail fast instead of waiting out a lease.
+    pub(crate) fn alive_as(&self, inc: u32) -> bool {
+        self.life() == life::ALIVE
+            && self.incarnation() == inc
+            && !process_gone(self.u32(PID).load(Acquire))
+    }
+
+    /// Whether the host missed a heartbeat: cheap (no /proc read), so a
+    /// caller can afford it per request and check [`HostRecord::alive_as`]
+    /// only then.
+    pub(crate) fn beat_is_late(&self) -> bool {
+        let beat = self.u64(HEARTBEAT_MS).load(Acquire);
+        mono_ms().saturating_sub(beat) > 2 * LEASE_BEAT_MS
+    }
+
     pub(crate) fn beat(&self) {
         self.u64(HEARTBEAT_MS).store(mono_ms(), Release);
     }
@@ -116,6 +141,25 @@ impl<'m> HostRecord<'m> {
         self.u64(REBUILD_US).store(took.as_micros() as u64, Release);
         self.u64(REBUILD_RECORDS).store(records, Release);
         self.u64(REBUILD_ROWS).store(rows, Release);
+    }
+
+    /// A participant (on any host) is about to log a prepared part of one
+    /// of this coordinator's transactions: until it is resolved, the
+    /// coordinator's log keeps its decision (`checkpoint`).
+    pub(crate) fn in_doubt_add(&self) {
+        self.u32(IN_DOUBT).fetch_add(1, AcqRel);
+    }
+
+    /// A prepared part was resolved. Never below zero: a participant that
+    /// died between its count and its record leaves one too many, which
+    /// only keeps the coordinator's log longer.
+    pub(crate) fn in_doubt_sub(&self) {
+        let word = self.u32(IN_DOUBT);
+        let _ = word.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+    }
+
+    pub(crate) fn in_doubt(&self) -> u32 {
+        self.u32(IN_DOUBT).load(Acquire)
     }
 
     /// Counts a commit the host reported (its record is durable).

@@ -7,7 +7,7 @@
 //! transaction's remote part to its owner and commit with 2PC.
 //!
 //! This crate owns the pod files (`/dev/shm/...`, `.hostN` partitions, their
-//! `.wal` logs and `.ckpt` checkpoints),
+//! `.wal` logs and `.ckpt0`/`.ckpt1` checkpoint images),
 //! the TPC-C schema, loader, NewOrder/Payment, the consistency check and the
 //! emulated-CXL accounting. It knows nothing of SQL, DataFusion or Flight,
 //! and nothing else in Skiff depends on its internals.
@@ -36,13 +36,16 @@
 //! over TCP / pod-memory channels (`remote`), (c) shared-everything, (d)
 //! Pasha static, (e) Pasha dynamic (`dynamic`); under NO_WAIT or WAIT_DIE.
 //! [`bench`] runs the Figure 3 sweep. Every host logs its commits (`wal`,
-//! group commit); in (c) and (d) a host killed mid-run is reclaimed by a
-//! survivor (`lease`, `recovery`) and restarts from its checkpoint and the
-//! logs ([`PodConfig::fault`]). See `docs/pod.md` for the design and for
-//! what is not built yet.
+//! group commit) and checkpoints its partition during the run
+//! (`checkpoint`); a host killed mid-run is reclaimed by a survivor
+//! (`lease`, `recovery`; in (a) and (b) its two-phase commits are resolved,
+//! `remote`) and restarts from its checkpoint and its log
+//! ([`PodConfig::fault`]). See `docs/pod.md` for the design and for what is
+//! not built yet.
 
 mod arch;
 mod bench;
+mod checkpoint;
 mod config;
 mod constants;
 mod cxl;

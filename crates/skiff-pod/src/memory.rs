@@ -154,7 +154,9 @@ pub(crate) fn remove_files(path: &Path) -> Result<()> {
     for h in 0..HOSTS_MAX as u16 {
         remove(&header::part_path(path, h))?;
         remove(&crate::wal::wal_path(path, h))?;
-        remove(&crate::recovery::checkpoint_path(path, h))?;
+        for image in 0..2 {
+            remove(&crate::recovery::checkpoint_path(path, h, image))?;
+        }
     }
     Ok(())
 }

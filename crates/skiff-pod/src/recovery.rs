@@ -17,10 +17,10 @@
 //!   and the dead host's exclusive locks (owner field) and shared locks
 //!   (its reader bit) are released.
 //! - **Rebuild** ([`rebuild_partition`], by the restarted host): a fresh,
-//!   zeroed partition gets the host's checkpoint (`PATH.hostN.ckpt`, the
-//!   partition as loaded, written by the coordinator after the load), then,
-//!   for every row of it, the after-image with the highest sequence number
-//!   in any host's log.
+//!   zeroed partition gets the checkpoint image its log names
+//!   (`PATH.hostN.ckpt0` or `.ckpt1`: the partition as loaded, or as a
+//!   checkpoint during the run left it, `checkpoint`), then its own log from
+//!   the log's start, in order.
 //!
 //! A transaction a host reported committed had its record durable before it
 //! released anything, so reclaim keeps its pod writes and rebuild redoes its
@@ -39,11 +39,12 @@ use crate::cxl::CxlAccess;
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header;
-use crate::layout::{Array, RECOVERY_GLOBAL_BYTES};
+use crate::layout::{Array, LockTable, RECOVERY_GLOBAL_BYTES};
 use crate::lockword;
 use crate::memory::PodMemory;
+use crate::remote;
 use crate::tpcc::schema::District;
-use crate::wal;
+use crate::wal::{self, Redo, Tag, Wal, kind};
 
 /// Transaction slot states.
 const SLOT_IDLE: u64 = 0;
@@ -282,33 +283,27 @@ fn release_locks(mem: &PodMemory, dead: u16) -> u64 {
     released
 }
 
-/// `PATH.hostN.ckpt`: host `host`'s partition as loaded, the starting point
-/// of its rebuild.
-pub(crate) fn checkpoint_path(pod_path: &Path, host: u16) -> PathBuf {
+/// `PATH.hostN.ckptI`: checkpoint image `image` (0 or 1) of host `host`'s
+/// partition. The log's header says which one a restart starts from; the
+/// other is the one the next checkpoint brings up to date (`checkpoint`).
+pub(crate) fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf {
     let mut s = pod_path.as_os_str().to_owned();
-    s.push(format!(".host{host}.ckpt"));
+    s.push(format!(".host{host}.ckpt{image}"));
     s.into()
 }
 
-/// Saves every partition as loaded (the coordinator, after the load): a
-/// checkpoint that log replay starts from. Partition files are sparse and
-/// mostly holes (order slots for the whole run), so only their data is
-/// copied, and the copy stays sparse.
+/// Saves every partition as loaded (the coordinator, after the load): the
+/// first checkpoint, which log replay starts from until a host takes its
+/// own (`checkpoint`). Partition files are sparse and mostly holes (order
+/// slots for the whole run), so only their data is copied, and the copy
+/// stays sparse.
 pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
     for h in 0..mem.params().hosts {
         if let Some(Some(part)) = mem.parts.get(h as usize) {
-            let dst = checkpoint_path(mem.pod.path(), h);
-            let to = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&dst)
-                .map_err(|e| PodError::io(&dst, e))?;
-            to.set_len(part.len()).map_err(|e| PodError::io(&dst, e))?;
-            copy_sparse(part.path(), |off, bytes| {
-                to.write_all_at(bytes, off)
-                    .map_err(|e| PodError::io(&dst, e))
-            })?;
+            for image in 0..2 {
+                let dst = checkpoint_path(mem.pod.path(), h, image);
+                crate::checkpoint::write_image(part.path(), part.len(), &dst)?;
+            }
         }
     }
     Ok(())
@@ -316,7 +311,10 @@ pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
 
 /// Calls `put(offset, bytes)` for each data extent of `src` (holes
 /// skipped, found with SEEK_DATA / SEEK_HOLE). Returns the file's length.
-fn copy_sparse(src: &Path, mut put: impl FnMut(u64, &[u8]) -> Result<()>) -> Result<u64> {
+pub(crate) fn copy_sparse(
+    src: &Path,
+    mut put: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
     use std::os::fd::AsRawFd;
     let from = std::fs::File::open(src).map_err(|e| PodError::io(src, e))?;
     let len = from.metadata().map_err(|e| PodError::io(src, e))?.len();
@@ -345,26 +343,56 @@ fn copy_sparse(src: &Path, mut put: impl FnMut(u64, &[u8]) -> Result<()>) -> Res
 }
 
 /// Rebuilds host `host`'s partition, which must be freshly zeroed: its
-/// checkpoint (the partition as loaded), then the newest after-image (by
-/// sequence number, `wal`) of each of its rows from every host's log.
-/// Returns the number of log records read and rows written.
-pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
+/// latest checkpoint, then its own log from the log's start (the
+/// checkpoint's end, or earlier), front to back.
+/// Returns the number of log records read and rows written. `wal` is the
+/// host's reopened log, where the outcomes of prepared transactions that
+/// were in doubt are logged.
+pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
     if !mem.layout.has_partitions() {
         // (c): every row is in pod memory; nothing private was lost.
         return Ok((0, 0));
     }
     restore_checkpoint(mem, host)?;
-    if mem.layout.dynamic_slots() == 0 {
-        replay_own_log(mem, host)
-    } else {
-        replay_all_logs(mem, host)
+    // The partition is its checkpoint now; the next one copies only what
+    // replay and later transactions write.
+    mem.part(host).forget_dirty();
+    let replayed = replay_own_log(mem, host, wal)?;
+    if mem.layout.dynamic_slots() > 0 {
+        restore_home_words(mem, host);
+    }
+    Ok(replayed)
+}
+
+/// (e): a tuple the host had moved to one of its slots stays there while
+/// it is dead (survivors keep using it through the directory), so its home
+/// word must forward to the slot again; every other home word is free (no
+/// transaction of the dead host survives it).
+fn restore_home_words(mem: &PodMemory, host: u16) {
+    let l = &mem.layout;
+    let part = mem.part(host);
+    for table in [LockTable::Customer, LockTable::Stock] {
+        if !l.movable(table) {
+            continue;
+        }
+        for w in l.warehouses_of(host) {
+            for idx in 0..l.lock_rows(table) {
+                part.atomic_u64(l.lock(table, w, idx).off).store(0, Release);
+            }
+        }
+        for (w, idx, slot) in crate::dynamic::moved_tuples(mem, host, table) {
+            let home = part.atomic_u64(l.lock(table, w, idx).off);
+            home.store(lockword::forward_to(slot), Release);
+        }
     }
 }
 
-/// Copies host `host`'s checkpoint into its (zeroed) partition.
+/// Copies host `host`'s checkpoint (the image its log follows) into its
+/// (zeroed) partition.
 fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
     let part = mem.part(host);
-    let ckpt = checkpoint_path(mem.pod.path(), host);
+    let image = wal::checkpoint_image(&wal::wal_path(mem.pod.path(), host))?;
+    let ckpt = checkpoint_path(mem.pod.path(), host, image);
     let bad = |what: String| PodError::BadPodFile {
         path: ckpt.clone(),
         reason: what,
@@ -399,12 +427,63 @@ fn in_partition(mem: &PodMemory, host: u16, e: &wal::Entry<'_>) -> bool {
 /// transactions that wrote one row appended their records in commit order
 /// (the second waited for the first's locks, released after its append):
 /// replaying its own log front to back, each image over the last, is exact.
-fn replay_own_log(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
-    let (mut records, mut rows) = (0u64, 0u64);
+///
+/// In shared nothing a participant's `PREPARED` record counts iff its
+/// distributed transaction committed: its own `RESOLVED_*` marker says so,
+/// or, for one that was in doubt when the host died, the coordinator's log
+/// ([`remote::await_decision`]); that outcome is logged now, so the log
+/// answers for itself from here on. (Its locks were held until the
+/// outcome, so records after it in the log are later writes.)
+fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
     let path = wal::wal_path(mem.pod.path(), host);
+    let mut outcomes: HashMap<u64, bool> = HashMap::new();
+    let mut prepared = Vec::new();
+    wal::read_log(&path, |r, _| {
+        match r.tag.kind {
+            kind::RESOLVED_COMMIT => _ = outcomes.insert(r.tag.peer, true),
+            kind::RESOLVED_ABORT => _ = outcomes.insert(r.tag.peer, false),
+            kind::PREPARED => prepared.push((r.txn_id, r.tag)),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    for (txn_id, tag) in prepared {
+        if outcomes.contains_key(&tag.peer) {
+            continue;
+        }
+        let committed = remote::await_decision(mem, tag).map_err(PodError::Corrupt)?;
+        outcomes.insert(tag.peer, committed);
+        if let Some(coordinator) = remote::coordinator_of(mem, tag) {
+            crate::lease::HostRecord::of(mem, coordinator).in_doubt_sub();
+        }
+        let kind = if committed {
+            kind::RESOLVED_COMMIT
+        } else {
+            kind::RESOLVED_ABORT
+        };
+        let logged = wal
+            .append(
+                &Redo::default(),
+                txn_id,
+                wal.next_seq(None),
+                Tag { kind, ..tag },
+                |_, _| {},
+            )
+            .and_then(|end| wal.wait_durable(end));
+        logged.map_err(PodError::Corrupt)?;
+    }
+    let (mut records, mut rows) = (0u64, 0u64);
     let part = mem.part(host);
     wal::read_log(&path, |r, _| {
         records += 1;
+        let applies = match r.tag.kind {
+            kind::LOCAL | kind::DECIDED_COMMIT => true,
+            kind::PREPARED => outcomes.get(&r.tag.peer) == Some(&true),
+            _ => false,
+        };
+        if !applies {
+            return Ok(());
+        }
         let entries = r
             .entries()
             .map_err(|e| PodError::Corrupt(format!("{}: {e}", path.display())))?;
@@ -414,45 +493,6 @@ fn replay_own_log(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
         }
         Ok(())
     })?;
-    Ok((records, rows))
-}
-
-/// In (e), other hosts write the partition's movable rows while they are
-/// moved, so every log may hold some: the newest image of each row by
-/// sequence number (GSN in (e)), the later record of one log on a tie.
-fn replay_all_logs(mem: &PodMemory, host: u16) -> Result<(u64, u64)> {
-    let layout = &mem.layout;
-    let mut newest: HashMap<(u8, u32, u64), (u64, Vec<u8>)> = HashMap::new();
-    let mut records = 0u64;
-    for h in 0..mem.params().hosts {
-        let path = wal::wal_path(mem.pod.path(), h);
-        wal::read_log(&path, |r, _| {
-            records += 1;
-            let entries = r
-                .entries()
-                .map_err(|e| PodError::Corrupt(format!("{}: {e}", path.display())))?;
-            for e in entries.iter().filter(|e| in_partition(mem, host, e)) {
-                let key = (e.array as u8, e.w, e.idx);
-                match newest.get_mut(&key) {
-                    Some((gsn, img)) if *gsn <= r.gsn => {
-                        *gsn = r.gsn;
-                        img.copy_from_slice(e.image);
-                    }
-                    Some(_) => {}
-                    None => {
-                        newest.insert(key, (r.gsn, e.image.to_vec()));
-                    }
-                }
-            }
-            Ok(())
-        })?;
-    }
-    let rows = newest.len() as u64;
-    for ((a, w, idx), (_, img)) in newest {
-        let array = crate::layout::ARRAYS[a as usize];
-        let loc = layout.row(array, w, idx);
-        mem.part(host).write_bytes(loc.off, &img);
-    }
     Ok((records, rows))
 }
 
@@ -563,8 +603,8 @@ mod tests {
     }
 
     /// A partition lost with its host comes back row for row from the
-    /// checkpoint and the log, by the owner's log alone and by the general
-    /// merge of every log ((e)'s path) alike; then all conditions hold.
+    /// checkpoint image its log names and the log, whatever state the other
+    /// image is in; then all conditions hold.
     #[test]
     fn rebuild_restores_a_lost_partition_from_checkpoint_and_log() {
         let shm = TempShm::new("rebuild");
@@ -624,21 +664,104 @@ mod tests {
         };
         let before = snapshot(&mem);
         drop(mem);
-        for merged in [false, true] {
-            let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
-            assert_ne!(snapshot(&lost), before, "the partition is gone");
-            let (records, rows) = if merged {
-                restore_checkpoint(&lost, 1).unwrap();
-                replay_all_logs(&lost, 1).unwrap()
-            } else {
-                rebuild_partition(&lost, 1).unwrap()
-            };
-            assert!(records >= 200 && rows > 0, "{records} {rows}");
-            drop(lost);
+        // A checkpoint died half-way through the image the log does not
+        // name: the rebuild never reads it.
+        let other = checkpoint_path(&shm.0, 1, 1);
+        let half = std::fs::metadata(&other).unwrap().len() / 2;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&other)
+            .unwrap()
+            .write_all_at(&vec![0xA5; 1 << 20], half)
+            .unwrap();
+        let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
+        assert_ne!(snapshot(&lost), before, "the partition is gone");
+        let (records, rows) = rebuild_partition(&lost, 1, &wal).unwrap();
+        assert!(records >= 200 && rows > 0, "{records} {rows}");
+        drop(lost);
+        let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
+        assert!(snapshot(&mem) == before);
+        let report = check_pod(&mem);
+        assert!(report.passed(), "{report}");
+    }
+
+    /// Shared nothing: a participant that died after it prepared (its
+    /// PREPARED record durable, no outcome) is rebuilt with its part iff
+    /// the coordinator's log says commit; without a decision from a
+    /// coordinator that is gone, it is aborted. Either way the outcome is
+    /// logged, so a second rebuild needs no coordinator log.
+    #[test]
+    fn a_restarted_participant_follows_the_coordinators_decision() {
+        use crate::layout::LockTable;
+        use crate::lockword::Mode;
+        use crate::tpcc::schema::Customer;
+        for decision in [Some(true), Some(false), None] {
+            let shm = TempShm::new("in-doubt");
+            let mut cfg = PodConfig::new(&shm.0, 2, 2);
+            cfg.arch = Arch::SharedNothingCxl;
+            cfg.duration = std::time::Duration::from_secs(1);
+            crate::load(&cfg).unwrap();
             let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-            assert!(snapshot(&mem) == before, "merged: {merged}");
-            let report = check_pod(&mem);
-            assert!(report.passed(), "{report}");
+            let wal1 = Wal::open(&wal::wal_path(&shm.0, 1), false).unwrap();
+            let wal0 = Wal::open(&wal::wal_path(&shm.0, 0), false).unwrap();
+            let c = crate::tpcc::keys::customer(3, 17);
+            let before: Customer = mem.part(1).read(mem.layout.row(Array::Customer, 2, c).off);
+            // Host 0's transaction 7 of incarnation 0; host 1 prepares its
+            // part and dies.
+            let id = 7u64;
+            let mut p = Txn::for_worker(&mem, 1, 0);
+            p.attach_log(&wal1, false);
+            p.begin(1);
+            p.lock(LockTable::Customer, 2, c, Mode::Exclusive).unwrap();
+            let mut cu: Customer = p.get(Array::Customer, 2, c);
+            cu.c_balance += 12_345;
+            p.put(Array::Customer, 2, c, &cu);
+            // As the participant's handler does: counted, then logged.
+            crate::lease::HostRecord::of(&mem, 0).in_doubt_add();
+            p.prepare(Tag {
+                kind: kind::PREPARED,
+                peer: id,
+                peer_inc: 0,
+            })
+            .unwrap();
+            std::mem::forget(p);
+            if let Some(committed) = decision {
+                let kind = if committed {
+                    kind::DECIDED_COMMIT
+                } else {
+                    kind::DECIDED_ABORT
+                };
+                let tag = Tag {
+                    kind,
+                    ..Tag::default()
+                };
+                wal0.append(&Redo::default(), id, 1, tag, |_, _| {})
+                    .unwrap();
+            }
+            drop(mem);
+            let committed = decision == Some(true);
+            let want = before.c_balance + if committed { 12_345 } else { 0 };
+            for round in 0..2 {
+                let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
+                rebuild_partition(&lost, 1, &wal1).unwrap();
+                let loc = lost.layout.row(Array::Customer, 2, c);
+                let after: Customer = lost.part(1).read(loc.off);
+                assert_eq!(after.c_balance, want, "{decision:?}, round {round}");
+                // The coordinator (never announced) is gone; its log too
+                // for the second round: the marker answers.
+                std::fs::remove_file(wal::wal_path(&shm.0, 0)).unwrap_or(());
+            }
+            let mut markers = 0;
+            wal::read_log(&wal::wal_path(&shm.0, 1), |r, _| {
+                let resolved = [kind::RESOLVED_COMMIT, kind::RESOLVED_ABORT];
+                markers += (resolved.contains(&r.tag.kind) && r.tag.peer == id) as u32;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(markers, 1, "{decision:?}");
+            // Resolved: host 0 may truncate its log again.
+            let mem = PodMemory::open(&shm.0, false, Parts::All).unwrap();
+            assert_eq!(crate::lease::HostRecord::of(&mem, 0).in_doubt(), 0);
         }
     }
 

@@ -24,7 +24,14 @@ pub(crate) struct Mapping {
     map: MmapRaw,
     len: u64,
     writable: bool,
+    /// One bit per page written through `write`/`write_bytes` since the
+    /// last [`Mapping::take_dirty`] (a host's own partition, for
+    /// incremental checkpoints); atomics are not tracked.
+    dirty: Option<Box<[AtomicU64]>>,
 }
+
+/// The page size dirty tracking counts in.
+pub(crate) const PAGE_BYTES: u64 = 4096;
 
 impl Mapping {
     /// Creates (or truncates) `path` with `len` zero bytes and maps it. The
@@ -47,6 +54,7 @@ impl Mapping {
             map,
             len,
             writable: true,
+            dirty: None,
         })
     }
 
@@ -81,6 +89,7 @@ impl Mapping {
             map,
             len,
             writable,
+            dirty: None,
         })
     }
 
@@ -98,6 +107,7 @@ impl Mapping {
             map,
             len: reserve,
             writable: true,
+            dirty: None,
         })
     }
 
@@ -163,9 +173,63 @@ impl Mapping {
         unsafe { std::ptr::read(p as *const T) }
     }
 
+    /// Tracks which pages are written from now on.
+    pub(crate) fn track_writes(&mut self) {
+        let words = self.len.div_ceil(PAGE_BYTES).div_ceil(64);
+        self.dirty = Some((0..words).map(|_| AtomicU64::new(0)).collect());
+    }
+
+    /// The file matches its checkpoint again (a restart just copied the
+    /// checkpoint in): forget what was written.
+    pub(crate) fn forget_dirty(&self) {
+        for word in self.dirty.iter().flatten() {
+            word.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn mark(&self, off: u64, len: u64) {
+        let Some(bits) = &self.dirty else { return };
+        for page in off / PAGE_BYTES..=(off + len.max(1) - 1) / PAGE_BYTES {
+            let bit = 1 << (page % 64);
+            let word = &bits[(page / 64) as usize];
+            // A load first: most writes hit a page already dirty, and a
+            // read keeps the line shared between the host's threads.
+            if word.load(std::sync::atomic::Ordering::Relaxed) & bit == 0 {
+                word.fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The pages written since the last call, as runs (first page, pages),
+    /// and forgets them. The caller keeps writers out while it copies them.
+    pub(crate) fn take_dirty(&self) -> Vec<(u64, u64)> {
+        let pages = self.len.div_ceil(PAGE_BYTES);
+        let Some(bits) = &self.dirty else {
+            panic!("{}: writes are not tracked", self.path.display());
+        };
+
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (i, word) in bits.iter().enumerate() {
+            let mut w = word.swap(0, std::sync::atomic::Ordering::Relaxed);
+            while w != 0 {
+                let page = i as u64 * 64 + w.trailing_zeros() as u64;
+                w &= w - 1;
+                if page >= pages {
+                    break;
+                }
+                match runs.last_mut() {
+                    Some((first, n)) if *first + *n == page => *n += 1,
+                    _ => runs.push((page, 1)),
+                }
+            }
+        }
+        runs
+    }
+
     /// Copies a row in.
     pub(crate) fn write<T: Pod>(&self, off: u64, value: &T) {
         assert!(self.writable, "write to read-only {}", self.path.display());
+        self.mark(off, size_of::<T>() as u64);
         let p = self.ptr(off, size_of::<T>() as u64, align_of::<T>() as u64);
         // SAFETY: as in `read`; the caller holds the row's exclusive lock (or
         // no host is running yet).
@@ -182,6 +246,7 @@ impl Mapping {
     /// Copies `src` into `[off, ...)`.
     pub(crate) fn write_bytes(&self, off: u64, src: &[u8]) {
         assert!(self.writable, "write to read-only {}", self.path.display());
+        self.mark(off, src.len() as u64);
         let p = self.ptr(off, src.len() as u64, 1);
         // SAFETY: in bounds; see `write` for exclusion.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) }
@@ -219,6 +284,25 @@ pub(crate) mod tests {
         fn drop(&mut self) {
             let _ = crate::remove_pod(&self.0);
         }
+    }
+
+    /// Writes mark their pages (a write across a boundary marks both);
+    /// atomics do not; taking the set forgets it.
+    #[test]
+    fn written_pages_are_tracked_for_checkpoints() {
+        let shm = TempShm::new("dirty");
+        let mut m = Mapping::create(&shm.0, 200 * PAGE_BYTES).unwrap();
+        m.track_writes();
+        m.write::<u64>(5 * PAGE_BYTES + 8, &1);
+        m.write_bytes(7 * PAGE_BYTES - 2, b"abcd");
+        m.write_bytes(9 * PAGE_BYTES, b"z");
+        m.write_bytes(130 * PAGE_BYTES, b"x");
+        m.atomic_u64(50 * PAGE_BYTES).store(9, Ordering::Relaxed);
+        assert_eq!(m.take_dirty(), vec![(5, 3), (9, 1), (130, 1)]);
+        assert!(m.take_dirty().is_empty());
+        m.write_bytes(0, b"y");
+        m.forget_dirty();
+        assert!(m.take_dirty().is_empty());
     }
 
     #[test]

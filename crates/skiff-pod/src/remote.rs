@@ -18,29 +18,53 @@
 //!
 //! A transaction with no remote tuple commits locally without a message.
 //! Messages are data: a participant validates every field and answers
-//! `ERROR` to anything malformed; the coordinator treats that, and a
-//! transport failure, as a fatal error of the run.
+//! `ERROR` to anything malformed; the coordinator treats that as a fatal
+//! error of the run.
+//!
+//! **Failures.** A participant logs its writes in a `PREPARED` record
+//! (durable) before it votes; the coordinator's `DECIDED_COMMIT` record
+//! (its own writes, durable) is the commit point, and it logs
+//! `DECIDED_ABORT` when it aborts after sending a PREPARE (`wal`). A
+//! transport failure means the other host is down: the coordinator aborts
+//! (before its decision) or carries on (after it), and the transaction's
+//! input is given up as unavailable; it reconnects once the host is
+//! `ALIVE` again. A participant whose coordinator went away undoes what was
+//! not prepared; a prepared transaction is in doubt, and it waits for the
+//! coordinator's decision in the coordinator's log, or for the coordinator
+//! to be gone, which without a decision means abort ([`await_decision`]).
+//! A restarted participant resolves its in-doubt records the same way
+//! (`recovery`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
 use crate::futex;
+use crate::header::state;
 use crate::layout::{Array, LockTable};
+use crate::lease::{HostRecord, life};
 use crate::lockword::Mode;
 use crate::memory::PodMemory;
 use crate::txn::{Txn, TxnError};
+use crate::wal;
 
 /// Largest message: a PREPARE with every row a transaction may change at
 /// one participant (15 stock rows of NewOrder: 15 * (24 + 80) bytes;
 /// Payment's customer: 2 * 24 + 184 + 500) fits many times over.
 pub(crate) const MESSAGE_BYTES_MAX: u64 = 16 * 1024;
 
-/// How long a coordinator waits for any one reply before failing the run.
+/// How long a coordinator waits for any one reply before it gives the
+/// participant up as down.
 const REPLY_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How long an in-doubt participant waits for its coordinator's decision
+/// while the coordinator lives (it decides as soon as it learns that a
+/// participant is down).
+const DECISION_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Longest single sleep of a thread waiting for a decision or a channel.
+const DOWN_POLL: Duration = Duration::from_millis(10);
 /// Longest single futex sleep of a pod-memory channel end.
 const CHANNEL_SLICE: Duration = Duration::from_millis(50);
 
@@ -152,11 +176,24 @@ pub(crate) trait Link {
     fn call(&mut self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String>;
 }
 
+/// What a participant's end received.
+pub(crate) enum Received {
+    Request,
+    /// The coordinator closed the link at the end of the run.
+    Closed,
+    /// The coordinator's incarnation went away (its link broke, or it is
+    /// dead, or it restarted): its transaction, if any, is over.
+    CoordinatorGone,
+}
+
 /// The participant's end.
 pub(crate) trait Serve {
-    /// The next request, or `None` when the coordinator closed the link.
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Option<()>, String>;
+    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String>;
     fn reply(&mut self, reply: &[u8]) -> Result<(), String>;
+    /// Whether to keep serving after [`Received::CoordinatorGone`]: a pod
+    /// channel is reused by the coordinator's next incarnation, a TCP
+    /// connection is not.
+    fn outlives_coordinator(&self) -> bool;
 }
 
 // ---------------------------------------------------------------- TCP (a)
@@ -167,6 +204,10 @@ impl TcpLink {
     pub(crate) fn connect(port: u16) -> Result<TcpLink, String> {
         let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
+        // A dead participant's socket is closed by its kernel at once; the
+        // timeout bounds a participant that is alive but stuck.
+        s.set_read_timeout(Some(REPLY_WAIT_MAX))
+            .map_err(|e| e.to_string())?;
         Ok(TcpLink(s))
     }
 }
@@ -209,11 +250,23 @@ impl Link for TcpLink {
 pub(crate) struct TcpServe(pub TcpStream);
 
 impl Serve for TcpServe {
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Option<()>, String> {
-        Ok(read_frame(&mut self.0, request)?.then_some(()))
+    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String> {
+        // A broken connection is a dead coordinator: its process is gone,
+        // and the kernel closed its sockets.
+        Ok(match read_frame(&mut self.0, request) {
+            Ok(true) => Received::Request,
+            Ok(false) => Received::Closed,
+            Err(_) => Received::CoordinatorGone,
+        })
     }
     fn reply(&mut self, reply: &[u8]) -> Result<(), String> {
-        write_frame(&mut self.0, reply)
+        // A reply the dead coordinator cannot read is the same as a reply
+        // it never got; the next recv sees the connection broken.
+        let _ = write_frame(&mut self.0, reply);
+        Ok(())
+    }
+    fn outlives_coordinator(&self) -> bool {
+        false
     }
 }
 
@@ -224,26 +277,31 @@ pub(crate) fn listen() -> Result<(TcpListener, u16), String> {
     Ok((l, port))
 }
 
-/// Accepts one connection, sleeping in poll(2) up to `deadline`.
-pub(crate) fn accept(l: &TcpListener, deadline: Instant) -> Result<TcpStream, String> {
+/// Accepts one connection, sleeping in poll(2) up to `deadline`; `None`
+/// once `done()` (checked every 100 ms) or the deadline passed.
+pub(crate) fn accept(
+    l: &TcpListener,
+    deadline: Instant,
+    done: impl Fn() -> bool,
+) -> Result<Option<TcpStream>, String> {
     use std::os::fd::AsRawFd;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err("no coordinator connected in time".into());
+        if left.is_zero() || done() {
+            return Ok(None);
         }
         let mut fd = libc::pollfd {
             fd: l.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = left.as_millis().min(1_000) as libc::c_int;
+        let ms = left.as_millis().min(100) as libc::c_int;
         // SAFETY: one valid pollfd for the duration of the call.
         let n = unsafe { libc::poll(&mut fd, 1, ms) };
         if n > 0 {
             let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
             s.set_nodelay(true).map_err(|e| e.to_string())?;
-            return Ok(s);
+            return Ok(Some(s));
         }
     }
 }
@@ -257,39 +315,107 @@ mod chan {
     pub const CLOSED: u32 = 3;
 }
 
+/// How long a coordinator waits for a channel to come back to IDLE when it
+/// (re)connects: the participant drops a request left for its previous
+/// incarnation within a slice.
+const CHANNEL_READY_MAX: Duration = Duration::from_secs(5);
+
 /// One channel in pod memory: a control line in the coherent region
-/// (state futex word, request and reply lengths) and two buffers of
+/// (state futex word, request and reply lengths, and the incarnations of
+/// the coordinator and participant a request is for) and two buffers of
 /// `MESSAGE_BYTES_MAX` in the shared region.
 pub(crate) struct PodChannel<'m> {
     mem: &'m PodMemory,
     state: &'m AtomicU32,
     request_len: &'m AtomicU32,
     reply_len: &'m AtomicU32,
+    coordinator_inc: &'m AtomicU32,
+    participant_inc: &'m AtomicU32,
     request_buf: u64,
     reply_buf: u64,
-    /// Stop serving at this time even if never closed (a dead coordinator).
+    from: u16,
+    to: u16,
+    /// Coordinator end: its own incarnation and the participant's it
+    /// connected to. Participant end: the coordinator's current session
+    /// and its own incarnation.
+    from_inc: u32,
+    to_inc: u32,
+    /// Participant end: the session's coordinator was reported gone.
+    gone_reported: bool,
+    /// Coordinator end: close the channel when dropped (not when the
+    /// participant went down: its next incarnation serves the channel).
+    close_on_drop: bool,
+    /// Stop serving at this time even if never closed.
     give_up: Instant,
 }
 
 impl<'m> PodChannel<'m> {
-    /// The channel from worker `worker` of `from` to host `to`.
-    pub(crate) fn open(
-        mem: &'m PodMemory,
-        from: u16,
-        worker: u16,
-        to: u16,
-        give_up: Instant,
-    ) -> PodChannel<'m> {
+    fn open(mem: &'m PodMemory, from: u16, worker: u16, to: u16, give_up: Instant) -> Self {
         let (control, bufs) = mem.layout.channel(from, worker, to);
         PodChannel {
             mem,
             state: mem.pod.atomic_u32(control),
             request_len: mem.pod.atomic_u32(control + 4),
             reply_len: mem.pod.atomic_u32(control + 8),
+            coordinator_inc: mem.pod.atomic_u32(control + 12),
+            participant_inc: mem.pod.atomic_u32(control + 16),
             request_buf: bufs,
             reply_buf: bufs + MESSAGE_BYTES_MAX,
+            from,
+            to,
+            from_inc: HostRecord::of(mem, from).incarnation(),
+            to_inc: HostRecord::of(mem, to).incarnation(),
+            gone_reported: false,
+            close_on_drop: false,
             give_up,
         }
+    }
+
+    /// The participant's end of the channel from worker `worker` of `from`
+    /// to this host `to`.
+    pub(crate) fn serving(
+        mem: &'m PodMemory,
+        from: u16,
+        worker: u16,
+        to: u16,
+        give_up: Instant,
+    ) -> PodChannel<'m> {
+        PodChannel::open(mem, from, worker, to, give_up)
+    }
+
+    /// The coordinator's end, from worker `worker` of `from` to `to`, once
+    /// the channel is IDLE: a reply nobody read (the participant went down
+    /// after it) is dropped; a request left for a previous incarnation of
+    /// the participant is dropped by the participant's next incarnation.
+    fn connect(
+        mem: &'m PodMemory,
+        from: u16,
+        worker: u16,
+        to: u16,
+        to_inc: u32,
+    ) -> Result<PodChannel<'m>, String> {
+        let mut ch = PodChannel::open(mem, from, worker, to, Instant::now());
+        ch.to_inc = to_inc;
+        let until = Instant::now() + CHANNEL_READY_MAX;
+        loop {
+            let s = ch.state.load(Acquire);
+            match s {
+                chan::IDLE => break,
+                chan::REPLY => {
+                    let _ = ch
+                        .state
+                        .compare_exchange(chan::REPLY, chan::IDLE, AcqRel, Acquire);
+                    continue;
+                }
+                _ => {}
+            }
+            if !HostRecord::of(mem, to).alive_as(to_inc) || Instant::now() > until {
+                return Err(format!("channel to host {to} not idle ({s})"));
+            }
+            futex::wait(ch.state, s, CHANNEL_SLICE);
+        }
+        ch.close_on_drop = true;
+        Ok(ch)
     }
 
     /// Sleeps until the state satisfies `done`; `None` after `until`.
@@ -333,11 +459,22 @@ impl Link for PodChannel<'_> {
             return Err(format!("channel in state {s}, not idle"));
         }
         self.put(self.request_buf, self.request_len, request)?;
+        self.coordinator_inc.store(self.from_inc, Relaxed);
+        self.participant_inc.store(self.to_inc, Relaxed);
         self.state.store(chan::REQUEST, Release);
         futex::wake_all(self.state);
         let until = Instant::now() + REPLY_WAIT_MAX;
-        if self.wait(until, |s| s == chan::REPLY).is_none() {
-            return Err(format!("no reply in {REPLY_WAIT_MAX:?}"));
+        loop {
+            let slice = (Instant::now() + CHANNEL_SLICE).min(until);
+            if self.wait(slice, |s| s == chan::REPLY).is_some() {
+                break;
+            }
+            let down = !HostRecord::of(self.mem, self.to).alive_as(self.to_inc);
+            if down || Instant::now() >= until {
+                // Its next incarnation serves the channel: leave it open.
+                self.close_on_drop = false;
+                return Err(format!("host {} did not reply", self.to));
+            }
         }
         self.take(self.reply_buf, self.reply_len, reply)?;
         self.state.store(chan::IDLE, Release);
@@ -346,13 +483,50 @@ impl Link for PodChannel<'_> {
 }
 
 impl Serve for PodChannel<'_> {
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Option<()>, String> {
-        match self.wait(self.give_up, |s| s == chan::REQUEST || s == chan::CLOSED) {
-            Some(chan::REQUEST) => {
-                self.take(self.request_buf, self.request_len, request)?;
-                Ok(Some(()))
+    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String> {
+        let control = self.mem.control();
+        loop {
+            let slice = (Instant::now() + CHANNEL_SLICE).min(self.give_up);
+            match self.wait(slice, |s| s == chan::REQUEST || s == chan::CLOSED) {
+                Some(chan::REQUEST) => {
+                    if self.participant_inc.load(Relaxed) != self.to_inc {
+                        // For a previous incarnation of this host: its
+                        // sender gave it up when that one died.
+                        let _ =
+                            self.state
+                                .compare_exchange(chan::REQUEST, chan::IDLE, AcqRel, Acquire);
+                        continue;
+                    }
+                    let inc = self.coordinator_inc.load(Relaxed);
+                    if inc != self.from_inc {
+                        // The coordinator restarted: its previous
+                        // incarnation's transaction ends first; the request
+                        // stays for the next call.
+                        let report = !self.gone_reported;
+                        (self.from_inc, self.gone_reported) = (inc, false);
+                        if report {
+                            return Ok(Received::CoordinatorGone);
+                        }
+                    }
+                    self.take(self.request_buf, self.request_len, request)?;
+                    return Ok(Received::Request);
+                }
+                Some(_) => return Ok(Received::Closed),
+                None => {}
             }
-            _ => Ok(None),
+            if Instant::now() >= self.give_up {
+                return Ok(Received::Closed);
+            }
+            if !HostRecord::of(self.mem, self.from).alive_as(self.from_inc) {
+                if !self.gone_reported {
+                    self.gone_reported = true;
+                    return Ok(Received::CoordinatorGone);
+                }
+                // Nobody will close it: the run ends without that host.
+                if control.state() != state::RUNNING {
+                    return Ok(Received::Closed);
+                }
+            }
         }
     }
     fn reply(&mut self, reply: &[u8]) -> Result<(), String> {
@@ -366,6 +540,9 @@ impl Serve for PodChannel<'_> {
         futex::wake_all(self.state);
         Ok(())
     }
+    fn outlives_coordinator(&self) -> bool {
+        true
+    }
 }
 
 // ------------------------------------------------------------ participant
@@ -377,6 +554,7 @@ pub(crate) fn serve<'m>(
     mem: &'m PodMemory,
     host: u16,
     wal: &'m crate::wal::Wal,
+    gate: &crate::checkpoint::Gate,
     mut link: impl Serve,
 ) -> Result<u64, String> {
     let mut txn = Txn::for_worker(mem, host, 0);
@@ -385,16 +563,116 @@ pub(crate) fn serve<'m>(
     txn.attach_log(wal, false);
     let (mut request, mut reply) = (Vec::new(), Msg::default());
     let mut answered = 0;
-    while link.recv(&mut request)?.is_some() {
-        reply.0.clear();
-        handle(&mut txn, host, &request, &mut reply);
-        link.reply(&reply.0)?;
-        answered += 1;
+    // Inside the checkpoint gate from a transaction's first request to
+    // its end.
+    let mut inside = false;
+    loop {
+        match link.recv(&mut request)? {
+            Received::Request => {
+                if !inside {
+                    gate.enter();
+                    inside = true;
+                }
+                reply.0.clear();
+                let prepared = txn.prepared();
+                handle(&mut txn, host, &request, &mut reply);
+                settled(mem, prepared, &txn);
+                if !txn.is_active() {
+                    gate.leave();
+                    inside = false;
+                }
+                link.reply(&reply.0)?;
+                answered += 1;
+            }
+            Received::Closed => break,
+            Received::CoordinatorGone => {
+                let prepared = txn.prepared();
+                end_session(mem, &mut txn)?;
+                settled(mem, prepared, &txn);
+                if inside {
+                    gate.leave();
+                    inside = false;
+                }
+                if !link.outlives_coordinator() {
+                    break;
+                }
+            }
+        }
     }
-    if txn.is_active() {
-        txn.abort();
+    let prepared = txn.prepared();
+    end_session(mem, &mut txn)?;
+    settled(mem, prepared, &txn);
+    if inside {
+        gate.leave();
     }
     Ok(answered)
+}
+
+/// A prepared part (`prepared`, before the request) that is resolved now
+/// no longer holds its coordinator's decision in its log.
+fn settled(mem: &PodMemory, prepared: Option<wal::Tag>, txn: &Txn<'_>) {
+    if let Some(tag) = prepared
+        && txn.prepared().is_none()
+        && let Some(coordinator) = coordinator_of(mem, tag)
+    {
+        HostRecord::of(mem, coordinator).in_doubt_sub();
+    }
+}
+
+/// The coordinator's transaction ends without it: what was not prepared is
+/// undone; a prepared one is in doubt and follows the coordinator's
+/// decision.
+fn end_session(mem: &PodMemory, txn: &mut Txn<'_>) -> Result<(), String> {
+    if !txn.is_active() {
+        return Ok(());
+    }
+    let committed = match txn.prepared() {
+        Some(tag) => await_decision(mem, tag)?,
+        None => false,
+    };
+    if committed {
+        txn.commit();
+    } else {
+        txn.abort();
+    }
+    txn.take_fatal().map_or(Ok(()), Err)
+}
+
+/// The coordinator host of the distributed transaction a tag names, if it
+/// is one (tags are data).
+pub(crate) fn coordinator_of(mem: &PodMemory, tag: wal::Tag) -> Option<u16> {
+    let host = (tag.peer >> 56) as u16;
+    (host < mem.params().hosts).then_some(host)
+}
+
+/// The outcome of the distributed transaction a `PREPARED` record names:
+/// its coordinator's decision if its log has one; otherwise abort once
+/// that incarnation of the coordinator is gone (it can no longer decide:
+/// presumed abort). While it lives it has not decided yet, and will as
+/// soon as it learns that this participant's host went down.
+pub(crate) fn await_decision(mem: &PodMemory, tag: wal::Tag) -> Result<bool, String> {
+    let Some(coordinator) = coordinator_of(mem, tag) else {
+        return Err(format!("prepared record names transaction {:#x}", tag.peer));
+    };
+    let log = wal::wal_path(mem.pod.path(), coordinator);
+    let give_up = Instant::now() + DECISION_WAIT_MAX;
+    loop {
+        // Read before the log: if it was gone then, the log was final.
+        let alive = HostRecord::of(mem, coordinator).alive_as(tag.peer_inc);
+        if let Some(committed) = wal::find_decision(&log, tag.peer).map_err(|e| e.to_string())? {
+            return Ok(committed);
+        }
+        if !alive {
+            return Ok(false);
+        }
+        if Instant::now() > give_up {
+            return Err(format!(
+                "host {coordinator} did not decide transaction {:#x} in {DECISION_WAIT_MAX:?}",
+                tag.peer
+            ));
+        }
+        std::thread::sleep(DOWN_POLL);
+    }
 }
 
 fn handle(txn: &mut Txn<'_>, host: u16, request: &[u8], reply: &mut Msg) {
@@ -467,8 +745,10 @@ fn lock(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) -> bo
 }
 
 fn prepare(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) -> bool {
-    let Some(n) = r.u32() else { return false };
-    if !txn.is_active() {
+    let (Some(id), Some(inc), Some(n)) = (r.u64(), r.u32(), r.u32()) else {
+        return false;
+    };
+    if !txn.is_active() || txn.prepared().is_some() {
         return false;
     }
     for _ in 0..n {
@@ -491,6 +771,22 @@ fn prepare(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) ->
         }
         txn.put_bytes(array, w, idx, bytes);
     }
+    let tag = wal::Tag {
+        kind: wal::kind::PREPARED,
+        peer: id,
+        peer_inc: inc,
+    };
+    let Some(coordinator) = coordinator_of(txn.mem(), tag) else {
+        return false;
+    };
+    // Counted before it is logged, so the coordinator never drops a
+    // decision a logged prepared part may need.
+    HostRecord::of(txn.mem(), coordinator).in_doubt_add();
+    // Durable before the vote: a restart redoes it if the coordinator
+    // decides to commit.
+    if txn.prepare(tag).is_err() {
+        return false;
+    }
     reply.u32(op::YES);
     true
 }
@@ -507,13 +803,26 @@ pub(crate) struct RemoteTuple {
     pub rows: Vec<(Vec<u8>, bool)>,
 }
 
+/// A link to one incarnation of another host.
+struct Connected<'m> {
+    link: Box<dyn Link + 'm>,
+    incarnation: u32,
+}
+
 /// A coordinator worker's side of shared nothing: its links to every other
-/// host, the remote tuples of the current transaction, and counters.
+/// host (made on first use, and again after the host restarted), the
+/// remote tuples of the current transaction, and counters.
 pub(crate) struct Coordinator<'m> {
-    links: Vec<Option<Box<dyn Link + 'm>>>,
+    mem: &'m PodMemory,
+    host: u16,
+    worker: u16,
+    links: Vec<Option<Connected<'m>>>,
     pub tuples: Vec<RemoteTuple>,
     /// Hosts holding locks for the current transaction.
     participants: Vec<u16>,
+    /// A PREPARE went out for the current transaction: an abort must be
+    /// logged as a decision (a participant may be in doubt).
+    prepare_sent: bool,
     reply: Vec<u8>,
     pub messages: u64,
 }
@@ -521,45 +830,80 @@ pub(crate) struct Coordinator<'m> {
 /// Why a remote call failed.
 pub(crate) enum RemoteError {
     Conflict,
+    /// The participant's host is down (or restarting).
+    Unreachable,
     Fatal(String),
 }
 
 impl<'m> Coordinator<'m> {
-    /// Links from worker `worker` of `host` to every other host: TCP
-    /// connections to their published ports in (a), pod channels in (b).
-    pub(crate) fn connect(
-        mem: &'m PodMemory,
-        host: u16,
-        worker: u16,
-        give_up: Instant,
-    ) -> Result<Coordinator<'m>, String> {
-        let hosts = mem.params().hosts;
-        let mut links: Vec<Option<Box<dyn Link + 'm>>> = Vec::with_capacity(hosts as usize);
-        for to in 0..hosts {
-            links.push(if to == host {
-                None
-            } else if mem.params().arch == Arch::SharedNothingTcp {
-                let port = mem.pod.atomic_u32(mem.layout.port_word(to)).load(Acquire);
-                let port = u16::try_from(port).map_err(|_| format!("port {port} of host {to}"))?;
-                Some(Box::new(TcpLink::connect(port)?))
-            } else {
-                Some(Box::new(PodChannel::open(mem, host, worker, to, give_up)))
-            });
-        }
-        Ok(Coordinator {
-            links,
+    /// The coordinator of worker `worker` of `host`; links are made on
+    /// first use (TCP connections to the ports hosts publish in (a), pod
+    /// channels in (b)).
+    pub(crate) fn new(mem: &'m PodMemory, host: u16, worker: u16) -> Coordinator<'m> {
+        Coordinator {
+            mem,
+            host,
+            worker,
+            links: (0..mem.params().hosts).map(|_| None).collect(),
             tuples: Vec::new(),
             participants: Vec::new(),
+            prepare_sent: false,
             reply: Vec::new(),
             messages: 0,
-        })
+        }
     }
 
-    fn call(&mut self, to: u16, request: &Msg) -> Result<Reader<'_>, String> {
-        let link = self.links[to as usize]
-            .as_mut()
-            .ok_or_else(|| format!("no link to host {to}"))?;
-        link.call(&request.0, &mut self.reply)?;
+    /// The link to host `to`'s current incarnation, connecting if needed.
+    fn link(&mut self, to: u16) -> Result<&mut Box<dyn Link + 'm>, RemoteError> {
+        let (mem, host, worker) = (self.mem, self.host, self.worker);
+        if to == host || to >= mem.params().hosts {
+            return Err(RemoteError::Fatal(format!("no link to host {to}")));
+        }
+        let record = HostRecord::of(mem, to);
+        // A host that missed a heartbeat and whose process is gone gets no
+        // request: over a pod channel it would take a slice to notice.
+        if record.beat_is_late() && !record.alive_as(record.incarnation()) {
+            self.links[to as usize] = None;
+            return Err(RemoteError::Unreachable);
+        }
+        let slot = &mut self.links[to as usize];
+        let current = slot
+            .as_ref()
+            .is_some_and(|c| c.incarnation == record.incarnation());
+        if !current {
+            *slot = None;
+            if record.life() != life::ALIVE {
+                return Err(RemoteError::Unreachable);
+            }
+            let incarnation = record.incarnation();
+            let link: Box<dyn Link + 'm> = if mem.params().arch == Arch::SharedNothingTcp {
+                let port = mem.pod.atomic_u32(mem.layout.port_word(to)).load(Acquire);
+                let port = u16::try_from(port)
+                    .map_err(|_| RemoteError::Fatal(format!("port {port} of host {to}")))?;
+                Box::new(TcpLink::connect(port).map_err(|_| RemoteError::Unreachable)?)
+            } else {
+                let ch = PodChannel::connect(mem, host, worker, to, incarnation)
+                    .map_err(|_| RemoteError::Unreachable)?;
+                Box::new(ch)
+            };
+            *slot = Some(Connected { link, incarnation });
+        }
+        match slot {
+            Some(c) => Ok(&mut c.link),
+            None => Err(RemoteError::Unreachable),
+        }
+    }
+
+    /// One request and its reply. A transport failure is the host going
+    /// down: the link is dropped, and made again once it is back.
+    fn call(&mut self, to: u16, request: &Msg) -> Result<Reader<'_>, RemoteError> {
+        let mut reply = std::mem::take(&mut self.reply);
+        let called = self.link(to)?.call(&request.0, &mut reply);
+        self.reply = reply;
+        if called.is_err() {
+            self.links[to as usize] = None;
+            return Err(RemoteError::Unreachable);
+        }
         self.messages += 2;
         Ok(Reader(&self.reply))
     }
@@ -582,7 +926,7 @@ impl<'m> Coordinator<'m> {
         if !self.participants.contains(&owner) {
             self.participants.push(owner);
         }
-        let mut r = self.call(owner, &m).map_err(RemoteError::Fatal)?;
+        let mut r = self.call(owner, &m)?;
         match r.u32() {
             Some(op::OK) => {}
             Some(op::CONFLICT) => return Err(RemoteError::Conflict),
@@ -609,11 +953,13 @@ impl<'m> Coordinator<'m> {
         Ok(self.tuples.len() - 1)
     }
 
-    /// Two-phase commit over every participant of the transaction.
-    pub(crate) fn commit(&mut self) -> Result<(), String> {
-        let participants = std::mem::take(&mut self.participants);
-        for &p in &participants {
+    /// Phase one of two-phase commit for distributed transaction `id` of
+    /// this host's incarnation `incarnation`: every participant writes and
+    /// logs its part, and votes.
+    pub(crate) fn prepare(&mut self, id: u64, incarnation: u32) -> Result<(), RemoteError> {
+        for p in self.participants.clone() {
             let mut m = Msg::new(op::PREPARE);
+            m.u64(id).u32(incarnation);
             let dirty: Vec<&RemoteTuple> = self.tuples.iter().filter(|t| t.owner == p).collect();
             let n: usize = dirty
                 .iter()
@@ -627,44 +973,48 @@ impl<'m> Coordinator<'m> {
                     }
                 }
             }
+            self.prepare_sent = true;
             let mut r = self.call(p, &m)?;
             if r.u32() != Some(op::YES) {
-                return Err(format!("host {p} did not vote yes"));
+                return Err(RemoteError::Fatal(format!("host {p} did not vote yes")));
             }
         }
-        for &p in &participants {
-            let mut r = self.call(p, &Msg::new(op::COMMIT))?;
-            if r.u32() != Some(op::ACK) {
-                return Err(format!("host {p} did not acknowledge the commit"));
-            }
-        }
-        self.tuples.clear();
         Ok(())
     }
 
-    /// Tells every participant to undo and release.
-    pub(crate) fn abort(&mut self) -> Result<(), String> {
+    /// Phase two, once the decision is durable: tells every participant
+    /// to commit or to abort (undo) and release. A participant that went
+    /// down follows the decision in this host's log when it restarts.
+    pub(crate) fn finish(&mut self, commit: bool) -> Result<(), String> {
         let participants = std::mem::take(&mut self.participants);
+        let m = Msg::new(if commit { op::COMMIT } else { op::ABORT });
         for &p in &participants {
-            let mut r = self.call(p, &Msg::new(op::ABORT))?;
-            if r.u32() != Some(op::ACK) {
-                return Err(format!("host {p} did not acknowledge the abort"));
+            match self.call(p, &m).map(|mut r| r.u32()) {
+                Ok(Some(op::ACK)) | Err(RemoteError::Unreachable) => {}
+                Ok(_) | Err(RemoteError::Conflict) => {
+                    return Err(format!("host {p} did not acknowledge"));
+                }
+                Err(RemoteError::Fatal(e)) => return Err(e),
             }
         }
         self.tuples.clear();
+        self.prepare_sent = false;
         Ok(())
     }
 
     pub(crate) fn has_participants(&self) -> bool {
         !self.participants.is_empty()
     }
+
+    pub(crate) fn prepare_sent(&self) -> bool {
+        self.prepare_sent
+    }
 }
 
 impl Drop for PodChannel<'_> {
     fn drop(&mut self) {
-        // Only a coordinator's end closes; a participant's end is dropped
-        // after it saw CLOSED (or gave up).
-        if self.state.load(Acquire) == chan::IDLE {
+        // Only a coordinator's end closes, at the end of the run.
+        if self.close_on_drop && self.state.load(Acquire) == chan::IDLE {
             self.close();
         }
     }

@@ -56,6 +56,13 @@ pub struct LogReport {
     pub flushes: u64,
     /// records / flushes.
     pub records_per_flush: f64,
+    /// Checkpoints the hosts took during the run, and the longest one
+    /// kept a host's transactions waiting.
+    pub checkpoints: u64,
+    /// Checkpoints given up: a host's threads did not all leave their
+    /// transactions in time.
+    pub checkpoints_skipped: u64,
+    pub checkpoint_pause_ms_max: f64,
 }
 
 /// A host killed mid-run (SIGKILL), reclaimed by a survivor and restarted.
@@ -77,6 +84,10 @@ pub struct FaultReport {
     pub survivors_per_s_until_reclaimed: f64,
     pub survivors_per_s_until_restart: f64,
     pub survivors_per_s_after_restart: f64,
+    /// Seconds from the kill to the start of the first timeline interval
+    /// (100 ms) in which the other hosts committed at half their rate
+    /// before the kill or more: how long the failure held them up.
+    pub survivors_resumed_s: Option<f64>,
     /// Commits the other hosts reported from the end of the reclaim to the
     /// end of the run.
     pub survivors_committed_after_reclaim: u64,
@@ -297,6 +308,9 @@ impl RunReport {
                 bytes: p.log_bytes,
                 flushes: p.log_flushes,
                 records_per_flush: p.log_records as f64 / p.log_flushes.max(1) as f64,
+                checkpoints: p.checkpoints,
+                checkpoints_skipped: p.checkpoints_skipped,
+                checkpoint_pause_ms_max: p.checkpoint_pause_us_max as f64 / 1e3,
             },
             fault: None,
             ended_early: f.ended_early,
@@ -393,6 +407,15 @@ impl fmt::Display for RunReport {
             self.log.flushes,
             self.log.records_per_flush
         )?;
+        if self.log.checkpoints + self.log.checkpoints_skipped > 0 {
+            write!(
+                f,
+                "; {} checkpoints ({} given up), longest pause {:.1} ms",
+                self.log.checkpoints,
+                self.log.checkpoints_skipped,
+                self.log.checkpoint_pause_ms_max
+            )?;
+        }
         if let Some(k) = &self.fault {
             fmt_fault(f, k)?;
         }
@@ -437,5 +460,10 @@ fn fmt_fault(f: &mut fmt::Formatter<'_>, k: &FaultReport) -> fmt::Result {
         k.survivors_per_s_until_reclaimed,
         k.survivors_per_s_until_restart,
         k.survivors_per_s_after_restart
+    )?;
+    write!(
+        f,
+        "; back to half their rate {} after the kill",
+        secs(k.survivors_resumed_s)
     )
 }

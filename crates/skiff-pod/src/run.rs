@@ -435,6 +435,16 @@ impl FaultLog {
                 .map_or(0, |(_, c)| survivors(c))
         };
         let survivors_end = self.timeline.last().map_or(0, |(_, c)| survivors(c));
+        let before = rate(killed_s - 1.0, killed_s);
+        let resumed = self
+            .timeline
+            .windows(2)
+            .filter(|w| w[0].0 >= killed_s && w[1].0 > w[0].0)
+            .find(|w| {
+                let n = survivors(&w[1].1).saturating_sub(survivors(&w[0].1));
+                n as f64 / (w[1].0 - w[0].0) >= before / 2.0
+            })
+            .map(|w| w[0].0 - killed_s);
         let hosts = mem.params().hosts;
         let (orders_created, payments_created) = (0..hosts).map(|h| created(mem, h)).unzip();
         FaultReport {
@@ -444,7 +454,8 @@ impl FaultLog {
             detected_s: since_kill(reclaim.detected_at_ms),
             reclaimed_s,
             reclaim,
-            survivors_per_s_before: rate(killed_s - 1.0, killed_s),
+            survivors_per_s_before: before,
+            survivors_resumed_s: resumed,
             survivors_per_s_until_reclaimed: rate(killed_s, reclaimed_at),
             survivors_per_s_until_restart: rate(reclaimed_at, restart_at),
             survivors_per_s_after_restart: rate(restart_at, last),

@@ -148,6 +148,12 @@ pub(crate) struct ProtocolCounters {
     pub log_records: u64,
     pub log_bytes: u64,
     pub log_flushes: u64,
+    /// Checkpoints taken during the run, and the longest time one kept
+    /// its host's transactions out (`checkpoint`).
+    pub checkpoints: u64,
+    /// Checkpoints given up because the gate did not empty in time.
+    pub checkpoints_skipped: u64,
+    pub checkpoint_pause_us_max: u64,
 }
 
 impl ProtocolCounters {
@@ -162,6 +168,9 @@ impl ProtocolCounters {
         self.log_records += o.log_records;
         self.log_bytes += o.log_bytes;
         self.log_flushes += o.log_flushes;
+        self.checkpoints += o.checkpoints;
+        self.checkpoints_skipped += o.checkpoints_skipped;
+        self.checkpoint_pause_us_max = self.checkpoint_pause_us_max.max(o.checkpoint_pause_us_max);
     }
 }
 

@@ -35,7 +35,7 @@ use crate::lockword::{self, Conflict, Mode};
 use crate::memory::PodMemory;
 use crate::recovery::{self, TxnSlot};
 use crate::remote::{self, Coordinator, RemoteError};
-use crate::wal::{Redo, Wal};
+use crate::wal::{Redo, Tag, Wal, kind};
 
 /// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
 const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -47,6 +47,10 @@ pub(crate) enum TxnError {
     Conflict,
     /// The transaction asked to roll back (NewOrder's invalid item).
     Rollback,
+    /// A tuple's owner host is down (dead, or restarting): abort and give
+    /// the input up, as a client would be told the host is unavailable,
+    /// rather than retry until it is back.
+    Unavailable,
     /// A table is full (order slots of a district): the run must stop.
     Capacity(String),
     /// A value read from pod memory is out of range.
@@ -106,8 +110,14 @@ pub(crate) struct Txn<'m> {
     side: TxnSideCounters,
     /// (a), (b): links to the other hosts, once connected.
     coordinator: Option<Coordinator<'m>>,
-    /// A transport failure during commit or abort: the run must stop.
+    /// A broken protocol or log during commit or abort: the run must stop.
     fatal: Option<String>,
+    /// (a), (b): the last commit failed because a participant's host is
+    /// down; the transaction was aborted.
+    unavailable: bool,
+    /// A participant's part of a distributed transaction, logged and
+    /// voted for: how its end is logged.
+    prepared: Option<Tag>,
     /// The host's log; `None` in unit tests that test no durability.
     wal: Option<&'m Wal>,
     /// Undo images of pod rows for survivors (`recovery`); `None` for
@@ -118,8 +128,12 @@ pub(crate) struct Txn<'m> {
     /// The attempt wrote a row in pod memory (its log record needs a GSN).
     wrote_pod: bool,
     /// Attempts begun by this context: with host and worker, the id of the
-    /// current attempt in the log and in its transaction slot.
+    /// current attempt in the log and in its transaction slot. Starts at
+    /// the host's incarnation times 2^32, so a restarted host never reuses
+    /// an id its participants may still be in doubt about.
     attempts: u64,
+    /// The host's incarnation when the context was made.
+    incarnation: u32,
 }
 
 /// The current WAIT_DIE age: a microsecond-ish clock shared by every process
@@ -145,6 +159,7 @@ impl<'m> Txn<'m> {
     /// The context of worker `worker` of `host` (its mailbox in (e)).
     pub(crate) fn for_worker(mem: &'m PodMemory, host: u16, worker: u16) -> Txn<'m> {
         let l = &mem.layout;
+        let incarnation = crate::lease::HostRecord::of(mem, host).incarnation();
         Txn {
             mem,
             host,
@@ -159,11 +174,14 @@ impl<'m> Txn<'m> {
             side: TxnSideCounters::default(),
             coordinator: None,
             fatal: None,
+            unavailable: false,
+            prepared: None,
             wal: None,
             slot: None,
             redo: Redo::default(),
             wrote_pod: false,
-            attempts: 0,
+            attempts: (incarnation as u64 & 0xFF) << 32,
+            incarnation,
         }
     }
 
@@ -181,21 +199,41 @@ impl<'m> Txn<'m> {
         (self.host as u64) << 56 | (self.worker as u64) << 40 | (self.attempts & ((1 << 40) - 1))
     }
 
-    /// (a), (b): connects this worker to every other host's participants.
-    pub(crate) fn connect_remote(&mut self, give_up: Instant) -> Result<(), String> {
+    /// (a), (b): this worker reaches other hosts' tuples through their
+    /// participants.
+    pub(crate) fn connect_remote(&mut self) {
         assert!(self.mem.layout.shared_nothing());
-        self.coordinator = Some(Coordinator::connect(
-            self.mem,
-            self.host,
-            self.worker,
-            give_up,
-        )?);
-        Ok(())
+        self.coordinator = Some(Coordinator::new(self.mem, self.host, self.worker));
     }
 
-    /// A transport failure left by the last commit or abort, if any.
+    /// A broken protocol or log left by the last commit or abort, if any.
     pub(crate) fn take_fatal(&mut self) -> Option<String> {
         self.fatal.take()
+    }
+
+    /// Whether the last commit was aborted because a participant's host is
+    /// down (and clears it).
+    pub(crate) fn take_unavailable(&mut self) -> bool {
+        std::mem::take(&mut self.unavailable)
+    }
+
+    /// A participant's prepared part, if this transaction voted yes.
+    pub(crate) fn prepared(&self) -> Option<Tag> {
+        self.prepared
+    }
+
+    /// A participant votes yes: logs what it wrote as `tag` (`PREPARED`)
+    /// and waits until the record is durable. Commit or abort then logs
+    /// only the outcome.
+    pub(crate) fn prepare(&mut self, tag: Tag) -> Result<(), String> {
+        assert!(self.active && self.prepared.is_none());
+        let wal = self.wal.ok_or("a participant without a log")?;
+        let gsn = wal.next_seq(None);
+        let end = wal.append(&self.redo, self.txn_id(), gsn, tag, |_, _| {})?;
+        wal.wait_durable(end)?;
+        self.redo.clear();
+        self.prepared = Some(tag);
+        Ok(())
     }
 
     pub(crate) fn is_active(&self) -> bool {
@@ -280,6 +318,7 @@ impl<'m> Txn<'m> {
             let i = match c.lock(owner, table, w, idx, mode, self.age) {
                 Ok(i) => i,
                 Err(RemoteError::Conflict) => return Err(TxnError::Conflict),
+                Err(RemoteError::Unreachable) => return Err(TxnError::Unavailable),
                 Err(RemoteError::Fatal(e)) => return Err(TxnError::Corrupt(e)),
             };
             self.held.push(Held {
@@ -382,6 +421,7 @@ impl<'m> Txn<'m> {
             match reply {
                 Reply::Moved => {}
                 Reply::Busy | Reply::Stopped => return Err(TxnError::Conflict),
+                Reply::OwnerDown => return Err(TxnError::Unavailable),
                 Reply::Refused => {
                     return Err(TxnError::Corrupt(format!(
                         "host {owner} refused to move {table:?} {w}/{idx}"
@@ -621,25 +661,43 @@ impl<'m> Txn<'m> {
         }
     }
 
-    /// Commits; with remote participants, by two-phase commit first. A
-    /// transport failure aborts instead and leaves a fatal error
+    /// Commits; with remote participants, by two-phase commit: every
+    /// participant prepares, then this host's record (its writes and the
+    /// decision) becomes durable, then the participants commit. A
+    /// participant that is down aborts it instead ([`Txn::take_unavailable`]);
+    /// a broken protocol or log aborts it and leaves a fatal error
     /// ([`Txn::take_fatal`]).
     pub(crate) fn commit(&mut self) {
         assert!(self.active);
-        if let Some(c) = self.coordinator.as_mut()
-            && c.has_participants()
-            && let Err(e) = c.commit()
-        {
-            self.fatal = Some(e);
-            self.abort();
-            return;
-        }
-        if let Err(e) = self.log_commit() {
+        let (id, incarnation) = (self.txn_id(), self.incarnation);
+        let distributed = match self.coordinator.as_mut() {
+            Some(c) if c.has_participants() => match c.prepare(id, incarnation) {
+                Ok(()) => true,
+                Err(RemoteError::Fatal(e)) => {
+                    self.fatal = Some(e);
+                    self.abort();
+                    return;
+                }
+                Err(_) => {
+                    self.unavailable = true;
+                    self.abort();
+                    return;
+                }
+            },
+            _ => false,
+        };
+        if let Err(e) = self.log_commit(distributed) {
             // Not durable: the transaction did not commit. Undo it; the
             // host stops (a log that cannot be written cannot go on).
             self.fatal = Some(e);
             self.abort();
             return;
+        }
+        if distributed
+            && let Some(c) = self.coordinator.as_mut()
+            && let Err(e) = c.finish(true)
+        {
+            self.fatal = Some(e);
         }
         if let Some(slot) = self.slot.as_mut() {
             slot.clear(&mut self.cxl);
@@ -661,7 +719,7 @@ impl<'m> Txn<'m> {
         let gsn = wal.next_seq(Some(self.cxl.lock_word(off)));
         let (slot, cxl) = (&self.slot, &mut self.cxl);
         let end = wal
-            .append(&self.redo, id, gsn, |start, end| {
+            .append(&self.redo, id, gsn, Tag::default(), |start, end| {
                 if let Some(slot) = slot {
                     slot.committing(cxl, start, end);
                 }
@@ -671,12 +729,25 @@ impl<'m> Txn<'m> {
     }
 
     /// Appends the redo record (GSN taken under every lock) and waits until
-    /// it is durable. Read-only transactions log nothing.
-    fn log_commit(&mut self) -> Result<(), String> {
+    /// it is durable. Read-only transactions log nothing, unless the record
+    /// is a distributed transaction's decision, or a prepared
+    /// participant's outcome.
+    fn log_commit(&mut self, distributed: bool) -> Result<(), String> {
         let Some(wal) = self.wal else {
             return Ok(());
         };
-        if self.redo.is_empty() {
+        let tag = match self.prepared.take() {
+            Some(p) => Tag {
+                kind: kind::RESOLVED_COMMIT,
+                ..p
+            },
+            None if distributed => Tag {
+                kind: kind::DECIDED_COMMIT,
+                ..Tag::default()
+            },
+            None => Tag::default(),
+        };
+        if self.redo.is_empty() && tag.kind == kind::LOCAL {
             return Ok(());
         }
         let id = self.txn_id();
@@ -696,7 +767,7 @@ impl<'m> Txn<'m> {
             wal.next_seq(None)
         };
         let (slot, cxl) = (&self.slot, &mut self.cxl);
-        let end = wal.append(&self.redo, id, gsn, |start, end| {
+        let end = wal.append(&self.redo, id, gsn, tag, |start, end| {
             if let Some(slot) = slot {
                 slot.committing(cxl, start, end);
             }
@@ -724,10 +795,44 @@ impl<'m> Txn<'m> {
         }
         self.undo_bytes.clear();
         self.release();
+        if let Some(p) = self.prepared.take() {
+            let resolved = Tag {
+                kind: kind::RESOLVED_ABORT,
+                ..p
+            };
+            self.log_outcome(resolved);
+        }
+        let Some(c) = self.coordinator.as_mut() else {
+            return;
+        };
+        if !c.has_participants() {
+            return;
+        }
+        if c.prepare_sent() {
+            // A participant that went down after it prepared is in doubt
+            // until it reads this.
+            let decided = Tag {
+                kind: kind::DECIDED_ABORT,
+                ..Tag::default()
+            };
+            self.log_outcome(decided);
+        }
         if let Some(c) = self.coordinator.as_mut()
-            && c.has_participants()
-            && let Err(e) = c.abort()
+            && let Err(e) = c.finish(false)
         {
+            self.fatal.get_or_insert(e);
+        }
+    }
+
+    /// Logs a distributed transaction's outcome (no writes); a log that
+    /// cannot be written is fatal.
+    fn log_outcome(&mut self, tag: Tag) {
+        let Some(wal) = self.wal else { return };
+        let gsn = wal.next_seq(None);
+        let logged = wal
+            .append(&Redo::default(), self.txn_id(), gsn, tag, |_, _| {})
+            .and_then(|end| wal.wait_durable(end));
+        if let Err(e) = logged {
             self.fatal.get_or_insert(e);
         }
     }
@@ -783,8 +888,8 @@ impl Drop for Txn<'_> {
         // A transaction dropped half-way (an early return on an error) must
         // not leave locks behind: under NO_WAIT the other hosts would abort on
         // them forever. Not while panicking: a second panic aborts the
-        // process; the host then fails and exits, and in (c) and (d) a
-        // survivor reclaims what it held once its process is gone (`lease`).
+        // process; the host then fails and exits, and a survivor reclaims
+        // what it held once its process is gone (`lease`).
         if self.active && !std::thread::panicking() {
             self.abort();
         }

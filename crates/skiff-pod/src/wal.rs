@@ -18,10 +18,21 @@
 //! logs, any number of times (`recovery`).
 //!
 //! ```text
+//! file    = [magic u64][start u64][checkpoint u64][zeros to 4 KiB] hole?
+//!           record*
 //! record  = [payload_len u32][magic u32][checksum u64][payload]
-//! payload = [txn_id u64][gsn u64][entries u32] entry*
+//! payload = [txn_id u64][gsn u64][entries u32][kind u32][peer_inc u32]
+//!           [peer u64] entry*
 //! entry   = [array u8][0 u8; 3][w u32][idx u64][len u32] bytes[len]
 //! ```
+//!
+//! `kind` says how the record counts ([`Tag`]); most are `LOCAL` commits.
+//! Shared nothing's two-phase commit adds the others: a participant's
+//! `PREPARED` record (its writes, redone only if the coordinator's
+//! transaction `peer`, of its incarnation `peer_inc`, committed), its
+//! `RESOLVED_*` markers, and the coordinator's `DECIDED_*` records, whose
+//! `txn_id` is the distributed transaction's (a `DECIDED_COMMIT` record
+//! carries the coordinator's own writes: it is the commit point).
 //!
 //! Group commit is leader/follower: a committer appends its record to the
 //! in-memory tail under the log mutex; the first committer that finds no
@@ -34,6 +45,12 @@
 //!
 //! A transaction releases its locks only after its record is durable, so no
 //! host ever reads a write that a crash could still take back.
+//!
+//! A checkpoint (`checkpoint`) makes the log before it useless to its host:
+//! [`Wal::advance`] names the checkpoint image to restart from, moves
+//! `start` past the log it holds, and punches those bytes out of the file
+//! (a hole costs no memory). Offsets never change, so a transaction slot's
+//! record offsets stay valid.
 //!
 //! The tail holds at most one record per thread of the host (a committer
 //! appends one record, then waits), so it needs no bound of its own beyond
@@ -52,8 +69,11 @@ use crate::layout::{ARRAYS, Array};
 use crate::region::Mapping;
 
 const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
+const LOG_MAGIC: u64 = 0x4C41_5746_4649_4B53; // "SKIFFWAL"
+/// The log file's header page: magic, and where its records start.
+const LOG_HEADER_BYTES: u64 = 4096;
 const RECORD_HEAD_BYTES: usize = 16;
-const PAYLOAD_HEAD_BYTES: usize = 20;
+const PAYLOAD_HEAD_BYTES: usize = 36;
 const ENTRY_HEAD_BYTES: usize = 20;
 
 /// `PATH.hostN.wal`: the log of host `host`.
@@ -71,6 +91,31 @@ fn checksum(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// How a record counts (`kind` in the record).
+pub(crate) mod kind {
+    /// A transaction's commit: redo it.
+    pub const LOCAL: u32 = 0;
+    /// A participant voted yes: redo it iff `peer` committed.
+    pub const PREPARED: u32 = 1;
+    /// A participant learned `peer`'s outcome (no entries).
+    pub const RESOLVED_COMMIT: u32 = 2;
+    pub const RESOLVED_ABORT: u32 = 3;
+    /// A coordinator's decision on its distributed transaction `txn_id`;
+    /// the commit carries the coordinator's own writes.
+    pub const DECIDED_COMMIT: u32 = 4;
+    pub const DECIDED_ABORT: u32 = 5;
+}
+
+/// A record's kind and the distributed transaction it refers to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tag {
+    pub kind: u32,
+    /// The coordinator's transaction id (`PREPARED`, `RESOLVED_*`).
+    pub peer: u64,
+    /// The coordinator's incarnation when it prepared.
+    pub peer_inc: u32,
 }
 
 /// A transaction's redo entries while it runs (encoded as it writes).
@@ -102,7 +147,7 @@ impl Redo {
     }
 
     /// The whole record for transaction `txn_id` with sequence `gsn`.
-    fn encode(&self, txn_id: u64, gsn: u64, out: &mut Vec<u8>) {
+    fn encode(&self, txn_id: u64, gsn: u64, tag: Tag, out: &mut Vec<u8>) {
         let payload_len = PAYLOAD_HEAD_BYTES + self.bytes.len();
         let start = out.len();
         out.extend_from_slice(&(payload_len as u32).to_le_bytes());
@@ -111,6 +156,9 @@ impl Redo {
         out.extend_from_slice(&txn_id.to_le_bytes());
         out.extend_from_slice(&gsn.to_le_bytes());
         out.extend_from_slice(&self.entries.to_le_bytes());
+        out.extend_from_slice(&tag.kind.to_le_bytes());
+        out.extend_from_slice(&tag.peer_inc.to_le_bytes());
+        out.extend_from_slice(&tag.peer.to_le_bytes());
         out.extend_from_slice(&self.bytes);
         let sum = checksum(&out[start + RECORD_HEAD_BYTES..]);
         out[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
@@ -133,6 +181,7 @@ pub(crate) struct Entry<'a> {
 pub(crate) struct Record<'a> {
     pub txn_id: u64,
     pub gsn: u64,
+    pub tag: Tag,
     payload: &'a [u8],
     entries: u32,
 }
@@ -191,26 +240,76 @@ fn decode(bytes: &[u8]) -> Option<(Record<'_>, usize)> {
         txn_id: u64::from_le_bytes(payload[0..8].try_into().ok()?),
         gsn: u64::from_le_bytes(payload[8..16].try_into().ok()?),
         entries: u32::from_le_bytes(payload[16..20].try_into().ok()?),
+        tag: Tag {
+            kind: u32::from_le_bytes(payload[20..24].try_into().ok()?),
+            peer_inc: u32::from_le_bytes(payload[24..28].try_into().ok()?),
+            peer: u64::from_le_bytes(payload[28..36].try_into().ok()?),
+        },
         payload,
     };
     Some((record, RECORD_HEAD_BYTES + len))
 }
 
-/// Reads the log at `path` from the start, calling `f` on each valid record
-/// with its end offset, and returns where the valid prefix ends (a torn or
-/// garbled tail ends it). A missing file is an empty log.
+/// Where the records of the log in `file` start, and which checkpoint
+/// image (0 or 1) they follow; `None` for a file without a header yet (an
+/// empty log). The header is data: checked.
+fn log_anchor(file: &File, path: &Path) -> Result<Option<(u64, u8)>> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata().map_err(|e| PodError::io(path, e))?.len();
+    if len < LOG_HEADER_BYTES {
+        return Ok(None);
+    }
+    let mut head = [0u8; 24];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| PodError::io(path, e))?;
+    let word = |i: usize| {
+        let bytes = head[8 * i..8 * i + 8].try_into().unwrap_or_default();
+        u64::from_le_bytes(bytes)
+    };
+    let (magic, start, image) = (word(0), word(1), word(2));
+    if magic != LOG_MAGIC || start < LOG_HEADER_BYTES || start > len || image > 1 {
+        return Err(PodError::BadPodFile {
+            path: path.to_path_buf(),
+            reason: format!(
+                "log header: magic {magic:#x}, records from {start} of {len}, image {image}"
+            ),
+        });
+    }
+    Ok(Some((start, image as u8)))
+}
+
+/// The checkpoint image (0 or 1) the log at `path` follows: the one a
+/// restart starts from. A missing or empty log follows image 0.
+pub(crate) fn checkpoint_image(path: &Path) -> Result<u8> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(PodError::io(path, e)),
+    };
+    Ok(log_anchor(&file, path)?.map_or(0, |(_, image)| image))
+}
+
+/// Reads the log at `path` from its start (after its last truncation),
+/// calling `f` on each valid record with its end offset, and returns where
+/// the valid prefix ends (a torn or garbled tail ends it). A missing file
+/// is an empty log.
 pub(crate) fn read_log(
     path: &Path,
     mut f: impl FnMut(&Record<'_>, u64) -> Result<()>,
 ) -> Result<u64> {
     let file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LOG_HEADER_BYTES),
         Err(e) => return Err(PodError::io(path, e)),
     };
+    let Some((start, _)) = log_anchor(&file, path)? else {
+        return Ok(LOG_HEADER_BYTES);
+    };
     let mut r = BufReader::with_capacity(1 << 20, file);
+    r.seek(SeekFrom::Start(start))
+        .map_err(|e| PodError::io(path, e))?;
     let mut buf = Vec::with_capacity(WAL_RECORD_BYTES_MAX + RECORD_HEAD_BYTES);
-    let mut at = 0u64;
+    let mut at = start;
     loop {
         buf.resize(RECORD_HEAD_BYTES, 0);
         if read_full(&mut r, &mut buf, path)? < RECORD_HEAD_BYTES {
@@ -265,6 +364,24 @@ pub(crate) fn holds_record(path: &Path, start: u64, end: u64, txn_id: u64) -> Re
         return Ok(false);
     }
     Ok(decode(&buf).is_some_and(|(r, n)| n == buf.len() && r.txn_id == txn_id))
+}
+
+/// The decision on distributed transaction `id` in its coordinator's log
+/// at `path`: `Some(true)` committed, `Some(false)` aborted, `None` not
+/// (yet) decided there.
+pub(crate) fn find_decision(path: &Path, id: u64) -> Result<Option<bool>> {
+    let mut found = None;
+    read_log(path, |r, _| {
+        if r.txn_id == id {
+            match r.tag.kind {
+                kind::DECIDED_COMMIT => found = Some(true),
+                kind::DECIDED_ABORT => found = Some(false),
+                _ => {}
+            }
+        }
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// Whether `file` lives on tmpfs, where fdatasync is a no-op.
@@ -327,6 +444,8 @@ pub(crate) struct Wal {
     flushed: Condvar,
     /// The highest sequence number this host has logged or taken.
     last_seq: AtomicU64,
+    /// Where the records start (after the last [`Wal::advance`]).
+    start: AtomicU64,
 }
 
 impl Wal {
@@ -335,11 +454,7 @@ impl Wal {
     /// — except on tmpfs (/dev/shm), where a written page is as durable as
     /// it gets (it survives a process crash, not the machine's).
     pub(crate) fn open(path: &Path, sync: bool) -> Result<Wal> {
-        let mut last_seq = 0;
-        let end = read_log(path, |r, _| {
-            last_seq = last_seq.max(r.gsn);
-            Ok(())
-        })?;
+        use std::os::unix::fs::FileExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -347,6 +462,19 @@ impl Wal {
             .truncate(false)
             .open(path)
             .map_err(|e| PodError::io(path, e))?;
+        let anchor = log_anchor(&file, path)?;
+        if anchor.is_none() {
+            let mut head = vec![0u8; LOG_HEADER_BYTES as usize];
+            head[..8].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+            head[8..16].copy_from_slice(&LOG_HEADER_BYTES.to_le_bytes());
+            file.write_all_at(&head, 0)
+                .map_err(|e| PodError::io(path, e))?;
+        }
+        let mut last_seq = 0;
+        let end = read_log(path, |r, _| {
+            last_seq = last_seq.max(r.gsn);
+            Ok(())
+        })?;
         // Cut the torn tail (and zeros of an unused chunk): a new record
         // must follow the last valid one directly.
         file.set_len(end).map_err(|e| PodError::io(path, e))?;
@@ -369,6 +497,7 @@ impl Wal {
             }),
             flushed: Condvar::new(),
             last_seq: AtomicU64::new(last_seq),
+            start: AtomicU64::new(anchor.map_or(LOG_HEADER_BYTES, |(start, _)| start)),
         })
     }
 
@@ -402,6 +531,7 @@ impl Wal {
         redo: &Redo,
         txn_id: u64,
         gsn: u64,
+        tag: Tag,
         placed: impl FnOnce(u64, u64),
     ) -> std::result::Result<u64, String> {
         let n = redo.record_bytes();
@@ -421,7 +551,7 @@ impl Wal {
         placed(start, end);
         let t = &mut *t;
         t.scratch.clear();
-        redo.encode(txn_id, gsn, &mut t.scratch);
+        redo.encode(txn_id, gsn, tag, &mut t.scratch);
         debug_assert_eq!(t.scratch.len(), n);
         self.map.write_bytes(start, &t.scratch);
         t.end = end;
@@ -509,6 +639,56 @@ impl Wal {
     pub(crate) fn counters(&self) -> WalCounters {
         self.lock().counters
     }
+
+    /// Where the records start: a restart replays from here.
+    pub(crate) fn start(&self) -> u64 {
+        self.start.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Where the next record goes: a checkpoint taken now covers every
+    /// record before it.
+    pub(crate) fn end(&self) -> u64 {
+        self.lock().end
+    }
+
+    /// A durable checkpoint image `image` holds every record before
+    /// `start` (a record boundary): a restart starts from it and reads the
+    /// log from `start`, and the whole pages before `start` are punched out
+    /// of the file. The header is one write of both: a crash leaves the
+    /// old pair or the new one.
+    pub(crate) fn advance(&self, start: u64, image: u8) -> std::result::Result<(), String> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let fail = |e: std::io::Error| format!("{}: advance: {e}", self.path.display());
+        assert!(start >= LOG_HEADER_BYTES && start <= self.end() && image <= 1);
+        let mut anchor = [0u8; 16];
+        anchor[..8].copy_from_slice(&start.to_le_bytes());
+        anchor[8..].copy_from_slice(&(image as u64).to_le_bytes());
+        self.file.write_all_at(&anchor, 8).map_err(fail)?;
+        if self.sync {
+            self.file.sync_data().map_err(fail)?;
+        }
+        self.start
+            .store(start, std::sync::atomic::Ordering::Release);
+        let hole = (start & !(LOG_HEADER_BYTES - 1)).saturating_sub(LOG_HEADER_BYTES);
+        if hole == 0 {
+            return Ok(());
+        }
+        // SAFETY: fallocate on a file descriptor this log owns; nothing
+        // reads or writes the punched pages again.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                LOG_HEADER_BYTES as libc::off_t,
+                hole as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Wal {
@@ -544,9 +724,13 @@ mod tests {
             for i in 0..5u8 {
                 let mut at = (0, 0);
                 let end = wal
-                    .append(&redo_of(i), 100 + i as u64, 10 + i as u64, |s, e| {
-                        at = (s, e)
-                    })
+                    .append(
+                        &redo_of(i),
+                        100 + i as u64,
+                        10 + i as u64,
+                        Tag::default(),
+                        |s, e| at = (s, e),
+                    )
                     .unwrap();
                 assert_eq!(at.1, end);
                 wal.wait_durable(end).unwrap();
@@ -576,7 +760,9 @@ mod tests {
         // Reopening cuts the torn tail and appends after the valid prefix.
         let wal = Wal::open(&path, false).unwrap();
         let end = wal
-            .append(&redo_of(9), 109, 19, |s, _| assert_eq!(s, ends[3].1))
+            .append(&redo_of(9), 109, 19, Tag::default(), |s, _| {
+                assert_eq!(s, ends[3].1)
+            })
             .unwrap();
         wal.wait_durable(end).unwrap();
         let mut n = 0;
@@ -607,7 +793,13 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..200u64 {
                         let end = wal
-                            .append(&redo_of(t), t as u64 * 1000 + i, i, |_, _| {})
+                            .append(
+                                &redo_of(t),
+                                t as u64 * 1000 + i,
+                                i,
+                                Tag::default(),
+                                |_, _| {},
+                            )
                             .unwrap();
                         wal.wait_durable(end).unwrap();
                     }
@@ -650,7 +842,7 @@ mod cost {
         let n = 200_000u64;
         let t = std::time::Instant::now();
         for i in 0..n {
-            let end = wal.append(&r, i, i, |_, _| {}).unwrap();
+            let end = wal.append(&r, i, i, Tag::default(), |_, _| {}).unwrap();
             wal.wait_durable(end).unwrap();
         }
         let ns = t.elapsed().as_nanos() as f64 / n as f64;

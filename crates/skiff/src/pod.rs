@@ -83,9 +83,9 @@ pub struct PodRunArgs {
     /// Keep the pod files after the run (for `skiff pod check`).
     #[arg(long)]
     pub keep: bool,
-    /// Partial failure: SIGKILL this host mid-run ((c) and (d) only); the
-    /// survivors reclaim its locks, and it restarts and recovers from the
-    /// logs.
+    /// Partial failure: SIGKILL this host mid-run; the survivors reclaim
+    /// its locks (or resolve its 2PC transactions), and it restarts and
+    /// recovers from its checkpoint and log.
     #[arg(long, requires = "kill_after")]
     pub kill_host: Option<u16>,
     /// Seconds into the run when --kill-host is killed.
@@ -94,6 +94,10 @@ pub struct PodRunArgs {
     /// Seconds after the kill when the host restarts (default 2).
     #[arg(long, requires = "kill_host")]
     pub restart_after: Option<f64>,
+    /// Seconds between a host's checkpoints (its partition copied, its log
+    /// before that dropped); 0: none during the run.
+    #[arg(long, default_value_t = 10.0)]
+    pub checkpoint_every: f64,
 }
 
 #[derive(Args, Debug)]
@@ -174,6 +178,8 @@ fn run_pod(args: &PodRunArgs) -> Result<(), PodCliError> {
     config.coherent_bytes = args.coherent_bytes as u64;
     config.cxl.latency_ratio = args.latency_ratio;
     config.launch = launch(args.threads)?;
+    config.checkpoint_every = Duration::try_from_secs_f64(args.checkpoint_every)
+        .map_err(|_| PodCliError::Duration(args.checkpoint_every))?;
     if let (Some(host), Some(after)) = (args.kill_host, args.kill_after) {
         let secs = |s: f64| Duration::try_from_secs_f64(s).map_err(|_| PodCliError::Duration(s));
         config.fault = Some(HostFault {

@@ -234,6 +234,10 @@ mod pod {
         crate::load(&cfg).unwrap();
         let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
         mem.control().set_state(state::RUNNING);
+        // Requests go only to hosts that are up.
+        for h in 0..2 {
+            crate::lease::HostRecord::of(&mem, h).announce();
+        }
         (shm, mem)
     }
 
