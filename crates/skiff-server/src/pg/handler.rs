@@ -8,7 +8,8 @@
 //! transaction status is still tracked so clients see what they expect),
 //! and `SET`s of settings DataFusion does not know (JDBC's
 //! `extra_float_digits`, `application_name`, ...), which succeed and change
-//! nothing. `SET datafusion.*` is DataFusion's and fails as it says.
+//! nothing. `SET datafusion.*` and `SET skiff.*` are the engine's and fail
+//! as they say (a mistyped value must not pass for a change).
 //!
 //! pgwire's defaults for Execute would collect a portal's rows before
 //! sending them; [`Queries`] overrides the simple Query and the Execute
@@ -142,7 +143,8 @@ pub(super) fn classify(sql: &str) -> Kind {
             if name.eq_ignore_ascii_case("SESSION") || name.eq_ignore_ascii_case("LOCAL") {
                 name = words.next().unwrap_or_default();
             }
-            let lenient = !name.to_ascii_lowercase().starts_with("datafusion.");
+            let name = name.to_ascii_lowercase();
+            let lenient = !(name.starts_with("datafusion.") || name.starts_with("skiff."));
             Kind::Set { lenient }
         }
         _ => Kind::Sql,

@@ -319,6 +319,11 @@ async fn pg_errors_leave_the_connection_usable() {
         .await
         .unwrap_err();
     assert!(bad_set.code().is_some(), "{bad_set:?}");
+    let bad_skiff = client
+        .simple_query("SET skiff.migrate_after_pipelines = 'soon'")
+        .await
+        .unwrap_err();
+    assert!(bad_skiff.code().is_some(), "{bad_skiff:?}");
     // The first error ends a multi-statement message.
     let messages = client.simple_query("SELECT 1 / 0; SELECT 2").await;
     assert!(messages.is_err());

@@ -646,6 +646,9 @@ struct Cluster {
     _memnode: Owned,
     /// Dropped last: the nodes go first, then the coordinator.
     _coordinator: Owned,
+    /// The memory node's state directory, removed with the cluster (its
+    /// process is killed, so it cannot clean up itself).
+    _state_dir: tempfile::TempDir,
 }
 
 impl Cluster {
@@ -692,8 +695,10 @@ impl Cluster {
         let admin = PgConn::connect(pg, &Credentials::default())
             .await
             .map_err(fail)?;
+        let state_dir = tempfile::tempdir().map_err(|e| fail(e.to_string()))?;
         let mut memnode = child(&exe, "memnode");
         memnode.arg("--coordinator").arg(&cluster_addr);
+        memnode.arg("--state-dir").arg(state_dir.path());
         let memnode = Owned(memnode.spawn().map_err(|e| fail(e.to_string()))?);
         let mut cluster = Self {
             exe,
@@ -703,6 +708,7 @@ impl Cluster {
             workers: Vec::new(),
             _memnode: memnode,
             _coordinator: coordinator,
+            _state_dir: state_dir,
         };
         for &p in partitions {
             cluster.add_worker(p).await?;
