@@ -83,12 +83,6 @@ pub const DYNAMIC_COOL_SWEEP_MAX: u32 = 512;
 /// may have moved it back.
 pub const DYNAMIC_ASKS_MAX: u32 = 3;
 
-/// Pasha dynamic: move requests one worker may have in flight, each in its
-/// own mailbox, while it runs other inputs (the ones that asked wait, set
-/// aside). With one, a worker that needs a second tuple moved before the
-/// first answer arrives must sleep on it.
-pub const DYNAMIC_ASKS_IN_FLIGHT_MAX: usize = 8;
-
 /// Bytes of one write-ahead-log record: every after-image of a transaction
 /// plus 20 bytes per row. NewOrder writes ~40 rows (~3.3 KiB); Payment with
 /// bad credit ~800 bytes. The same bound as the undo log, with headroom.

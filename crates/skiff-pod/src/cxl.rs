@@ -253,12 +253,6 @@ impl<'m> CxlAccess<'m> {
         self.pod.atomic_u64(off)
     }
 
-    /// Counts a coherent-region line touched without a lock word on it (a
-    /// doorbell): one coherent miss the first time in the transaction.
-    pub(crate) fn coherent_line(&mut self, off: u64) {
-        self.lock_word(off - off % 8);
-    }
-
     /// Counts the lines of `[off, off+len)` as read; `stale` forces a miss
     /// (and a flush) for lines already seen in this transaction.
     fn touch_range(&mut self, off: u64, len: u64, flag: u8, stale: bool) {

@@ -29,21 +29,15 @@
 //!   seen unchanged after the lock names the tuple's current rows.
 //!
 //! A host that finds no forward asks the owner through its **mailbox** in the
-//! coherent region and sleeps on it (futex) until the owner answers. The
-//! owner's mover state is shared by its workers and its mover thread
-//! ([`HostMover`]): a worker that is running transactions serves requests
-//! between two attempts, so a request costs no wake-up of a sleeping thread
-//! and no context switch; the mover thread, which sleeps on the host's
-//! **doorbell**, is woken only when none of the owner's workers is awake to
-//! see the request (or the answer is late), and sweeps for cooled tuples.
-//! Nothing polls: a worker looks at the doorbell once per attempt.
+//! coherent region and sleeps on it (futex) until the owner's mover answers;
+//! the mover sleeps on its **doorbell** until asked, or until it is time to
+//! sweep for cooled tuples. Nothing polls.
 
-use std::sync::Mutex;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
-use crate::constants::{DYNAMIC_ASKS_IN_FLIGHT_MAX, DYNAMIC_COOL_SWEEP_MAX};
+use crate::constants::DYNAMIC_COOL_SWEEP_MAX;
 use crate::cxl::{Coherence, CxlAccess, CxlCounters};
 use crate::futex;
 use crate::header::state;
@@ -203,10 +197,6 @@ pub(crate) enum Reply {
 
 /// Longest single sleep of a requester, so it notices a stopping run.
 const ASK_SLICE: Duration = Duration::from_millis(20);
-/// A request the owner's awake workers have not answered in this long (a
-/// worker preempted, or blocked in a log flush) also wakes the owner's mover
-/// thread.
-const ASK_NUDGE: Duration = Duration::from_millis(1);
 /// A request the owner's mover took must be answered within this: it
 /// never blocks while serving.
 const ASK_ANSWER_MAX: Duration = Duration::from_secs(30);
@@ -242,9 +232,6 @@ struct Mailbox<'m> {
     table: &'m AtomicU32,
     warehouse: &'m AtomicU32,
     idx: &'m AtomicU64,
-    /// Set while the asker sleeps on `state`, so an answer to an asker that
-    /// is not asleep costs no wake-up system call.
-    sleeper: &'m AtomicU32,
 }
 
 impl<'m> Mailbox<'m> {
@@ -255,154 +242,52 @@ impl<'m> Mailbox<'m> {
             table: mem.pod.atomic_u32(off + 8),
             warehouse: mem.pod.atomic_u32(off + 12),
             idx: mem.pod.atomic_u64(off + 16),
-            sleeper: mem.pod.atomic_u32(off + 24),
         }
     }
 }
 
-/// A request to move a tuple: from mailbox `k` of worker `worker` of `host`
-/// to `owner`, for tuple `idx` of `table` (warehouse `w`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Request {
-    pub host: u16,
-    pub worker: u16,
-    pub k: usize,
-    pub owner: u16,
-    pub table: LockTable,
-    pub w: u32,
-    pub idx: u64,
-}
-
-/// A request in a mailbox whose answer was not taken yet.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Posted {
-    host: u16,
-    worker: u16,
-    k: usize,
-    owner: u16,
-    /// The owner's mover thread was woken for it (no worker was awake).
-    mover_woken: bool,
-}
-
-/// Asks the owner and sleeps until it answers: [`post`], then
-/// [`wait_reply`].
+/// Asks `owner` to move tuple `idx` of `table` (warehouse `w`) to the shared
+/// region, from mailbox `worker` of `host`, and sleeps until it answers.
+/// `cxl` counts the mailbox line (one coherent miss).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn ask_owner(
     mem: &PodMemory,
     cxl: &mut CxlAccess<'_>,
-    serving: Option<&mut Serving<'_>>,
-    r: &Request,
+    host: u16,
+    worker: u16,
+    owner: u16,
+    table: LockTable,
+    w: u32,
+    idx: u64,
 ) -> Result<Reply, String> {
-    let posted = post(mem, cxl, r, true);
-    wait_reply(mem, serving, posted)
-}
-
-/// Writes `r` into the asker's mailbox, which must be empty, and rings the
-/// owner's doorbell. Does not wait. With `urgent` (the asker will sleep on
-/// the answer), wakes the owner's mover thread if none of the owner's
-/// workers is awake to see the request; otherwise a sleeping owner serves
-/// it when it wakes (it sleeps only on answers to its own requests, which
-/// are served before their askers sleep, so it does wake). `cxl` counts the
-/// mailbox and doorbell lines (coherent misses).
-pub(crate) fn post(mem: &PodMemory, cxl: &mut CxlAccess<'_>, r: &Request, urgent: bool) -> Posted {
-    assert_ne!(r.owner, r.host, "a host asks only other hosts");
-    let off = mem.layout.mailbox(r.host, r.worker, r.k);
+    assert_ne!(owner, host, "a host asks only other hosts");
+    let off = mem.layout.mailbox(host, worker);
     cxl.lock_word(off);
     let mb = Mailbox::of(mem, off);
     let s = mb.state.load(Acquire);
-    assert_eq!(
-        s,
-        mail::EMPTY,
-        "mailbox {}/{}/{} in use: {s}",
-        r.host,
-        r.worker,
-        r.k
-    );
-    mb.target.store(r.owner as u32, Relaxed);
-    mb.table.store(table_code(r.table), Relaxed);
-    mb.warehouse.store(r.w, Relaxed);
-    mb.idx.store(r.idx, Relaxed);
+    assert_eq!(s, mail::EMPTY, "mailbox {host}/{worker} in use: {s}");
+    mb.target.store(owner as u32, Relaxed);
+    mb.table.store(table_code(table), Relaxed);
+    mb.warehouse.store(w, Relaxed);
+    mb.idx.store(idx, Relaxed);
     mb.state.store(mail::PENDING, Release);
-    cxl.coherent_line(mem.layout.doorbell(r.owner));
-    let (bell, awake) = doorbell(mem, r.owner);
-    // SeqCst with the owner's `Serving::idle`: either it sees the bell rung
-    // after it stopped counting itself awake, or we see it awake.
-    bell.fetch_add(1, SeqCst);
-    let mover_woken = urgent && awake.load(SeqCst) == 0;
-    if mover_woken {
-        futex::wake_all(bell);
-    }
-    Posted {
-        host: r.host,
-        worker: r.worker,
-        k: r.k,
-        owner: r.owner,
-        mover_woken,
-    }
-}
+    let bell = mem.pod.atomic_u32(mem.layout.doorbell(owner));
+    bell.fetch_add(1, Release);
+    futex::wake_all(bell);
 
-/// The answer to `p`, if the owner gave it yet; the mailbox is empty again
-/// once it is taken. Never waits. `cxl` counts the mailbox line.
-pub(crate) fn take_reply(mem: &PodMemory, cxl: &mut CxlAccess<'_>, p: &Posted) -> Option<Reply> {
-    let off = mem.layout.mailbox(p.host, p.worker, p.k);
-    cxl.lock_word(off);
-    let mb = Mailbox::of(mem, off);
-    let s = mb.state.load(Acquire);
-    (s >= mail::MOVED).then(|| {
-        mb.state.store(mail::EMPTY, Release);
-        reply_of(s)
-    })
-}
-
-fn reply_of(state: u32) -> Reply {
-    match state {
-        mail::MOVED => Reply::Moved,
-        mail::BUSY => Reply::Busy,
-        _ => Reply::Refused,
-    }
-}
-
-/// Sleeps until the owner answers `p` (or the run stops). A worker that
-/// serves its own host's requests (`serving`) stops counting as awake while
-/// it sleeps.
-pub(crate) fn wait_reply(
-    mem: &PodMemory,
-    serving: Option<&mut Serving<'_>>,
-    p: Posted,
-) -> Result<Reply, String> {
-    let mb = Mailbox::of(mem, mem.layout.mailbox(p.host, p.worker, p.k));
-    let bell = doorbell(mem, p.owner).0;
-    let mut serving = serving;
-    if let Some(s) = serving.as_deref_mut() {
-        s.idle();
-    }
-    let reply = await_reply(mem, &mb, bell, p);
-    if let Some(s) = serving {
-        s.wake();
-    }
-    reply
-}
-
-/// The requester's sleep until its mailbox holds an answer.
-fn await_reply(
-    mem: &PodMemory,
-    mb: &Mailbox<'_>,
-    bell: &AtomicU32,
-    p: Posted,
-) -> Result<Reply, String> {
     let control = mem.control();
     let started = Instant::now();
-    let mut slice = if p.mover_woken { ASK_SLICE } else { ASK_NUDGE };
-    // SeqCst with the answer's store and the server's look at `sleeper`:
-    // either it sees us asleep, or we see its answer before sleeping.
-    mb.sleeper.store(1, SeqCst);
     loop {
-        let answered = futex::wait_until(mb.state, Instant::now() + slice, slice, |s| {
+        let answered = futex::wait_until(mb.state, Instant::now() + ASK_SLICE, ASK_SLICE, |s| {
             s >= mail::MOVED
         });
-        if let Some(state) = answered {
-            mb.sleeper.store(0, Relaxed);
+        if let Some(reply) = answered {
             mb.state.store(mail::EMPTY, Release);
-            return Ok(reply_of(state));
+            return Ok(match reply {
+                mail::MOVED => Reply::Moved,
+                mail::BUSY => Reply::Busy,
+                _ => Reply::Refused,
+            });
         }
         let stopping = !matches!(control.state(), state::RUNNING | state::LOADED);
         if stopping
@@ -411,52 +296,14 @@ fn await_reply(
                 .compare_exchange(mail::PENDING, mail::EMPTY, AcqRel, Acquire)
                 .is_ok()
         {
-            mb.sleeper.store(0, Relaxed);
             return Ok(Reply::Stopped);
-        }
-        if slice == ASK_NUDGE {
-            futex::wake_all(bell);
-            slice = ASK_SLICE;
         }
         if started.elapsed() > ASK_ANSWER_MAX {
             return Err(format!(
-                "host {} did not answer host {}'s request in {ASK_ANSWER_MAX:?}",
-                p.owner, p.host
+                "host {owner} did not answer host {host}'s request in {ASK_ANSWER_MAX:?}"
             ));
         }
     }
-}
-
-/// Bumped with every answer to one of `worker`'s mailboxes (a word of its
-/// first mailbox's line), so the worker looks at its mailboxes only when
-/// one of them changed.
-fn answers(mem: &PodMemory, host: u16, worker: u16) -> &AtomicU32 {
-    mem.pod.atomic_u32(mem.layout.mailbox(host, worker, 0) + 28)
-}
-
-/// How many answers `worker`'s mailboxes received, if not `seen`; `cxl`
-/// counts the line then (only an answer, another host's write, changes it).
-pub(crate) fn new_answers(
-    mem: &PodMemory,
-    cxl: &mut CxlAccess<'_>,
-    host: u16,
-    worker: u16,
-    seen: u32,
-) -> Option<u32> {
-    let off = mem.layout.mailbox(host, worker, 0) + 28;
-    let now = answers(mem, host, worker).load(Acquire);
-    (now != seen).then(|| {
-        cxl.coherent_line(off);
-        now
-    })
-}
-
-/// Host `host`'s doorbell (the futex its mover thread sleeps on, bumped by
-/// every request) and, on the same line, the count of its workers awake to
-/// serve requests between attempts.
-fn doorbell(mem: &PodMemory, host: u16) -> (&AtomicU32, &AtomicU32) {
-    let off = mem.layout.doorbell(host);
-    (mem.pod.atomic_u32(off), mem.pod.atomic_u32(off + 4))
 }
 
 /// What a host's mover did.
@@ -468,6 +315,7 @@ pub(crate) struct MoverStats {
     /// Requests answered busy (tuple held locally, or no slot free).
     pub busy: u64,
     pub cxl: CxlCounters,
+    pub cpu_ns: u64,
 }
 
 /// One movable table's pool of slots, as its owner's mover sees it.
@@ -521,14 +369,36 @@ impl<'m> Mover<'m> {
         }
     }
 
+    /// Serves until the run leaves RUNNING or `hard_stop`.
+    pub(crate) fn run(mut self, hard_stop: Instant) -> MoverStats {
+        let cpu_start = thread_cpu_ns();
+        let control = self.mem.control();
+        let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
+        let mut last_sweep = Instant::now();
+        while control.state() == state::RUNNING && Instant::now() < hard_stop {
+            let rung = bell.load(Acquire);
+            self.serve();
+            if last_sweep.elapsed() >= COOL_INTERVAL {
+                self.cool(DYNAMIC_COOL_SWEEP_MAX);
+                last_sweep = Instant::now();
+            }
+            // Woken by a request (the doorbell changes), the stop (a
+            // request withdrawn is fine), or the next sweep.
+            futex::wait(bell, rung, COOL_INTERVAL);
+        }
+        self.stats.cxl = self.cxl.counters();
+        self.stats.cpu_ns = thread_cpu_ns() - cpu_start;
+        self.stats
+    }
+
     /// Answers every pending request addressed to this host.
     pub(crate) fn serve(&mut self) {
         let mem = self.mem;
         let l = &mem.layout;
         let me = self.host;
         for g in (0..l.params.hosts).filter(|&g| g != me) {
-            for i in 0..l.mailboxes_per_host() {
-                let mb = Mailbox::of(mem, l.mailbox_at(g, i));
+            for k in 0..l.mailboxes_per_host() {
+                let mb = Mailbox::of(mem, l.mailbox(g, k));
                 if mb.state.load(Acquire) != mail::PENDING
                     || mb.target.load(Relaxed) != me as u32
                     || mb
@@ -544,12 +414,8 @@ impl<'m> Mover<'m> {
                     mb.idx.load(Relaxed),
                 );
                 let reply = self.handle(request);
-                mb.state.store(reply, SeqCst);
-                if mb.sleeper.load(SeqCst) != 0 {
-                    futex::wake_all(mb.state);
-                }
-                let asker = i / DYNAMIC_ASKS_IN_FLIGHT_MAX as u16;
-                answers(mem, g, asker).fetch_add(1, Release);
+                mb.state.store(reply, Release);
+                futex::wake_all(mb.state);
             }
         }
     }
@@ -695,13 +561,6 @@ impl<'m> Mover<'m> {
         })
     }
 
-    fn into_stats(self) -> MoverStats {
-        MoverStats {
-            cxl: self.cxl.counters(),
-            ..self.stats
-        }
-    }
-
     #[cfg(test)]
     pub(crate) fn occupied(&self) -> usize {
         self.pools
@@ -726,170 +585,6 @@ impl<'m> Mover<'m> {
                     self.pools[p].free.push(s);
                 }
             }
-        }
-    }
-}
-
-/// A host's mover, shared by its mover thread and its workers (threads of
-/// one process: the mutex is host-private). Whoever holds it is the mover
-/// of the module's protocol, so home and directory words still have one
-/// writer at a time.
-pub(crate) struct HostMover<'m> {
-    mover: Mutex<Mover<'m>>,
-    bell_off: u64,
-    bell: &'m AtomicU32,
-    awake: &'m AtomicU32,
-}
-
-impl<'m> HostMover<'m> {
-    pub(crate) fn new(mem: &'m PodMemory, host: u16) -> HostMover<'m> {
-        let (bell, awake) = doorbell(mem, host);
-        HostMover {
-            mover: Mutex::new(Mover::new(mem, host)),
-            bell_off: mem.layout.doorbell(host),
-            bell,
-            awake,
-        }
-    }
-
-    /// The mover thread: serves what no worker did and sweeps for cooled
-    /// tuples, until the run leaves RUNNING or `hard_stop`. Returns its CPU
-    /// time.
-    pub(crate) fn run(&self, hard_stop: Instant) -> u64 {
-        let cpu_start = thread_cpu_ns();
-        let control = self.lock().mem.control();
-        let mut last_sweep = Instant::now();
-        while control.state() == state::RUNNING && Instant::now() < hard_stop {
-            let rung = self.bell.load(Acquire);
-            let mut mover = self.lock();
-            mover.serve();
-            if last_sweep.elapsed() >= COOL_INTERVAL {
-                mover.cool(DYNAMIC_COOL_SWEEP_MAX);
-                last_sweep = Instant::now();
-            }
-            drop(mover);
-            // Woken by a request no worker was awake for (the doorbell
-            // changes), the stop (a request withdrawn is fine), or the next
-            // sweep.
-            futex::wait(self.bell, rung, COOL_INTERVAL);
-        }
-        thread_cpu_ns() - cpu_start
-    }
-
-    /// What the mover did, whoever served.
-    pub(crate) fn into_stats(self) -> MoverStats {
-        self.mover
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .into_stats()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Mover<'m>> {
-        // A panic while serving fails the host anyway; the counters stay
-        // readable.
-        self.mover.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Serves pending requests unless another thread of the host is at it
-    /// (it serves them, or they rang the bell after its scan and the mover
-    /// thread, or the next attempt of an awake worker, sees the change).
-    fn try_serve(&self) -> bool {
-        match self.mover.try_lock() {
-            Ok(mut m) => {
-                m.serve();
-                true
-            }
-            Err(_) => false,
-        }
-    }
-}
-
-/// A worker's share in serving its host's requests: counted awake in the
-/// coherent region while it runs attempts, it looks at the doorbell at
-/// each [`Serving::poll`] and serves what rang since.
-pub(crate) struct Serving<'m> {
-    host: &'m (dyn ServeRequests + 'm),
-    seen: u32,
-    awake: bool,
-}
-
-/// [`HostMover`] as a worker's transaction context sees it.
-pub(crate) trait ServeRequests: Sync {
-    fn bell_off(&self) -> u64;
-    fn bell(&self) -> &AtomicU32;
-    fn awake(&self) -> &AtomicU32;
-    fn try_serve(&self) -> bool;
-}
-
-impl ServeRequests for HostMover<'_> {
-    fn bell_off(&self) -> u64 {
-        self.bell_off
-    }
-    fn bell(&self) -> &AtomicU32 {
-        self.bell
-    }
-    fn awake(&self) -> &AtomicU32 {
-        self.awake
-    }
-    fn try_serve(&self) -> bool {
-        HostMover::try_serve(self)
-    }
-}
-
-impl<'m> Serving<'m> {
-    /// Counts the worker awake from now on.
-    pub(crate) fn new(host: &'m (dyn ServeRequests + 'm)) -> Serving<'m> {
-        let seen = host.bell().load(Acquire);
-        host.awake().fetch_add(1, SeqCst);
-        Serving {
-            host,
-            seen,
-            awake: true,
-        }
-    }
-
-    /// Between attempts (no lock held): serves what rang since the last
-    /// look. `cxl` counts the doorbell's line when it changed: only then did
-    /// another host write it, so only then would the look miss.
-    pub(crate) fn poll(&mut self, cxl: &mut CxlAccess<'_>) {
-        debug_assert!(self.awake);
-        let rung = self.host.bell().load(Acquire);
-        if rung != self.seen {
-            cxl.coherent_line(self.host.bell_off());
-            if self.host.try_serve() {
-                self.seen = rung;
-            }
-        }
-    }
-
-    /// Before the worker sleeps: it stops counting as awake, then serves
-    /// what rang meanwhile, or leaves it to the mover thread.
-    pub(crate) fn idle(&mut self) {
-        debug_assert!(self.awake);
-        self.awake = false;
-        self.host.awake().fetch_sub(1, SeqCst);
-        let rung = self.host.bell().load(SeqCst);
-        if rung != self.seen {
-            if self.host.try_serve() {
-                self.seen = rung;
-            } else {
-                futex::wake_all(self.host.bell());
-            }
-        }
-    }
-
-    /// After the sleep.
-    pub(crate) fn wake(&mut self) {
-        debug_assert!(!self.awake);
-        self.awake = true;
-        self.host.awake().fetch_add(1, SeqCst);
-    }
-}
-
-impl Drop for Serving<'_> {
-    fn drop(&mut self) {
-        if self.awake {
-            self.idle();
         }
     }
 }

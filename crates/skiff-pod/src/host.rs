@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::arch::{Arch, Place};
 use crate::config::Mix;
-use crate::constants::{DYNAMIC_ASKS_IN_FLIGHT_MAX, TXN_ATTEMPTS_MAX};
-use crate::dynamic::{HostMover, MoverStats, ServeRequests};
+use crate::constants::TXN_ATTEMPTS_MAX;
+use crate::dynamic::Mover;
 use crate::error::{PodError, Result};
 use crate::futex;
 use crate::header::{Control, state};
@@ -194,26 +194,21 @@ fn run_workers(
     let workers = mem.params().workers_per_host;
     let lease_stop = AtomicBool::new(false);
     let mut total = WorkerStats::default();
-    let host_mover = (mem.layout.dynamic_slots() > 0).then(|| HostMover::new(mem, host));
     let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
         let lease_stop = &lease_stop;
-        let host_mover = host_mover.as_ref();
         let lease = s.spawn(move || lease::lease_thread(mem, host, lease_stop));
         let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let serve = host_mover.map(|m| m as &dyn ServeRequests);
-                s.spawn(move || worker(mem, host, wal, w, serve, hard_stop))
-            })
+            .map(|w| s.spawn(move || worker(mem, host, wal, w, hard_stop)))
             .collect();
         let auditor = mem
             .params()
             .auditor
             .then(|| s.spawn(move || auditor(mem, host, wal, hard_stop)));
         let participants = participants(s, mem, host, wal, listener, hard_stop);
-        let mover = host_mover.map(|m| {
+        let mover = (mem.layout.dynamic_slots() > 0).then(|| {
             std::thread::Builder::new()
                 .name(format!("pod-mover-{host}"))
-                .spawn_scoped(s, move || mover(m, hard_stop))
+                .spawn_scoped(s, move || mover(mem, host, hard_stop))
         });
         let mut out: Vec<Result<WorkerStats>> =
             handles.into_iter().map(|h| join(host, h)).collect();
@@ -240,9 +235,6 @@ fn run_workers(
     });
     for r in results {
         total.merge(&r?);
-    }
-    if let Some(m) = host_mover {
-        total.merge(&mover_stats(m.into_stats()));
     }
     let log = wal.counters();
     total.protocol.log_records += log.records;
@@ -328,19 +320,6 @@ enum Outcome {
     RolledBack,
     /// Attempts exhausted, or the run stopped while retrying.
     Abandoned,
-    /// (e): set aside until its owner answers a move request
-    /// (`TxnError::Deferred`); not an abort.
-    Deferred,
-}
-
-/// (e): an input a worker set aside while another host moves a tuple it
-/// needs; it runs again once the answer is in mailbox `k`, and its latency
-/// counts from its first start.
-struct Deferred {
-    kind: Kind,
-    input: Input,
-    started: Instant,
-    k: usize,
 }
 
 /// Runs `body` until it commits, rolls back by request, or fails for good.
@@ -376,10 +355,6 @@ fn execute(
                 txn.abort();
                 return Ok(Outcome::RolledBack);
             }
-            Err(TxnError::Deferred) => {
-                txn.abort();
-                return Ok(Outcome::Deferred);
-            }
             Err(fatal) => {
                 txn.abort();
                 return Err(fatal);
@@ -390,12 +365,11 @@ fn execute(
     Ok(Outcome::Abandoned)
 }
 
-fn worker<'s>(
-    mem: &'s PodMemory,
+fn worker(
+    mem: &PodMemory,
     host: u16,
     wal: &Wal,
     id: u16,
-    host_mover: Option<&'s (dyn ServeRequests + 's)>,
     hard_stop: Instant,
 ) -> Result<WorkerStats> {
     let params = mem.params();
@@ -410,9 +384,6 @@ fn worker<'s>(
     let control = mem.control();
     let mut txn = Txn::for_worker(mem, host, id);
     txn.attach_log(wal, true);
-    if let Some(m) = host_mover {
-        txn.serve_requests(m);
-    }
     let record = HostRecord::of(mem, host);
     if mem.layout.shared_nothing() {
         txn.connect_remote(hard_stop)
@@ -421,46 +392,23 @@ fn worker<'s>(
     let mut stats = WorkerStats::default();
     let cpu_start = thread_cpu_ns();
     let mut done = 0u64;
-    let mut deferred: Vec<Deferred> = Vec::with_capacity(DYNAMIC_ASKS_IN_FLIGHT_MAX);
-    let mut pending_answers = false;
     while control.state() == state::RUNNING {
         done += 1;
         if done.is_multiple_of(256) && Instant::now() > hard_stop {
             break;
         }
-        // A ready input waits in `deferred` until its answer is claimed, so
-        // after new answers every input is asked; otherwise none is.
-        let look = !deferred.is_empty() && (pending_answers || txn.new_answers());
-        let ready = if look {
-            deferred.iter().position(|d| txn.answer_in(d.k))
-        } else {
-            None
-        };
-        pending_answers = ready.is_some();
-        let (kind, input, started, rerun) = match ready {
-            Some(i) => {
-                let d = deferred.remove(i);
-                (d.kind, d.input, d.started, true)
-            }
-            None => {
-                let w = home[rng.uniform(0, home.len() as u64 - 1) as usize];
-                let kind = Kind::pick(params, &mut rng);
-                (
-                    kind,
-                    inputs.generate(kind, &mut rng, w),
-                    Instant::now(),
-                    false,
-                )
-            }
-        };
-        // An input is set aside once, and only while a mailbox is free (a
-        // new input that needs a tuple moved then waits for it); Delivery,
-        // the business transaction of ten, never is (it reaches no other
-        // host).
-        let remote_kind = matches!(kind, Kind::NewOrder | Kind::Payment);
-        let room = deferred.len() < DYNAMIC_ASKS_IN_FLIGHT_MAX;
-        txn.defer_next_ask(remote_kind && !rerun && room);
-        let (outcome, remote) = run_one(&mut txn, &control, &mut stats, kind, &input, unix_now());
+        let w = home[rng.uniform(0, home.len() as u64 - 1) as usize];
+        let now = unix_now();
+        let started = Instant::now();
+        let kind = Kind::pick(params, &mut rng);
+        let (outcome, remote) = run_one(
+            &mut txn,
+            &control,
+            &mut stats,
+            kind,
+            || inputs.generate(kind, &mut rng, w),
+            now,
+        );
         let (counters, latency) = stats.of(kind);
         match outcome {
             Ok(Outcome::Committed) => {
@@ -475,15 +423,6 @@ fn worker<'s>(
                 latency.record(started.elapsed().as_nanos() as u64);
             }
             Ok(Outcome::Abandoned) => {}
-            Ok(Outcome::Deferred) => match txn.deferred_in() {
-                Some(k) => deferred.push(Deferred {
-                    kind,
-                    input,
-                    started,
-                    k,
-                }),
-                None => unreachable!("a deferred attempt names its mailbox"),
-            },
             Err(TxnError::Capacity(reason)) => {
                 control.request_stop(&format!("host {host}: {reason}"));
                 break;
@@ -566,28 +505,30 @@ fn run_one(
     control: &Control<'_>,
     stats: &mut WorkerStats,
     kind: Kind,
-    input: &Input,
+    input: impl FnOnce() -> Input,
     now: u64,
 ) -> (std::result::Result<Outcome, TxnError>, bool) {
     let counters = stats.of(kind).0;
-    match input {
+    match input() {
         Input::NewOrder(i) => (
-            execute(txn, control, counters, |t| new_order(t, i, now).map(|_| ())),
+            execute(txn, control, counters, |t| {
+                new_order(t, &i, now).map(|_| ())
+            }),
             !i.all_local(),
         ),
         Input::Payment(i) => (
-            execute(txn, control, counters, |t| payment(t, i, now).map(|_| ())),
+            execute(txn, control, counters, |t| payment(t, &i, now).map(|_| ())),
             i.c_w_id != i.w_id,
         ),
         Input::OrderStatus(i) => (
-            execute(txn, control, counters, |t| order_status(t, i).map(|_| ())),
+            execute(txn, control, counters, |t| order_status(t, &i).map(|_| ())),
             false,
         ),
         Input::StockLevel(i) => (
-            execute(txn, control, counters, |t| stock_level(t, i).map(|_| ())),
+            execute(txn, control, counters, |t| stock_level(t, &i).map(|_| ())),
             false,
         ),
-        Input::Delivery(i) => (deliver(txn, control, counters, i, now), false),
+        Input::Delivery(i) => (deliver(txn, control, counters, &i, now), false),
     }
 }
 
@@ -621,20 +562,13 @@ fn protocol_counters(txn: &Txn<'_>) -> ProtocolCounters {
     }
 }
 
-/// Pasha dynamic: the host's mover thread, which serves the requests no
-/// worker was awake for and moves tuples back. Its CPU time is the host's.
-fn mover(m: &HostMover<'_>, hard_stop: Instant) -> Result<WorkerStats> {
+/// Pasha dynamic: the host's mover, which serves other hosts' requests and
+/// moves tuples back. Its CPU time and CXL traffic are the host's.
+fn mover(mem: &PodMemory, host: u16, hard_stop: Instant) -> Result<WorkerStats> {
+    let m = Mover::new(mem, host).run(hard_stop);
     Ok(WorkerStats {
-        cpu_ns: m.run(hard_stop),
-        ..WorkerStats::default()
-    })
-}
-
-/// What the host's mover did, whichever thread served: its CXL traffic is
-/// the host's.
-fn mover_stats(m: MoverStats) -> WorkerStats {
-    WorkerStats {
         cxl: m.cxl,
+        cpu_ns: m.cpu_ns,
         protocol: ProtocolCounters {
             served: m.requests,
             moved_in: m.moved_in,
@@ -643,7 +577,7 @@ fn mover_stats(m: MoverStats) -> WorkerStats {
             ..ProtocolCounters::default()
         },
         ..WorkerStats::default()
-    }
+    })
 }
 
 /// The home warehouses of worker `id` among its host's `range`. Like the

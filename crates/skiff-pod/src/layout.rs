@@ -17,9 +17,7 @@
 
 use crate::arch::{Place, TableGroup, movable, place};
 use crate::config::Params;
-use crate::constants::{
-    CACHE_LINE_BYTES, DYNAMIC_ASKS_IN_FLIGHT_MAX, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN,
-};
+use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
 use crate::error::{PodError, Result};
 use crate::stats::HOST_STATS_BYTES;
 use crate::tpcc::schema::*;
@@ -629,18 +627,12 @@ impl Layout {
         }
     }
 
-    /// Request mailbox `k` of worker `worker` (workers, then the auditor) of
+    /// The request mailbox of worker `worker` (workers, then the auditor) of
     /// `host`.
-    pub(crate) fn mailbox(&self, host: u16, worker: u16, k: usize) -> u64 {
-        assert!(k < DYNAMIC_ASKS_IN_FLIGHT_MAX);
-        self.mailbox_at(host, worker * DYNAMIC_ASKS_IN_FLIGHT_MAX as u16 + k as u16)
-    }
-
-    /// Mailbox `i` of all of `host`'s (`0..mailboxes_per_host()`).
-    pub(crate) fn mailbox_at(&self, host: u16, i: u16) -> u64 {
+    pub(crate) fn mailbox(&self, host: u16, worker: u16) -> u64 {
         let per = self.dynamic.mailboxes_per_host;
-        assert!(per > 0 && host < self.params.hosts && (i as u64) < per);
-        self.dynamic.mailboxes + (host as u64 * per + i as u64) * MAILBOX_BYTES
+        assert!(per > 0 && host < self.params.hosts && (worker as u64) < per);
+        self.dynamic.mailboxes + (host as u64 * per + worker as u64) * MAILBOX_BYTES
     }
 
     pub(crate) fn mailboxes_per_host(&self) -> u16 {
@@ -720,9 +712,8 @@ fn place_dynamic_coherent(params: &Params, cap: u64, coherent: &mut Bump) -> Dyn
     let slots = params.dynamic_slots as u64;
     let mut d = DynamicExtents {
         slots,
-        // Every worker and the auditor may ask, several requests each.
-        mailboxes_per_host: (params.workers_per_host as u64 + 1)
-            * DYNAMIC_ASKS_IN_FLIGHT_MAX as u64,
+        // Every worker and the auditor may ask.
+        mailboxes_per_host: params.workers_per_host as u64 + 1,
         ..DynamicExtents::default()
     };
     for t in LOCK_TABLES {

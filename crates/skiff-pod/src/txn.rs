@@ -25,11 +25,9 @@ use std::time::{Duration, Instant};
 use bytemuck::Pod;
 
 use crate::arch::{CcProtocol, Place};
-use crate::constants::{
-    DYNAMIC_ASKS_IN_FLIGHT_MAX, DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX,
-};
+use crate::constants::{DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
 use crate::cxl::{Coherence, CxlAccess};
-use crate::dynamic::{self, Miss, Reply, Route, ServeRequests, Serving, Tuples};
+use crate::dynamic::{self, Miss, Reply, Route, Tuples};
 use crate::futex;
 use crate::header::state;
 use crate::layout::{Array, Loc, LockTable};
@@ -53,10 +51,6 @@ pub(crate) enum TxnError {
     Capacity(String),
     /// A value read from pod memory is out of range.
     Corrupt(String),
-    /// (e): a tuple another host owns is not in the shared region; its
-    /// owner was asked to move it and the attempt stops (undo, release)
-    /// rather than sleep on the answer ([`Txn::defer_next_ask`]).
-    Deferred,
 }
 
 pub(crate) type TxnResult<T> = Result<T, TxnError>;
@@ -126,21 +120,6 @@ pub(crate) struct Txn<'m> {
     /// Attempts begun by this context: with host and worker, the id of the
     /// current attempt in the log and in its transaction slot.
     attempts: u64,
-    /// (e): this worker serves its host's move requests between attempts.
-    serving: Option<Serving<'m>>,
-    /// (e): per mailbox of this worker, a request posted without waiting
-    /// whose answer was not taken yet ...
-    posted: [Option<dynamic::Posted>; DYNAMIC_ASKS_IN_FLIGHT_MAX],
-    /// ... or whose answer was taken but not yet claimed by the input that
-    /// asked ([`Txn::answer_in`]).
-    answered: [bool; DYNAMIC_ASKS_IN_FLIGHT_MAX],
-    /// (e): the next tuple not in the shared region is asked for without
-    /// waiting ([`TxnError::Deferred`]) if a mailbox is free.
-    defer_next_ask: bool,
-    /// The mailbox of the last deferred attempt's request.
-    deferred_in: Option<usize>,
-    /// Answers to this worker's mailboxes when it last looked at them.
-    answers_seen: u32,
 }
 
 /// The current WAIT_DIE age: a microsecond-ish clock shared by every process
@@ -185,63 +164,7 @@ impl<'m> Txn<'m> {
             redo: Redo::default(),
             wrote_pod: false,
             attempts: 0,
-            serving: None,
-            posted: [None; DYNAMIC_ASKS_IN_FLIGHT_MAX],
-            answered: [false; DYNAMIC_ASKS_IN_FLIGHT_MAX],
-            defer_next_ask: false,
-            deferred_in: None,
-            answers_seen: 0,
         }
-    }
-
-    /// (e): whether an attempt that finds a tuple of another host outside
-    /// the shared region asks for it without waiting and stops with
-    /// [`TxnError::Deferred`] (if one of the worker's mailboxes is free), so
-    /// the worker can run other inputs meanwhile instead of sleeping.
-    pub(crate) fn defer_next_ask(&mut self, on: bool) {
-        self.defer_next_ask = on;
-    }
-
-    /// The mailbox whose answer the last deferred attempt waits for.
-    pub(crate) fn deferred_in(&mut self) -> Option<usize> {
-        self.deferred_in.take()
-    }
-
-    /// (e): whether any of this worker's mailboxes was answered since the
-    /// last call (then [`Txn::answer_in`] is worth asking). Never waits.
-    pub(crate) fn new_answers(&mut self) -> bool {
-        let seen = self.answers_seen;
-        let now = dynamic::new_answers(self.mem, &mut self.cxl, self.host, self.worker, seen);
-        now.map(|n| self.answers_seen = n).is_some()
-    }
-
-    /// (e): whether mailbox `k`'s request was answered, claiming the answer
-    /// (the tuple was moved, or the owner was busy: the input runs again
-    /// either way). Never waits.
-    pub(crate) fn answer_in(&mut self, k: usize) -> bool {
-        if let Some(p) = self.posted[k]
-            && dynamic::take_reply(self.mem, &mut self.cxl, &p).is_some()
-        {
-            self.posted[k] = None;
-            self.answered[k] = true;
-        }
-        std::mem::take(&mut self.answered[k])
-    }
-
-    fn take_answer(&mut self, k: usize) -> TxnResult<()> {
-        if let Some(p) = self.posted[k].take() {
-            dynamic::wait_reply(self.mem, self.serving.as_mut(), p).map_err(TxnError::Corrupt)?;
-            self.answered[k] = true;
-        }
-        Ok(())
-    }
-
-    /// (e): serves `host`'s move requests at the start of every attempt
-    /// and before sleeping, and counts as awake (so requesters need not wake
-    /// the mover thread) until dropped.
-    pub(crate) fn serve_requests(&mut self, host: &'m (dyn ServeRequests + 'm)) {
-        assert!(!self.active && self.serving.is_none());
-        self.serving = Some(Serving::new(host));
     }
 
     /// Logs every commit to `wal` (group commit, durable before any lock is
@@ -312,9 +235,6 @@ impl<'m> Txn<'m> {
         assert!(!self.active, "begin inside a transaction");
         assert!(self.held.is_empty() && self.undo.is_empty());
         self.cxl.begin();
-        if let Some(s) = self.serving.as_mut() {
-            s.poll(&mut self.cxl);
-        }
         self.age = age;
         self.active = true;
         self.attempts += 1;
@@ -448,36 +368,17 @@ impl<'m> Txn<'m> {
             }
             self.side.asks += 1;
             self.side.messages += 2;
-            let unclaimed = |k: &usize| self.posted[*k].is_none() && !self.answered[*k];
-            let free = (0..DYNAMIC_ASKS_IN_FLIGHT_MAX).find(unclaimed);
-            let mut request = dynamic::Request {
-                host: self.host,
-                worker: self.worker,
-                k: 0,
+            let reply = dynamic::ask_owner(
+                self.mem,
+                &mut self.cxl,
+                self.host,
+                self.worker,
                 owner,
                 table,
                 w,
                 idx,
-            };
-            if let (true, Some(k)) = (self.defer_next_ask, free) {
-                request.k = k;
-                self.posted[k] = Some(dynamic::post(self.mem, &mut self.cxl, &request, false));
-                self.deferred_in = Some(k);
-                return Err(TxnError::Deferred);
-            }
-            // A mailbox whose request is not out; if every one is, the
-            // oldest's answer first (its input then finds the tuple moved,
-            // or asks again).
-            request.k = match (0..DYNAMIC_ASKS_IN_FLIGHT_MAX).find(|&k| self.posted[k].is_none()) {
-                Some(k) => k,
-                None => {
-                    self.take_answer(0)?;
-                    0
-                }
-            };
-            let reply =
-                dynamic::ask_owner(self.mem, &mut self.cxl, self.serving.as_mut(), &request)
-                    .map_err(TxnError::Corrupt)?;
+            )
+            .map_err(TxnError::Corrupt)?;
             match reply {
                 Reply::Moved => {}
                 Reply::Busy | Reply::Stopped => return Err(TxnError::Conflict),
@@ -541,13 +442,7 @@ impl<'m> Txn<'m> {
             let e = epoch.load(SeqCst);
             if lockword::ask_for_wake(word, seen) {
                 self.side.waits += 1;
-                if let Some(s) = self.serving.as_mut() {
-                    s.idle();
-                }
                 futex::wait(epoch, e, deadline - now);
-                if let Some(s) = self.serving.as_mut() {
-                    s.wake();
-                }
             }
         }
     }

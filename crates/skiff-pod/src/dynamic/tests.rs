@@ -211,7 +211,7 @@ mod pod {
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::Duration;
 
-    use super::super::{HostMover, Mover};
+    use super::super::Mover;
     use crate::arch::{Arch, Place};
     use crate::config::PodConfig;
     use crate::futex;
@@ -342,52 +342,6 @@ mod pod {
         assert_eq!(mover.stats().busy, 1);
         mover.cool_all();
         assert_eq!(mover.occupied(), 1, "a referenced tuple stays");
-    }
-
-    #[test]
-    fn a_deferred_attempt_asks_without_waiting_and_an_awake_owner_serves_it() {
-        let (_shm, mem) = loaded("dyn-defer", 64);
-        let owner = HostMover::new(&mem, 1);
-        let mut own = Txn::for_worker(&mem, 1, 0);
-        own.serve_requests(&owner);
-        let (s7, s8) = (keys::stock(7), keys::stock(8));
-        let mut txn = Txn::for_worker(&mem, 0, 0);
-        txn.defer_next_ask(true);
-        txn.begin(0);
-        let e = txn.lock(LockTable::Stock, 2, s7, Mode::Exclusive);
-        assert_eq!(e, Err(TxnError::Deferred));
-        txn.abort();
-        let k = txn.deferred_in().unwrap();
-        assert!(!txn.answer_in(k), "nobody served it yet");
-        // The owner's worker serves it at the start of its next attempt:
-        // no mover thread runs in this test.
-        own.begin(0);
-        own.commit();
-        assert!(txn.new_answers());
-        assert!(txn.answer_in(k));
-        assert!(!txn.answer_in(k), "an answer is claimed once");
-        txn.defer_next_ask(false);
-        txn.begin(0);
-        txn.lock(LockTable::Stock, 2, s7, Mode::Exclusive).unwrap();
-        txn.commit();
-        assert_eq!(txn.side_counters().asks, 1, "found moved: no second ask");
-
-        // An owner about to sleep serves what rang first.
-        txn.defer_next_ask(true);
-        txn.begin(0);
-        let e = txn.lock(LockTable::Stock, 2, s8, Mode::Shared);
-        assert_eq!(e, Err(TxnError::Deferred));
-        txn.abort();
-        let k = txn.deferred_in().unwrap();
-        drop(own);
-        assert!(txn.answer_in(k));
-        let stats = owner.into_stats();
-        assert_eq!((stats.requests, stats.moved_in), (2, 2));
-        for idx in [s7, s8] {
-            let at = mem.resolve_row(Array::Stock, 2, idx).unwrap();
-            assert_eq!(at.place, Place::Pod, "moved");
-        }
-        assert!(check_pod(&mem).passed());
     }
 
     #[test]
