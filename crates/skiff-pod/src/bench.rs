@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::arch::{Arch, CcProtocol};
-use crate::config::{CheckConfig, Launch, PodConfig};
+use crate::config::{CheckConfig, Launch, Mix, PodConfig};
 use crate::error::{PodError, Result};
 use crate::report::RunReport;
 
@@ -21,6 +21,13 @@ pub struct BenchConfig {
     pub shm_dir: PathBuf,
     pub archs: Vec<Arch>,
     pub protocols: Vec<CcProtocol>,
+    /// The paper's NewOrder + Payment (the Figure 3 workload), or TPC-C's
+    /// standard mix, whose three home-warehouse transactions dilute the
+    /// remote share.
+    pub mix: Mix,
+    /// Pasha dynamic: slots per host and movable table (`None`: the
+    /// default of [`PodConfig::dynamic_slots_per_host`]).
+    pub dynamic_slots_per_host: Option<u32>,
     /// The x axis: 10 is the TPC-C default, 60 the paper's highest setting
     /// (60% of NewOrders and 90% of Payments touch a remote warehouse).
     pub multi_warehouse_pcts: Vec<f64>,
@@ -51,6 +58,8 @@ impl BenchConfig {
                 .filter(|a| a.is_implemented())
                 .collect(),
             protocols: CcProtocol::ALL.to_vec(),
+            mix: Mix::NewOrderPayment,
+            dynamic_slots_per_host: None,
             multi_warehouse_pcts: vec![0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
             hosts: 2,
             warehouses: 4,
@@ -76,6 +85,19 @@ impl BenchConfig {
             correctness_duration: Duration::from_millis(700),
             ..BenchConfig::full(shm_dir, launch)
         }
+    }
+
+    /// Where results of this sweep go, so the standard mix never overwrites
+    /// the Figure 3 files: `pod-fig3[-quick][-standard]`.
+    pub fn file_stem(&self, quick: bool) -> String {
+        let mut stem = String::from("pod-fig3");
+        if quick {
+            stem.push_str("-quick");
+        }
+        if self.mix != Mix::NewOrderPayment {
+            let _ = write!(stem, "-{}", self.mix.name());
+        }
+        stem
     }
 
     /// Runs in the order [`bench`] does them.
@@ -117,6 +139,8 @@ impl BenchConfig {
         let mut c = PodConfig::new(path, hosts, w.max(hosts as u32));
         c.arch = arch;
         c.cc = cc;
+        c.mix = self.mix;
+        c.dynamic_slots_per_host = self.dynamic_slots_per_host;
         c.multi_warehouse_pct = pct;
         c.workers_per_host = self.workers_per_host;
         c.duration = if audit {
@@ -187,7 +211,7 @@ fn run_point(pod: &PodConfig, correctness: bool) -> Result<BenchPoint> {
 /// pair per latency ratio.
 pub fn write_csv(points: &[BenchPoint], ratios: &[f64], path: &Path) -> Result<()> {
     let mut s = String::from(
-        "kind,arch,cc,hosts,warehouses,workers_per_host,multi_warehouse_pct,elapsed_s,\
+        "kind,arch,cc,mix,hosts,warehouses,workers_per_host,multi_warehouse_pct,elapsed_s,\
          committed,committed_per_s,abort_rate,p50_us,p99_us,messages_per_txn,\
          committed_per_cpu_s,worker_cpu_s,misses_per_txn,lock_waits,moved_in,moved_back",
     );
@@ -204,10 +228,11 @@ pub fn write_csv(points: &[BenchPoint], ratios: &[f64], path: &Path) -> Result<(
         };
         let _ = write!(
             s,
-            "{kind},{},{},{},{},{},{},{:.3},{},{:.1},{:.5},{:.1},{:.1},{:.3},{:.1},{:.3},{:.2},\
+            "{kind},{},{},{},{},{},{},{},{:.3},{},{:.1},{:.5},{:.1},{:.1},{:.3},{:.1},{:.3},{:.2},\
              {},{},{}",
             r.arch.name(),
             r.cc.name(),
+            r.mix.name(),
             r.hosts,
             r.warehouses,
             r.workers_per_host,
@@ -253,5 +278,19 @@ mod tests {
         assert_eq!((last.hosts, last.auditor), (4, true));
         assert_eq!(last.multi_warehouse_pct, 60.0);
         assert_eq!(last_pod_path(&q), Some(last.shm_path.clone()));
+        assert!(points.iter().all(|p| p.mix == Mix::NewOrderPayment));
+    }
+
+    #[test]
+    fn the_standard_mix_runs_every_point_and_has_its_own_files() {
+        let mut full = BenchConfig::full("/dev/shm", Launch::Threads);
+        assert_eq!(full.file_stem(false), "pod-fig3");
+        full.mix = Mix::Standard;
+        assert!(full.points().iter().all(|p| p.mix == Mix::Standard));
+        assert_eq!(full.file_stem(false), "pod-fig3-standard");
+        let mut quick = BenchConfig::quick("/dev/shm", Launch::Threads);
+        assert_eq!(quick.file_stem(true), "pod-fig3-quick");
+        quick.mix = Mix::Standard;
+        assert_eq!(quick.file_stem(true), "pod-fig3-quick-standard");
     }
 }

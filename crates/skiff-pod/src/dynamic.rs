@@ -33,7 +33,7 @@
 //! the mover sleeps on its **doorbell** until asked, or until it is time to
 //! sweep for cooled tuples. Nothing polls.
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,10 @@ pub(crate) fn lock_tuple<T: Tuples>(
 /// The owner's mover moves a tuple into free slot `slot`; `copy` copies its
 /// rows from the partition to the slot. Fails, changing nothing, if a local
 /// transaction holds the tuple (or a stale reader still holds the slot).
+/// Returns whether a WAIT_DIE waiter asked to be woken when the slot word
+/// was released: the owner's transactions follow the forward to the slot
+/// while it is being filled, and an older one waits for the mover as for
+/// any holder; the caller wakes it (`Mover::wake_waiters`).
 pub(crate) fn move_in<W: AtomicWord>(
     home: &W,
     directory: &W,
@@ -124,9 +128,11 @@ pub(crate) fn move_in<W: AtomicWord>(
     slot: u32,
     owner: u16,
     copy: impl FnOnce(),
-) -> Result<(), Conflict> {
+) -> Result<bool, Conflict> {
     lockword::try_lock_exclusive(slot_word, owner)?;
     if lockword::try_forward(home, slot).is_err() {
+        // A waiter here followed a stale forward to this slot and is not
+        // woken: it dies when its bounded wait ends, as it would anyway.
         lockword::unlock_exclusive(slot_word, owner);
         return Err(Conflict);
     }
@@ -138,14 +144,13 @@ pub(crate) fn move_in<W: AtomicWord>(
         previous, 0,
         "directory word of a tuple at home was {previous:#x}"
     );
-    let woken = lockword::unlock_exclusive(slot_word, owner);
-    assert!(!woken, "a waiter on a slot being filled");
-    Ok(())
+    Ok(lockword::unlock_exclusive(slot_word, owner))
 }
 
 /// The owner's mover moves the tuple in `slot` home; `copy` copies its rows
 /// from the slot to the partition. Fails, changing nothing, if anyone holds
-/// the slot's lock (references it).
+/// the slot's lock (references it). Returns whether a WAIT_DIE waiter (one
+/// that arrived while the mover held the slot) asked to be woken.
 pub(crate) fn move_back<W: AtomicWord>(
     home: &W,
     directory: &W,
@@ -153,7 +158,7 @@ pub(crate) fn move_back<W: AtomicWord>(
     slot: u32,
     owner: u16,
     copy: impl FnOnce(),
-) -> Result<(), Conflict> {
+) -> Result<bool, Conflict> {
     lockword::try_lock_exclusive(slot_word, owner)?;
     copy();
     let previous = home.swap(0, Release);
@@ -168,10 +173,10 @@ pub(crate) fn move_back<W: AtomicWord>(
         Some(slot),
         "directory word of a moved tuple was {previous:#x}"
     );
-    lockword::unlock_exclusive(slot_word, owner);
+    let woken = lockword::unlock_exclusive(slot_word, owner);
     // The next occupant starts with no cached copies and a clear clock bit.
     slot_word.fetch_and(!(lockword::VALID_MASK | lockword::ACCESSED), AcqRel);
-    Ok(())
+    Ok(woken)
 }
 
 /// Mailbox states (the futex word at offset 0 of a mailbox).
@@ -651,9 +656,10 @@ impl<'m> Mover<'m> {
         self.cxl.begin();
         let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
         let dir = self.cxl.lock_word(l.directory(table, w, idx));
-        let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
+        let slot_off = l.slot_lock(table, host, slot);
+        let slot_word = self.cxl.lock_word(slot_off);
         let (cxl, buf) = (&mut self.cxl, &mut self.buf);
-        move_in(home, dir, slot_word, slot, host, || {
+        let woken = move_in(home, dir, slot_word, slot, host, || {
             for array in arrays_of(table) {
                 let src = l.row(array, w, idx);
                 let dst = l.slot_row(array, host, slot);
@@ -662,8 +668,19 @@ impl<'m> Mover<'m> {
                 cxl.write_bytes(Coherence::Tracked(slot_word), dst.off, buf);
             }
         })?;
+        self.wake_waiters(woken, slot_off);
         self.pools[p].occupant[slot as usize] = Some((w, idx));
         Ok(())
+    }
+
+    /// Wakes the WAIT_DIE waiters of the slot word at `off` if one asked, as
+    /// a transaction's release does.
+    fn wake_waiters(&self, woken: bool, off: u64) {
+        if woken {
+            let epoch = self.mem.control().release_epoch(off);
+            epoch.fetch_add(1, SeqCst);
+            futex::wake_all(epoch);
+        }
     }
 
     fn empty(&mut self, p: usize, slot: u32, w: u32, idx: u64) -> Result<(), Conflict> {
@@ -672,10 +689,11 @@ impl<'m> Mover<'m> {
         self.cxl.begin();
         let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
         let dir = self.cxl.lock_word(l.directory(table, w, idx));
-        let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
+        let slot_off = l.slot_lock(table, host, slot);
+        let slot_word = self.cxl.lock_word(slot_off);
         let (cxl, buf, redo) = (&mut self.cxl, &mut self.buf, &mut self.redo);
         let (wal, fatal) = (self.wal, &mut self.fatal);
-        move_back(home, dir, slot_word, slot, host, || {
+        let woken = move_back(home, dir, slot_word, slot, host, || {
             redo.clear();
             for array in arrays_of(table) {
                 let src = l.slot_row(array, host, slot);
@@ -697,7 +715,9 @@ impl<'m> Mover<'m> {
                     fatal.get_or_insert(e);
                 }
             }
-        })
+        })?;
+        self.wake_waiters(woken, slot_off);
+        Ok(())
     }
 
     #[cfg(test)]

@@ -386,3 +386,27 @@ mod pod {
         assert_eq!(report.rows.stock, 200_000);
     }
 }
+
+/// A WAIT_DIE transaction older than the mover waits on a slot word the
+/// mover holds (the owner follows its forward while the slot fills): the
+/// mover reports the waiter so it is woken, as any releaser does. This was
+/// an assertion that a full sweep under WAIT_DIE tripped.
+mod waiters {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::super::{move_back, move_in};
+    use crate::lockword;
+
+    #[test]
+    fn a_waiter_on_a_slot_being_filled_or_emptied_is_reported() {
+        let (home, dir, slot) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+        let wait = || assert!(lockword::ask_for_wake(&slot, slot.load(Relaxed)));
+        assert_eq!(move_in(&home, &dir, &slot, 3, 1, wait), Ok(true));
+        assert_eq!(lockword::forwarded(home.load(Relaxed)), Some(3));
+        assert_eq!(move_back(&home, &dir, &slot, 3, 1, || {}), Ok(false));
+        assert_eq!(move_in(&home, &dir, &slot, 3, 1, || {}), Ok(false));
+        assert_eq!(move_back(&home, &dir, &slot, 3, 1, wait), Ok(true));
+        assert_eq!((home.load(Relaxed), dir.load(Relaxed)), (0, 0));
+    }
+}
