@@ -11,6 +11,15 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The benchmark's name in paths: `tests/queries/<name>`,
+/// `tests/golden/<name>`, the dataset directory.
+pub fn bench_name(bench: Benchmark) -> &'static str {
+    match bench {
+        Benchmark::Tpch => "tpch",
+        Benchmark::Tpcds => "tpcds",
+    }
+}
+
 /// The directory of `bench` at `sf`, generating it on first use. Tests of
 /// one process share it through a mutex, test binaries running at once
 /// through a lock file; `skiff-gen` renames finished tables into place, so
@@ -21,10 +30,7 @@ pub fn dataset(bench: Benchmark, sf: f64) -> PathBuf {
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let name = match bench {
-        Benchmark::Tpch => "tpch",
-        Benchmark::Tpcds => "tpcds",
-    };
+    let name = bench_name(bench);
     let root = repo_root().join("target/skiff-testdata");
     std::fs::create_dir_all(&root).expect("test data directory");
     let lock_file = std::fs::File::create(root.join(format!("{name}-sf{sf}.lock")))

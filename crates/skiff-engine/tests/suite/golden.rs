@@ -189,8 +189,7 @@ async fn tpcds_sf0_01_matches_duckdb() {
 /// runs when SKIFF_SLOW_TESTS is set (CI sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_sf1_matches_duckdb() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("tpcds sf1: set SKIFF_SLOW_TESTS=1 to run (CI does)");
+    if !skiff_testkit::slow_tests("tpcds sf1") {
         return;
     }
     check_benchmark(Benchmark::Tpcds, "tpcds", "1", &[]).await;

@@ -164,19 +164,9 @@ impl Relay {
                     info.suspensions += 1;
                     info.state_bytes += handoff.state_bytes;
                     info.status = QueryStatus::Suspended;
-                    // The pause time lets a client tell when the boundary
-                    // was reached (the bench's restart baseline).
-                    info.decision = format!(
-                        "suspended after {}/{} pipelines at {} ms, {} B of state, paused in {} ms \
-                         (extract {} ms, store {} ms)",
-                        handoff.pipelines_finished,
-                        handoff.pipelines_total,
-                        handoff.ran_ms,
-                        handoff.state_bytes,
-                        handoff.pause_ms,
-                        handoff.extract_ms,
-                        handoff.put_ms
-                    );
+                    // "at N ms" tells a client when the boundary was reached
+                    // (the bench's restart baseline).
+                    info.decision = describe("suspended", &handoff);
                 });
                 info!(query = id, key = %handoff.state_key, "query suspended");
                 let token = self.entry.token().clone();
@@ -204,17 +194,7 @@ impl Relay {
                     } else {
                         String::new()
                     };
-                    info.decision = format!(
-                        "migrated after {}/{} pipelines at {} ms: {} B of state, paused in {} ms \
-                         (extract {} ms, store {} ms)",
-                        handoff.pipelines_finished,
-                        handoff.pipelines_total,
-                        handoff.ran_ms,
-                        handoff.state_bytes,
-                        handoff.pause_ms,
-                        handoff.extract_ms,
-                        handoff.put_ms
-                    ) + &chosen;
+                    info.decision = describe("migrated", &handoff) + &chosen;
                 });
                 target.map_or(Placement::Avoid(source), Placement::Prefer)
             }
@@ -349,6 +329,21 @@ async fn dispatch(
 }
 
 /// Whether dispatch failed before the worker answered.
+/// A stored hand-off as `skiff.queries.decision` shows it.
+fn describe(what: &str, handoff: &Handoff) -> String {
+    format!(
+        "{what} after {}/{} pipelines at {} ms: {} B of state, paused in {} ms \
+         (extract {} ms, store {} ms)",
+        handoff.pipelines_finished,
+        handoff.pipelines_total,
+        handoff.ran_ms,
+        handoff.state_bytes,
+        handoff.pause_ms,
+        handoff.extract_ms,
+        handoff.put_ms
+    )
+}
+
 fn unreachable(error: &ServerError) -> bool {
     error.message.contains("cannot reach") || error.message.contains("was lost")
 }

@@ -376,8 +376,7 @@ async fn tpch_sf0_01_migrates_after_every_pipeline() {
 /// SKIFF_SLOW_TESTS is set (CI sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_sf0_01_migrates_after_every_pipeline() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("tpcds sweep: set SKIFF_SLOW_TESTS=1 to run (CI does)");
+    if !skiff_testkit::slow_tests("tpcds sweep") {
         return;
     }
     let source = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;
@@ -393,8 +392,7 @@ async fn tpcds_sf0_01_migrates_after_every_pipeline() {
 /// SKIFF_SLOW_TESTS is set (CI sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_sf0_01_migrates_to_fewer_partitions() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("tpcds sweep: set SKIFF_SLOW_TESTS=1 to run (CI does)");
+    if !skiff_testkit::slow_tests("tpcds sweep") {
         return;
     }
     let source = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;

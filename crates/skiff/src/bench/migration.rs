@@ -22,7 +22,6 @@
 //! decision, its vacate latency) come from `skiff.queries`/`skiff.workers`.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
@@ -35,7 +34,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
-use super::{BenchError, QueryFile, Setup, bench_slug, publish};
+use super::{BenchError, QueryFile, Setup, bench_slug, publish, read_scripts};
 use crate::cli::BenchArgs;
 use crate::remote::{Credentials, PgConn};
 
@@ -114,14 +113,7 @@ pub async fn run(
     queries: &[QueryFile],
     title: &str,
 ) -> Result<(), BenchError> {
-    let scripts: Vec<(String, String)> = queries
-        .iter()
-        .map(|q| {
-            fs::read_to_string(&q.path)
-                .map(|text| (q.name.clone(), text))
-                .map_err(|e| BenchError::Queries(format!("{}: {e}", q.path.display())))
-        })
-        .collect::<Result<_, _>>()?;
+    let scripts = read_scripts(queries)?;
     let bench = Bench {
         data: setup.data.clone(),
         partitions: setup.threads,

@@ -55,6 +55,19 @@ struct QueryFile {
     path: PathBuf,
 }
 
+/// `(name, text)` of every query file, for the benches that send scripts
+/// to a server.
+fn read_scripts(queries: &[QueryFile]) -> Result<Vec<(String, String)>, BenchError> {
+    queries
+        .iter()
+        .map(|q| {
+            fs::read_to_string(&q.path)
+                .map(|text| (q.name.clone(), text))
+                .map_err(|e| BenchError::Queries(format!("{}: {e}", q.path.display())))
+        })
+        .collect()
+}
+
 /// Everything a measurement needs besides the query and the engine.
 struct Setup<'a> {
     session: &'a SessionArgs,

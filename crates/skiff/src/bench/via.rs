@@ -8,7 +8,6 @@
 //! ratio shows is planning on the coordinator, shipping the plan, and
 //! streaming and encoding the rows through the coordinator to the client.
 
-use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,7 +18,7 @@ use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
 use super::report::{self, Measurement};
-use super::{BenchError, QueryFile, Setup, bench_slug, measure_all, publish};
+use super::{BenchError, QueryFile, Setup, bench_slug, measure_all, publish, read_scripts};
 use crate::cli::{BenchArgs, BenchEngine, Via};
 use crate::remote::{Credentials, FlightConn, PgConn};
 
@@ -166,14 +165,7 @@ pub async fn run(
     let embedded = measure_all(setup, queries, &[BenchEngine::Skiff]);
     eprintln!("{title}: the same queries through a `skiff serve` (1 worker) via {via_name}");
     let server = ServerProcess::start(&setup.data, setup.threads)?;
-    let scripts: Vec<(String, String)> = queries
-        .iter()
-        .map(|q| {
-            fs::read_to_string(&q.path)
-                .map(|text| (q.name.clone(), text))
-                .map_err(|e| BenchError::Queries(format!("{}: {e}", q.path.display())))
-        })
-        .collect::<Result<_, _>>()?;
+    let scripts = read_scripts(queries)?;
     let mut conn = Conn::open(via, &server).await.map_err(BenchError::Data)?;
     let mut latencies = Vec::new();
     for (name, script) in &scripts {

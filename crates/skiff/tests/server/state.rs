@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use skiff_gen::Benchmark;
-use skiff_testkit::{dataset, queries};
+use skiff_testkit::{bench_name, dataset, queries};
 
 use crate::golden::{check, check_in, run_pg};
 use crate::support::{Options, Server, simple_rows};
@@ -81,8 +81,7 @@ async fn tpch_suspends_and_resumes_after_every_pipeline() {
 /// (SKIFF_SLOW_TESTS; CI sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_migrates_after_every_pipeline_through_the_cluster() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("skipped: set SKIFF_SLOW_TESTS=1");
+    if !skiff_testkit::slow_tests("tpcds cluster migration sweep") {
         return;
     }
     let migrations = migrate_sweep(Benchmark::Tpcds, 1).await;
@@ -94,26 +93,17 @@ async fn tpcds_migrates_after_every_pipeline_through_the_cluster() {
 /// boundary; this keeps the slow stage's time in bounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_suspends_and_resumes_through_the_cluster() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("skipped: set SKIFF_SLOW_TESTS=1");
+    if !skiff_testkit::slow_tests("tpcds cluster suspend sweep") {
         return;
     }
     let suspensions = suspend_sweep(Benchmark::Tpcds, 3).await;
     assert!(suspensions >= 150, "only {suspensions} suspensions");
 }
 
-/// The benchmark's name in file paths.
-fn slug(bench: Benchmark) -> &'static str {
-    match bench {
-        Benchmark::Tpch => "tpch",
-        Benchmark::Tpcds => "tpcds",
-    }
-}
-
 /// The queries of `bench` whose golden is an answer (a few TPC-DS queries
 /// divide by zero in DuckDB too: nothing to move there).
 fn answerable(bench: Benchmark) -> Vec<(String, String)> {
-    let name = slug(bench);
+    let name = bench_name(bench);
     let goldens = skiff_testkit::repo_root().join(format!("tests/golden/{name}/sf0.01"));
     queries(name)
         .into_iter()
@@ -141,7 +131,7 @@ async fn migrate_sweep_on(server: &Server, bench: Benchmark, stride: usize) -> u
     for (query, sql) in answerable(bench) {
         for k in (0..MAX_BOUNDARIES).step_by(stride) {
             set(&client, &format!("skiff.migrate_after_pipelines = {k}")).await;
-            if let Err(e) = check_in(slug(bench), &query, run_pg(&client, &sql).await) {
+            if let Err(e) = check_in(bench_name(bench), &query, run_pg(&client, &sql).await) {
                 failures.push(format!("{query} k={k}: {e}"));
             }
             let record = last_query(&client).await;
@@ -251,7 +241,7 @@ async fn suspend_sweep(bench: Benchmark, stride: usize) -> usize {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let results = running.await.expect("query task");
-            if let Err(e) = check_in(slug(bench), &query, results) {
+            if let Err(e) = check_in(bench_name(bench), &query, results) {
                 failures.push(format!("{query} k={k}: {e}"));
             }
             // Every statement of the script (TPC-DS q14, q23, q24 and q39
@@ -343,8 +333,7 @@ async fn tpch_survives_a_killed_worker_through_snapshots() {
 /// The same for TPC-DS at every third boundary (SKIFF_SLOW_TESTS).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_survives_a_killed_worker_through_snapshots() {
-    if std::env::var_os("SKIFF_SLOW_TESTS").is_none() {
-        eprintln!("skipped: set SKIFF_SLOW_TESTS=1");
+    if !skiff_testkit::slow_tests("tpcds cluster kill sweep") {
         return;
     }
     let kills = kill_sweep(Benchmark::Tpcds, 3).await;
@@ -381,7 +370,7 @@ async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             set(&client, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
-            let outcome = check_in(slug(bench), &query, run_pg(&client, &sql).await);
+            let outcome = check_in(bench_name(bench), &query, run_pg(&client, &sql).await);
             let record = last_query(&client).await;
             if record.migrations == 0 {
                 // Past the last boundary: nobody died.
