@@ -40,11 +40,43 @@ pub fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
         .map_err(|e| ServerError::internal(format!("listening address unknown: {e}")))
 }
 
+/// [`report_to_coordinator`] on a thread of its own, with a runtime of its
+/// own, until `shutdown` or until this future is dropped. Query work keeps
+/// the node's runtime busy with long CPU-bound polls, and its timers and
+/// sockets are only served between them: on a loaded machine heartbeats
+/// then stalled for seconds and the coordinator declared live workers dead.
+pub async fn report_from_own_thread(
+    coordinator: String,
+    identity: NodeIdentity,
+    reports: impl Fn() -> Vec<RunningQuery> + Send + 'static,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let stop = shutdown.child_token();
+    let _stop_on_drop = stop.clone().drop_guard();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServerError::internal(format!("no runtime for heartbeats: {e}")))?;
+    let span = tracing::Span::current();
+    let (ended, on_end) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("skiff-heartbeat".into())
+        .spawn(move || {
+            let _span = span.enter();
+            runtime.block_on(report_to_coordinator(&coordinator, identity, reports, stop));
+            drop(ended);
+        })
+        .map_err(|e| ServerError::internal(format!("no thread for heartbeats: {e}")))?;
+    // Err only says the thread ended.
+    let _ = on_end.await;
+    Ok(())
+}
+
 /// Register with the coordinator at `coordinator` and send a heartbeat
 /// every [`HEARTBEAT_INTERVAL`] (with `reports()` of running queries) until
 /// `shutdown`. Registers again whenever the coordinator no longer knows the
 /// node; never gives up on an unreachable coordinator.
-pub async fn report_to_coordinator(
+async fn report_to_coordinator(
     coordinator: &str,
     identity: NodeIdentity,
     reports: impl Fn() -> Vec<RunningQuery>,

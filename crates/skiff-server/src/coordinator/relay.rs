@@ -328,7 +328,6 @@ async fn dispatch(
     }
 }
 
-/// Whether dispatch failed before the worker answered.
 /// A stored hand-off as `skiff.queries.decision` shows it.
 fn describe(what: &str, handoff: &Handoff) -> String {
     format!(
@@ -344,6 +343,7 @@ fn describe(what: &str, handoff: &Handoff) -> String {
     )
 }
 
+/// Whether dispatch failed before the worker answered.
 fn unreachable(error: &ServerError) -> bool {
     error.message.contains("cannot reach") || error.message.contains("was lost")
 }

@@ -22,7 +22,7 @@ pub use cache::{CacheConfig, StateCache};
 pub use service::{MemnodeService, serve_cache};
 
 use crate::error::{Result, ServerError};
-use crate::node::{NodeIdentity, bind, local_addr, report_to_coordinator};
+use crate::node::{NodeIdentity, bind, local_addr, report_from_own_thread};
 
 /// Time to live of cached state put without one.
 pub const DEFAULT_STATE_TTL: Duration = Duration::from_secs(3600);
@@ -77,11 +77,15 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         memory: config.memory,
     };
     let server = serve_cache(listener, Arc::new(cache), shutdown.clone());
-    let heartbeats =
-        report_to_coordinator(&config.coordinator, identity, Vec::new, shutdown.clone());
+    let heartbeats = report_from_own_thread(
+        config.coordinator.clone(),
+        identity,
+        Vec::new,
+        shutdown.clone(),
+    );
     let outcome = tokio::select! {
         served = server => served,
-        () = heartbeats => Ok(()),
+        beat = heartbeats => beat,
     };
     if own_dir && let Err(e) = std::fs::remove_dir_all(&dir) {
         warn!(dir = %dir.display(), error = %e, "cannot remove the state directory");

@@ -37,7 +37,7 @@ use tracing::{debug, info, warn};
 
 use crate::coordinator::lock;
 use crate::error::{Result, ServerError, to_status};
-use crate::node::{NodeIdentity, report_to_coordinator};
+use crate::node::{NodeIdentity, report_from_own_thread};
 
 /// Settings of a worker.
 #[derive(Clone, Debug)]
@@ -106,7 +106,8 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             stop.clone().cancelled_owned(),
         );
-    let heartbeats = report_to_coordinator(&config.coordinator, identity, reports, stop.clone());
+    let heartbeats =
+        report_from_own_thread(config.coordinator.clone(), identity, reports, stop.clone());
     let vacated = {
         let service = Arc::clone(&service);
         let coordinator = config.coordinator.clone();
@@ -118,7 +119,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     };
     tokio::select! {
         served = server => served.map_err(|e| ServerError::internal(format!("worker: {e}")))?,
-        () = heartbeats => {}
+        beat = heartbeats => beat?,
         () = vacated => stop.cancel(),
     }
     // Stop every query still running.

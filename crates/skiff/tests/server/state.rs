@@ -286,10 +286,11 @@ async fn suspend_sweep(bench: Benchmark, stride: usize) -> usize {
 fn assert_none(failures: &[String], server: &Server) {
     assert!(
         failures.is_empty(),
-        "{} failures:\n{}\nserver log:\n{}",
+        // The failures last: CI shows the end of a long output.
+        "server log:\n{}\n{} failures:\n{}",
+        server.log_text(),
         failures.len(),
         failures.join("\n"),
-        server.log_text()
     );
 }
 
