@@ -159,6 +159,10 @@ pub struct BenchArgs {
     /// own clusters; results in RESULTS/<benchmark>-sf<SF>-migration-*.
     #[arg(long, conflicts_with = "via")]
     pub migration: bool,
+    /// With --migration: run nothing, re-read a migration CSV written by an
+    /// earlier run and print its summary again (with the current analysis).
+    #[arg(long, value_name = "CSV", requires = "migration")]
+    pub summarize: Option<PathBuf>,
     /// Concurrent clients for the --via throughput runs.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub clients: Vec<usize>,

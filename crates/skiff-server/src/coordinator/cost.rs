@@ -111,6 +111,21 @@ pub fn choose(
         f64::from(done) / f64::from(total)
     };
     let state_bytes = report.map_or(0, state_bytes);
+    estimate(progress, state_bytes, elapsed_ms, snapshot, bandwidth)
+}
+
+/// The choice from its inputs: `progress` in 0..=1 (finished pipelines
+/// over all), the bytes of the state Algorithm 1 selects now, the time the
+/// query has run, an older snapshot if any, and the state bandwidth in
+/// bytes/s. Public so that the migration benchmark can judge the choice
+/// against the measured alternatives.
+pub fn estimate(
+    progress: f64,
+    state_bytes: u64,
+    elapsed_ms: f64,
+    snapshot: Option<SnapshotAt<'_>>,
+    bandwidth: f64,
+) -> Estimate {
     // Time per unit of progress so far predicts the rest; with no progress
     // yet, assume the query is as long again as it has run.
     let remaining_ms = if progress > 0.0 {

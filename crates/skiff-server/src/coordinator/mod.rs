@@ -4,7 +4,7 @@
 
 mod catalog_store;
 mod cluster_service;
-mod cost;
+pub mod cost;
 pub(crate) use cluster_service::ClusterService;
 mod dispatch;
 mod membership;

@@ -78,6 +78,10 @@ struct Setup<'a> {
 }
 
 pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchError> {
+    if let Some(csv) = args.summarize.as_deref() {
+        let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
+        return migration::summarize(csv, &title);
+    }
     let data = session
         .data
         .clone()

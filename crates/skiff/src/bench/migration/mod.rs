@@ -15,7 +15,9 @@
 //! 3. *vacate*: 1, 2, 4, 8 long queries on one worker, which is then
 //!    drained; the time until it holds no query;
 //! 4. *zero*: no trigger against a trigger that never fires, and the cost
-//!    of a snapshot after every pipeline.
+//!    of a snapshot after every pipeline;
+//! 5. the cost model's choice at every boundary of 1 against the faster
+//!    measured alternative ([`judge`]).
 //!
 //! Every figure is client-side wall time over the PostgreSQL port, as a
 //! user sees it; the server's own figures (state bytes, its hand-off
@@ -37,6 +39,9 @@ use skiff_engine::statement::split_statements;
 use super::{BenchError, QueryFile, Setup, bench_slug, publish, read_scripts};
 use crate::cli::BenchArgs;
 use crate::remote::{Credentials, PgConn};
+
+mod judge;
+mod reread;
 
 /// How long a coordinator or a node may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -133,10 +138,18 @@ pub async fn run(
         rows.extend(bench.faster(name, script).await?);
     }
     rows.extend(bench.vacate(&scripts, &rows).await?);
-    let text = summary(title, &rows, started.elapsed());
+    let text = summary(title, &rows, Some(started.elapsed()));
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     let files = write(&args.results, args, title, &rows)?;
     println!("\nwrote {}", files.join(", "));
+    Ok(())
+}
+
+/// Print the summary of the migration CSV at `path` (an earlier run's).
+pub fn summarize(path: &Path, title: &str) -> Result<(), BenchError> {
+    let rows = reread::read(path)?;
+    let text = summary(title, &rows, None);
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(())
 }
 
@@ -882,7 +895,7 @@ fn size_bucket(bytes: u64) -> &'static str {
 
 const SIZE_BUCKETS: [&str; 5] = ["< 1 MB", "1-10 MB", "10-50 MB", "50 MB-1 GB", ">= 1 GB"];
 
-fn summary(title: &str, rows: &[Row], took: Duration) -> String {
+fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
     let mut t = format!("\n{title}: query migration (client-side wall ms, medians)\n");
     let of = |kind: &str| -> Vec<&Row> { rows.iter().filter(|r| r.kind == kind).collect() };
     let symmetric = of("symmetric");
@@ -1034,6 +1047,7 @@ fn summary(title: &str, rows: &[Row], took: Duration) -> String {
             measured / local.max(1e-9)
         ));
     }
+    t.push_str(&judge::section(&symmetric));
     let failed: Vec<&Row> = rows.iter().filter(|r| r.kind != "vacate").collect();
     let failed: Vec<String> = failed
         .iter()
@@ -1052,10 +1066,11 @@ fn summary(title: &str, rows: &[Row], took: Duration) -> String {
         t.extend(failed);
     }
     let mismatched = rows.iter().filter(|r| r.rows_ok == Some(false)).count();
-    t.push_str(&format!(
-        "\nrow counts: {mismatched} mismatches; took {:.0} s\n",
-        took.as_secs_f64()
-    ));
+    t.push_str(&format!("\nrow counts: {mismatched} mismatches"));
+    if let Some(took) = took {
+        t.push_str(&format!("; took {:.0} s", took.as_secs_f64()));
+    }
+    t.push('\n');
     t
 }
 
