@@ -153,6 +153,14 @@ pub fn summarize(path: &Path, title: &str) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// One run of a query file.
+struct ScriptRun {
+    ms: f64,
+    rows: u64,
+    /// When its last statement started, ms after the first.
+    last_started_ms: f64,
+}
+
 /// What every experiment shares.
 struct Bench {
     data: PathBuf,
@@ -362,23 +370,26 @@ impl Bench {
         };
         let mut ran = Vec::new();
         for _ in 0..self.counted() {
-            match self.timed(cluster, &settings, script).await {
-                Ok((ms, rows)) => {
-                    times.push(ms);
-                    row.rows = Some(rows);
-                    row.rows_ok = rows_ok(Some(rows), local_rows);
+            // Boundaries are those of the last statement, where the trigger
+            // applies; the statements before it count as time run.
+            let before_ms = match self.run_script(cluster, &settings, script, true).await {
+                Ok(run) => {
+                    times.push(run.ms);
+                    row.rows = Some(run.rows);
+                    row.rows_ok = rows_ok(Some(run.rows), local_rows);
+                    run.last_started_ms
                 }
                 Err(e) => {
                     row.error = Some(e);
                     break;
                 }
-            }
+            };
             match cluster.last_record().await {
                 Ok(record) if record.migrations == 0 && record.restarts == 0 => return None,
                 Ok(record) => {
                     row.pipelines_total = Some(record.pipelines_total);
                     row.state_bytes = Some(record.state_bytes);
-                    ran.extend(ran_ms(&record.decision));
+                    ran.extend(ran_ms(&record.decision).map(|ms| ms + before_ms));
                     row.decision = record.decision;
                 }
                 Err(e) => row.error = Some(e),
@@ -416,22 +427,55 @@ impl Bench {
         settings: &[String],
         script: &str,
     ) -> Result<(f64, u64), String> {
+        let run = self.run_script(cluster, settings, script, false).await?;
+        Ok((run.ms, run.rows))
+    }
+
+    /// Run `script` on a connection of its own, `settings` applying to its
+    /// last statement only when `last_only` (a trigger then fires once per
+    /// run, in the last statement, not once per statement).
+    async fn run_script(
+        &self,
+        cluster: &Cluster,
+        settings: &[String],
+        script: &str,
+        last_only: bool,
+    ) -> Result<ScriptRun, String> {
         let client = PgConn::connect(cluster.pg, &Credentials::default()).await?;
-        for setting in settings {
-            client.rows(&format!("SET {setting}")).await?;
+        let statements = split_statements(script);
+        let last = statements.len().saturating_sub(1);
+        let set = async |client: &PgConn| {
+            for setting in settings {
+                client.rows(&format!("SET {setting}")).await?;
+            }
+            Ok::<_, String>(())
+        };
+        if !last_only {
+            set(&client).await?;
         }
         let start = Instant::now();
         let run = async {
             let mut rows = 0;
-            for statement in split_statements(script) {
+            let mut last_started_ms = 0.0;
+            for (i, statement) in statements.iter().enumerate() {
+                if i == last {
+                    if last_only {
+                        set(&client).await?;
+                    }
+                    last_started_ms = start.elapsed().as_secs_f64() * 1000.0;
+                }
                 rows += client.query(statement).await?;
             }
-            Ok::<_, String>(rows)
+            Ok::<_, String>((rows, last_started_ms))
         };
-        let rows = tokio::time::timeout(self.timeout, run)
+        let (rows, last_started_ms) = tokio::time::timeout(self.timeout, run)
             .await
             .map_err(|_| format!("timed out after {:?}", self.timeout))??;
-        Ok((start.elapsed().as_secs_f64() * 1000.0, rows))
+        Ok(ScriptRun {
+            ms: start.elapsed().as_secs_f64() * 1000.0,
+            rows,
+            last_started_ms,
+        })
     }
 
     /// Experiment 3: vacate a worker running 1..8 long queries.
