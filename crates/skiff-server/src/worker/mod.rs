@@ -39,6 +39,9 @@ use crate::coordinator::lock;
 use crate::error::{Result, ServerError, to_status};
 use crate::node::{NodeIdentity, report_from_own_thread};
 
+/// The session option whose value a worker replaces with its own.
+const TARGET_PARTITIONS: &str = "datafusion.execution.target_partitions";
+
 /// Settings of a worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -217,6 +220,11 @@ impl WorkerService {
     async fn start(self: &Arc<Self>, request: RunQuery) -> Result<FlightStream> {
         let mut config = self.engine.context().copied_config();
         for (key, value) in &request.options {
+            // The coordinator planned for its own parallelism; this worker
+            // runs every plan at its own (below).
+            if key == TARGET_PARTITIONS {
+                continue;
+            }
             if let Err(e) = config.options_mut().set(key, value) {
                 debug!(key, error = %e, "session option not applied");
             }
@@ -233,6 +241,7 @@ impl WorkerService {
         let task_ctx = state.build().task_ctx();
         let plan = skiff_flight::decode_plan(&request.plan, &task_ctx)?;
         let execution = if request.state_key.is_empty() {
+            let plan = skiff_state::with_partitions(plan, self.partitions)?;
             QueryExecution::new(pipeline::cut(plan)?, &task_ctx)
         } else {
             handoff::continue_from_state(&request, plan, &task_ctx, self.partitions).await?

@@ -167,10 +167,11 @@ impl Drop for ExtraWorker {
 }
 
 /// Workers of 2 and 3 partitions: every TPC-H query migrated at every
-/// boundary goes from one to the other. The coordinator plans for 2; a
-/// continuation on the 3-partition worker is re-partitioned for 3 and
-/// rebuilds its hash tables and sorts from the state's tuples (issue 4,
-/// item 8).
+/// boundary goes from one to the other. The coordinator plans for 2; each
+/// worker runs plans at its own count, so a continuation on the
+/// 3-partition worker is re-partitioned for 3 and rebuilds its hash tables
+/// and sorts from the state's tuples (issue 4, item 8), and so is a fresh
+/// plan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_migrates_between_workers_of_different_parallelism() {
     let data = dataset(Benchmark::Tpch, 0.01);
@@ -199,6 +200,29 @@ async fn tpch_migrates_between_workers_of_different_parallelism() {
     }
     let migrations = migrate_sweep_on(&server, Benchmark::Tpch, 1).await;
     assert!(migrations >= 100, "only {migrations} migrations");
+    // Only the 3-partition worker left to take queries: a fresh plan runs
+    // there with 3 partitions, not the coordinator's 2.
+    let first = simple_rows(
+        &client,
+        "SELECT address FROM skiff.workers WHERE role = 'worker' ORDER BY id LIMIT 1",
+    )
+    .await
+    .expect("skiff.workers");
+    let two = first[0][0].clone().expect("an address");
+    client
+        .simple_query(&format!("SELECT skiff.drain('{two}')"))
+        .await
+        .expect("drain the 2-partition worker");
+    let plan = simple_rows(&client, &format!("EXPLAIN ANALYZE {}", tpch_query("q03")))
+        .await
+        .expect("EXPLAIN ANALYZE q03");
+    let text: Vec<String> = plan.into_iter().flatten().flatten().collect();
+    let text = text.join("\n");
+    assert!(
+        text.contains("RepartitionExec: partitioning=Hash(") && !text.contains("], 2)"),
+        "not run with 3 partitions:\n{text}"
+    );
+    assert!(text.contains("], 3)"), "not run with 3 partitions:\n{text}");
 }
 
 /// Suspend every query of `bench` after every `stride`-th boundary and
