@@ -49,6 +49,7 @@ pub struct SessionArgs {
     pub memory_limit: Option<usize>,
 
     /// Partitions (parallelism) per pipeline; defaults to the number of cores.
+    /// A `skiff worker` also computes on this many threads.
     #[arg(long, global = true)]
     pub partitions: Option<usize>,
 

@@ -32,10 +32,14 @@ fn main() -> ExitCode {
         eprintln!("internal error (a bug in skiff): {info}");
     }));
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // A worker given --partitions N computes on N threads: plans are
+    // re-partitioned for N, but scans keep the file groups the coordinator
+    // planned, and would otherwise still run on every core.
+    if let (Some(Command::Worker(_)), Some(n)) = (&cli.subcommand, cli.session.partitions) {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
