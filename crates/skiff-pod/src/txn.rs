@@ -259,6 +259,17 @@ impl<'m> Txn<'m> {
         self.cxl.counters()
     }
 
+    /// Forgets what was counted so far (the warm-up ended); between
+    /// transactions only.
+    pub(crate) fn reset_counters(&mut self) {
+        assert!(!self.active, "counters reset inside a transaction");
+        self.cxl.reset_counters();
+        self.side = TxnSideCounters::default();
+        if let Some(c) = &mut self.coordinator {
+            c.messages = 0;
+        }
+    }
+
     pub(crate) fn side_counters(&self) -> TxnSideCounters {
         let mut side = self.side;
         if let Some(c) = &self.coordinator {
