@@ -80,7 +80,8 @@ pub const DYNAMIC_SLOTS_MIN: u32 = 16;
 /// region under 16 GiB per host.
 pub const DYNAMIC_SLOTS_MAX: u32 = 1 << 24;
 
-/// Tuples the owner's mover visits per idle wake-up to move back what cooled.
+/// Most tuples the owner's mover visits per cooling sweep (one every 100 ms;
+/// `dynamic::COOL_TURN` sets the pace below this).
 pub const DYNAMIC_COOL_SWEEP_MAX: u32 = 512;
 
 /// Times a transaction asks an owner for one tuple before it treats the

@@ -527,10 +527,11 @@ const COOL_INTERVAL: Duration = Duration::from_millis(100);
 /// The slowest a tuple can cool: the cooling sweep visits a pool that is
 /// over half full at a pace that takes its hand once around in this time,
 /// so a tuple moves back for cooling only if nobody used it for this long
-/// (the clock's second chance). Faster sweeps moved back tuples other
-/// hosts were still using now and then, only for them to ask again: with
-/// the 16,384-slot default and a 3.2 s turn, three quarters of the moves
-/// back at steady state were the sweep's, and most moved in again.
+/// (the clock's second chance). The sweep used to turn in 3.2 s (512
+/// slots per round on 16,384 slots) and made two thirds of the moves back
+/// at steady state, of tuples a full pool would have moved back anyway; a
+/// slower sweep leaves that to the reserve's refill, whose moves back go
+/// out in larger batches.
 const COOL_TURN: Duration = Duration::from_secs(30);
 
 impl<'m> Mover<'m> {
