@@ -1,8 +1,8 @@
 //! The Figure 3 sweep without the `skiff` binary (its hosts are this
 //! crate's `skiff-pod-host`, built beside it): `cargo run --release -p
 //! skiff-pod --example pod_sweep -- [--quick] [--mix standard] [--archs d,e]
-//! [--pcts 0,60] [--cc no-wait] [--duration S] [--slots N] [--timing-only]
-//! [CSV]`. Prints one line per run; `skiff pod bench` is the full tool (PNG,
+//! [--pcts 0,60] [--cc no-wait] [--duration S] [--warmup S] [--slots N]
+//! [--timing-only] [CSV]`. Prints one line per run; `skiff pod bench` is the full tool (PNG,
 //! final check). The filters exist to measure a subset (say (d) and (e) at
 //! 60%) with the sweep's settings, before and after a change;
 //! `--timing-only` skips the correctness-scale runs (every run is still
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if a.starts_with("--") {
             skip = matches!(
                 a.as_str(),
-                "--mix" | "--archs" | "--pcts" | "--cc" | "--duration" | "--slots"
+                "--mix" | "--archs" | "--pcts" | "--cc" | "--duration" | "--warmup" | "--slots"
             );
         } else {
             csv = Some(PathBuf::from(a));
@@ -71,6 +71,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(secs) = value("--duration") {
         cfg.duration = Duration::try_from_secs_f64(secs.parse()?)?;
     }
+    if let Some(secs) = value("--warmup") {
+        cfg.warmup = Duration::try_from_secs_f64(secs.parse()?)?;
+    }
     if let Some(slots) = value("--slots") {
         cfg.dynamic_slots_per_host = Some(slots.parse()?);
     }
@@ -83,7 +86,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{} {} h{} {:>4}%  {:>8.0}/s  @2.3x {:>8.0}/s {:>8.0}/cpu-s  raw {:>8.0}/cpu-s  \
              abort {:>5.2}%  p50 {:>6.1}  p99 {:>7.1} us  msg {:.2}  miss {:.1}  \
-             asks {} in {} back {} busy {}  {}",
+             asks {} in {} (again {}) back {} (cooled {}) busy {}  \
+             mover {} rounds {:.1} us/req (in {:.1} back {:.1})  {}",
             r.arch,
             r.cc,
             r.hosts,
@@ -99,8 +103,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.misses_per_txn,
             m.asks,
             m.moved_in,
+            m.moved_again,
             m.moved_back,
+            m.cooled,
             m.busy,
+            m.mover_rounds,
+            m.mover_cpu_us_per_request,
+            m.move_in_us_per_request,
+            m.move_back_us_per_request,
             if p.check_passed {
                 "check ok"
             } else {

@@ -14,6 +14,14 @@ use crate::config::{CheckConfig, Launch, Mix, PodConfig};
 use crate::error::{PodError, Result};
 use crate::report::RunReport;
 
+/// The warm-up of a timing run of the full sweep (TPC-C measures after
+/// ramp-up). In (e) the first seconds are spent moving the tuples other
+/// hosts use into the shared region: a run measured from the start reports
+/// that fill, not the steady state (docs/pod.md, "Warm-up").
+pub const BENCH_WARMUP: Duration = Duration::from_secs(5);
+/// The quick sweep's warm-up: its 2 warehouses fill the pools sooner.
+pub const BENCH_WARMUP_QUICK: Duration = Duration::from_secs(3);
+
 /// What [`bench`] sweeps.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
@@ -37,6 +45,9 @@ pub struct BenchConfig {
     pub warehouses: u32,
     pub workers_per_host: u16,
     pub duration: Duration,
+    /// Warm-up of every timing run before its `duration` is measured
+    /// ([`PodConfig::warmup`]), the same for every architecture.
+    pub warmup: Duration,
     /// Modeled-latency figures, computed from each run's miss counts.
     pub latency_ratios: Vec<f64>,
     /// Correctness-scale runs (more hosts than cores, with the auditor) at
@@ -49,7 +60,8 @@ pub struct BenchConfig {
 
 impl BenchConfig {
     /// The full sweep: every implemented architecture, 0% to 60% in steps
-    /// of 10, 5 s per point, both protocols, 4- and 8-host checks.
+    /// of 10, 5 s per point after 5 s of warm-up, both protocols, 4- and
+    /// 8-host checks.
     pub fn full(shm_dir: impl Into<PathBuf>, launch: Launch) -> BenchConfig {
         BenchConfig {
             shm_dir: shm_dir.into(),
@@ -65,6 +77,7 @@ impl BenchConfig {
             warehouses: 4,
             workers_per_host: 1,
             duration: Duration::from_secs(5),
+            warmup: BENCH_WARMUP,
             latency_ratios: vec![1.0, 2.3, 3.0],
             correctness_hosts: vec![4, 8],
             correctness_duration: Duration::from_secs(2),
@@ -74,13 +87,15 @@ impl BenchConfig {
     }
 
     /// The same sweep, shorter (well under 5 minutes on 2 cores): NO_WAIT
-    /// only, 0/20/40/60%, 1.5 s per point, one 4-host check.
+    /// only, 0/20/40/60%, 1.5 s per point after 3 s of warm-up, one 4-host
+    /// check.
     pub fn quick(shm_dir: impl Into<PathBuf>, launch: Launch) -> BenchConfig {
         BenchConfig {
             protocols: vec![CcProtocol::NoWait],
             multi_warehouse_pcts: vec![0.0, 20.0, 40.0, 60.0],
             warehouses: 2,
             duration: Duration::from_millis(1_500),
+            warmup: BENCH_WARMUP_QUICK,
             correctness_hosts: vec![4],
             correctness_duration: Duration::from_millis(700),
             ..BenchConfig::full(shm_dir, launch)
@@ -148,6 +163,8 @@ impl BenchConfig {
         } else {
             self.duration
         };
+        // Correctness-scale runs are checked, not plotted: no warm-up.
+        c.warmup = if audit { Duration::ZERO } else { self.warmup };
         c.auditor = audit;
         c.launch = self.launch.clone();
         c.seed = self.seed;
@@ -213,7 +230,8 @@ pub fn write_csv(points: &[BenchPoint], ratios: &[f64], path: &Path) -> Result<(
     let mut s = String::from(
         "kind,arch,cc,mix,hosts,warehouses,workers_per_host,multi_warehouse_pct,elapsed_s,\
          committed,committed_per_s,abort_rate,p50_us,p99_us,messages_per_txn,\
-         committed_per_cpu_s,worker_cpu_s,misses_per_txn,lock_waits,moved_in,moved_back",
+         committed_per_cpu_s,worker_cpu_s,misses_per_txn,lock_waits,moved_in,moved_back,\
+         warmup_s,asks,moved_again,cooled,mover_us_per_request",
     );
     for r in ratios {
         let _ = write!(s, ",modeled_per_s_x{r},modeled_per_cpu_s_x{r}");
@@ -229,7 +247,7 @@ pub fn write_csv(points: &[BenchPoint], ratios: &[f64], path: &Path) -> Result<(
         let _ = write!(
             s,
             "{kind},{},{},{},{},{},{},{},{:.3},{},{:.1},{:.5},{:.1},{:.1},{:.3},{:.1},{:.3},{:.2},\
-             {},{},{}",
+             {},{},{},{:.3},{},{},{},{:.2}",
             r.arch.name(),
             r.cc.name(),
             r.mix.name(),
@@ -250,6 +268,11 @@ pub fn write_csv(points: &[BenchPoint], ratios: &[f64], path: &Path) -> Result<(
             r.lock_waits,
             r.movement.moved_in,
             r.movement.moved_back,
+            r.warmup_s,
+            r.movement.asks,
+            r.movement.moved_again,
+            r.movement.cooled,
+            r.movement.mover_cpu_us_per_request,
         );
         for &ratio in ratios {
             let m = r.modeled_at(ratio);

@@ -114,8 +114,13 @@ pub struct PodConfig {
     pub warehouses: u32,
     pub arch: Arch,
     pub cc: CcProtocol,
-    /// How long transactions run, after load and host start-up.
+    /// How long transactions run and are measured, after load, host
+    /// start-up and `warmup`.
     pub duration: Duration,
+    /// How long transactions run before measurement starts (TPC-C's
+    /// ramp-up): every figure of the report covers only `duration` after
+    /// it, in every architecture alike. Not with `fault`.
+    pub warmup: Duration,
     pub workers_per_host: u16,
     pub mix: Mix,
     /// With [`Mix::NewOrderPayment`]: percentage of transactions that are
@@ -170,6 +175,7 @@ impl PodConfig {
             arch: Arch::SharedEverything,
             cc: CcProtocol::NoWait,
             duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
             workers_per_host: 1,
             mix: Mix::NewOrderPayment,
             new_order_pct: 50,
@@ -240,6 +246,16 @@ impl PodConfig {
                 self.duration
             ));
         }
+        if (self.duration + self.warmup).as_millis() > DURATION_MS_MAX as u128 {
+            return bad(format!(
+                "warm-up plus duration must be at most 24 h, not {:?} + {:?}",
+                self.warmup, self.duration
+            ));
+        }
+        if self.fault.is_some() && !self.warmup.is_zero() {
+            // The fault's times and its timeline count from the start.
+            return bad("a run that kills a host has no warm-up".into());
+        }
         let region_ok = |b: u64| (4096..=REGION_BYTES_MAX).contains(&b);
         if !region_ok(self.coherent_bytes) || !self.shared_bytes.is_none_or(region_ok) {
             return bad(format!(
@@ -306,6 +322,8 @@ pub(crate) struct Params {
     pub new_order_pct: u8,
     pub multi_warehouse_pct: f64,
     pub orders_per_district: u32,
+    /// The whole run, warm-up included: hosts size their order capacity
+    /// and their own stop deadline by it.
     pub duration_ms: u64,
     pub seed: u64,
     pub auditor: bool,
@@ -336,7 +354,9 @@ impl Params {
             new_order_pct: cfg.new_order_pct,
             multi_warehouse_pct: cfg.multi_warehouse_pct,
             orders_per_district: cfg.orders_per_district_max.unwrap_or(0),
-            duration_ms: cfg.duration.as_millis().min(u64::MAX as u128) as u64,
+            duration_ms: (cfg.warmup + cfg.duration)
+                .as_millis()
+                .min(u64::MAX as u128) as u64,
             seed: cfg.seed,
             auditor: cfg.auditor,
             cxl: cfg.cxl,

@@ -234,6 +234,11 @@ impl<'m> CxlAccess<'m> {
         self.counters
     }
 
+    /// Forgets what was counted (the warm-up ended).
+    pub(crate) fn reset_counters(&mut self) {
+        self.counters = CxlCounters::default();
+    }
+
     /// The lock word at `off` in the coherent region; counts a coherent miss
     /// the first time the transaction touches its line.
     pub(crate) fn lock_word(&mut self, off: u64) -> &'m AtomicU64 {

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Gate;
-use crate::constants::DYNAMIC_COOL_SWEEP_MAX;
+use crate::constants::{DYNAMIC_COOL_SWEEP_MAX, WAL_RECORD_BYTES_MAX};
 use crate::cxl::{Coherence, CxlAccess, CxlCounters};
 use crate::futex;
 use crate::header::state;
@@ -150,7 +150,9 @@ pub(crate) fn move_in<W: AtomicWord>(
 /// The owner's mover moves the tuple in `slot` home; `copy` copies its rows
 /// from the slot to the partition. Fails, changing nothing, if anyone holds
 /// the slot's lock (references it). Returns whether a WAIT_DIE waiter (one
-/// that arrived while the mover held the slot) asked to be woken.
+/// that arrived while the mover held the slot) asked to be woken. The mover
+/// runs the two halves itself, to log a batch in between; tests run both.
+#[cfg(test)]
 pub(crate) fn move_back<W: AtomicWord>(
     home: &W,
     directory: &W,
@@ -159,8 +161,34 @@ pub(crate) fn move_back<W: AtomicWord>(
     owner: u16,
     copy: impl FnOnce(),
 ) -> Result<bool, Conflict> {
+    begin_move_back(slot_word, owner, copy)?;
+    Ok(finish_move_back(home, directory, slot_word, slot, owner))
+}
+
+/// The first half of [`move_back`]: takes the slot word exclusively (fails,
+/// changing nothing, if anyone references the tuple) and copies the rows
+/// home. The home word still forwards, so the copies are not read yet; the
+/// mover may log a batch of them before it finishes each, or let go with
+/// [`abandon_move_back`].
+pub(crate) fn begin_move_back<W: AtomicWord>(
+    slot_word: &W,
+    owner: u16,
+    copy: impl FnOnce(),
+) -> Result<(), Conflict> {
     lockword::try_lock_exclusive(slot_word, owner)?;
     copy();
+    Ok(())
+}
+
+/// The second half of [`move_back`]: the tuple is home again. Returns
+/// whether a WAIT_DIE waiter asked to be woken.
+pub(crate) fn finish_move_back<W: AtomicWord>(
+    home: &W,
+    directory: &W,
+    slot_word: &W,
+    slot: u32,
+    owner: u16,
+) -> bool {
     let previous = home.swap(0, Release);
     assert_eq!(
         lockword::forwarded(previous),
@@ -176,7 +204,14 @@ pub(crate) fn move_back<W: AtomicWord>(
     let woken = lockword::unlock_exclusive(slot_word, owner);
     // The next occupant starts with no cached copies and a clear clock bit.
     slot_word.fetch_and(!(lockword::VALID_MASK | lockword::ACCESSED), AcqRel);
-    Ok(woken)
+    woken
+}
+
+/// A begun move back that cannot finish (its log record failed): the tuple
+/// stays in its slot, which is still what the forward names; the rows
+/// copied home are never read while the home word forwards.
+pub(crate) fn abandon_move_back<W: AtomicWord>(slot_word: &W, owner: u16) -> bool {
+    lockword::unlock_exclusive(slot_word, owner)
 }
 
 /// Mailbox states (the futex word at offset 0 of a mailbox).
@@ -234,6 +269,14 @@ fn arrays_of(table: LockTable) -> [Array; 2] {
         LockTable::Stock => [Array::Stock, Array::StockDist],
         _ => unreachable!("{table:?} does not move"),
     }
+}
+
+/// The column groups a move back copies home and logs: those a transaction
+/// can write. S_DIST_01..10 are read-only after the load (NewOrder reads
+/// one; nothing writes them), so the home copy is still the slot's: three
+/// quarters of a STOCK tuple's bytes need neither a copy nor a log entry.
+fn writable(array: Array) -> bool {
+    array != Array::StockDist
 }
 
 struct Mailbox<'m> {
@@ -402,9 +445,17 @@ pub(crate) fn moved_tuples(
 pub(crate) struct MoverStats {
     pub requests: u64,
     pub moved_in: u64,
+    /// Tuples moved in that had been moved in before in this run (churn).
+    pub moved_again: u64,
     pub moved_back: u64,
+    /// Of `moved_back`, those the cooling sweep moved (the rest made room).
+    pub cooled: u64,
     /// Requests answered busy (tuple held locally, or no slot free).
     pub busy: u64,
+    /// Wake-ups, and the CPU time spent filling and emptying slots.
+    pub rounds: u64,
+    pub move_in_ns: u64,
+    pub move_back_ns: u64,
     pub cxl: CxlCounters,
     pub cpu_ns: u64,
 }
@@ -416,7 +467,35 @@ struct Pool {
     /// The tuple (warehouse, index) in each slot.
     occupant: Vec<Option<(u32, u64)>>,
     hand: u32,
+    /// One bit per tuple of the owner: moved in before (for `moved_again`).
+    moved_before: Vec<u64>,
+    first_warehouse: u32,
+    rows: u64,
 }
+
+impl Pool {
+    /// Marks tuple (`w`, `idx`) moved; whether it had been before.
+    fn mark_moved(&mut self, w: u32, idx: u64) -> bool {
+        let bit = (w - self.first_warehouse) as u64 * self.rows + idx;
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        let before = self.moved_before[word] & mask != 0;
+        self.moved_before[word] |= mask;
+        before
+    }
+
+    /// Free slots the mover keeps in reserve, so a request seldom waits
+    /// for a move back, and the moves back that make room go out as a
+    /// batch under one log record.
+    fn reserve(&self) -> usize {
+        (self.occupant.len() / DYNAMIC_RESERVE_FRACTION).max(1)
+    }
+}
+
+/// A pool keeps 1/64 of its slots free (`Pool::reserve`).
+const DYNAMIC_RESERVE_FRACTION: usize = 64;
+
+/// A tuple moved back in a batch: slot, warehouse, index.
+type Victim = (u32, u32, u64);
 
 /// A host's mover: serves move requests and moves tuples back.
 pub(crate) struct Mover<'m> {
@@ -425,6 +504,8 @@ pub(crate) struct Mover<'m> {
     cxl: CxlAccess<'m>,
     pools: Vec<Pool>,
     buf: Vec<u8>,
+    /// The tuples of the move-back batch being built.
+    victims: Vec<Victim>,
     stats: MoverStats,
     /// The host's log: a tuple moved home is logged there, so the host's
     /// own log and checkpoint rebuild its partition (writes other hosts
@@ -439,11 +520,19 @@ pub(crate) struct Mover<'m> {
 /// The transaction id (below the host bits) of the mover's records.
 const MOVER_TXN_ID: u64 = (1 << 56) - 1;
 
-/// How often a mover sweeps a pool that is over half full for tuples that
-/// cooled (and how long it sleeps when nobody asks). A pool with room keeps
-/// what it has: moving back a tuple another host still uses only to move
-/// it in again costs two copies and a round trip.
+/// How often a mover runs its cooling sweep (and how long it sleeps when
+/// nobody asks).
 const COOL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The slowest a tuple can cool: the cooling sweep visits a pool that is
+/// over half full at a pace that takes its hand once around in this time,
+/// so a tuple moves back for cooling only if nobody used it for this long
+/// (the clock's second chance). The sweep used to turn in 3.2 s (512
+/// slots per round on 16,384 slots) and made two thirds of the moves back
+/// at steady state, of tuples a full pool would have moved back anyway; a
+/// slower sweep leaves that to the reserve's refill, whose moves back go
+/// out in larger batches.
+const COOL_TURN: Duration = Duration::from_secs(30);
 
 impl<'m> Mover<'m> {
     pub(crate) fn new(mem: &'m PodMemory, host: u16) -> Mover<'m> {
@@ -460,6 +549,9 @@ impl<'m> Mover<'m> {
                 for (w, idx, slot) in moved_tuples(mem, host, table) {
                     occupant[slot as usize] = Some((w, idx));
                 }
+                let warehouses = l.warehouses_of(host);
+                let rows = l.lock_rows(table);
+                let tuples = (warehouses.end() - warehouses.start() + 1) as u64 * rows;
                 Pool {
                     table,
                     // Pop from the end: hand out slot 0 first.
@@ -469,6 +561,9 @@ impl<'m> Mover<'m> {
                         .collect(),
                     occupant,
                     hand: 0,
+                    moved_before: vec![0; tuples.div_ceil(64) as usize],
+                    first_warehouse: *warehouses.start(),
+                    rows,
                 }
             })
             .collect();
@@ -478,6 +573,7 @@ impl<'m> Mover<'m> {
             cxl: CxlAccess::new(&mem.pod, host, l.shared.clone(), l.coherent.clone()),
             pools,
             buf: Vec::with_capacity(512),
+            victims: Vec::new(),
             stats: MoverStats::default(),
             wal: None,
             redo: Redo::default(),
@@ -495,16 +591,25 @@ impl<'m> Mover<'m> {
     /// move back could not be logged. Its moves change the partition, so
     /// they happen inside the checkpoint `gate`.
     pub(crate) fn run(mut self, gate: &Gate, hard_stop: Instant) -> Result<MoverStats, String> {
-        let cpu_start = thread_cpu_ns();
+        let mut cpu_start = thread_cpu_ns();
         let control = self.mem.control();
+        let mut window = crate::stats::Window::new(&control);
         let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
         let mut last_sweep = Instant::now();
         while control.state() == state::RUNNING && Instant::now() < hard_stop {
             let rung = bell.load(Acquire);
+            if window.restarted() {
+                // The warm-up ended (the coordinator rang to say so).
+                self.stats = MoverStats::default();
+                self.cxl.reset_counters();
+                cpu_start = thread_cpu_ns();
+            }
+            self.stats.rounds += 1;
             gate.enter();
             self.serve();
+            self.refill();
             if last_sweep.elapsed() >= COOL_INTERVAL {
-                self.cool(DYNAMIC_COOL_SWEEP_MAX);
+                self.cool();
                 last_sweep = Instant::now();
             }
             gate.leave();
@@ -577,8 +682,12 @@ impl<'m> Mover<'m> {
             self.stats.busy += 1;
             return mail::BUSY;
         };
-        if self.fill(p, slot, w, idx).is_ok() {
+        let started = thread_cpu_ns();
+        let filled = self.fill(p, slot, w, idx);
+        self.stats.move_in_ns += thread_cpu_ns() - started;
+        if filled.is_ok() {
             self.stats.moved_in += 1;
+            self.stats.moved_again += self.pools[p].mark_moved(w, idx) as u64;
             mail::MOVED
         } else {
             self.pools[p].free.push(slot);
@@ -587,20 +696,44 @@ impl<'m> Mover<'m> {
         }
     }
 
-    /// A free slot of pool `p`, moving a tuple back by the clock if none is.
+    /// A free slot of pool `p`, moving a batch of tuples back by the clock
+    /// if none is (the reserve ran out between rounds).
     fn take_slot(&mut self, p: usize) -> Option<u32> {
         if let Some(s) = self.pools[p].free.pop() {
             return Some(s);
         }
         // Two turns of the hand: the first may only clear clock bits.
-        let slots = self.pools[p].occupant.len() as u32;
-        for _ in 0..2 * slots {
-            let s = self.advance(p);
-            if self.evict_if_cold(p, s) {
-                return Some(s);
+        let visits = 2 * self.pools[p].occupant.len();
+        let want = self.pools[p].reserve();
+        self.evict(p, visits, want, false);
+        self.pools[p].free.pop()
+    }
+
+    /// Tops up every pool's reserve of free slots once it is half gone.
+    fn refill(&mut self) {
+        for p in 0..self.pools.len() {
+            let (free, reserve) = (self.pools[p].free.len(), self.pools[p].reserve());
+            if free * 2 < reserve {
+                let visits = 2 * self.pools[p].occupant.len();
+                self.evict(p, visits, reserve - free, false);
             }
         }
-        None
+    }
+
+    /// Moves back tuples that cooled: a bounded clock sweep per pool that
+    /// is over half full, paced so the hand turns once per `COOL_TURN`.
+    fn cool(&mut self) {
+        let per_turn = (COOL_TURN.as_millis() / COOL_INTERVAL.as_millis()).max(1) as usize;
+        for p in 0..self.pools.len() {
+            let slots = self.pools[p].occupant.len();
+            if self.pools[p].free.len() * 2 >= slots {
+                continue;
+            }
+            let visits = slots
+                .div_ceil(per_turn)
+                .min(DYNAMIC_COOL_SWEEP_MAX as usize);
+            self.evict(p, visits, usize::MAX, true);
+        }
     }
 
     fn advance(&mut self, p: usize) -> u32 {
@@ -610,43 +743,112 @@ impl<'m> Mover<'m> {
         s
     }
 
-    /// Clock step on slot `s`: a slot used since the last visit gets a
-    /// second chance; an unused, unreferenced one moves home (true).
-    fn evict_if_cold(&mut self, p: usize, s: u32) -> bool {
-        let (table, occupant) = (self.pools[p].table, self.pools[p].occupant[s as usize]);
-        let Some((w, idx)) = occupant else {
-            return false;
-        };
-        let mem = self.mem;
-        let slot_word = self
-            .cxl
-            .lock_word(mem.layout.slot_lock(table, self.host, s));
+    /// Clock over the next `visits` slots of pool `p`: a slot used since
+    /// the hand last passed gets a second chance; an unused, unreferenced
+    /// one moves home, up to `want` of them, in batches that share one log
+    /// record. `cooling`: counted as moved back for cooling.
+    fn evict(&mut self, p: usize, visits: usize, want: usize, cooling: bool) {
+        let started = thread_cpu_ns();
+        let mut moved = 0;
+        let mut visited = 0;
+        while visited < visits && moved < want && self.fatal.is_none() {
+            self.victims.clear();
+            self.redo.clear();
+            self.cxl.begin();
+            while visited < visits && moved + self.victims.len() < want {
+                if self.redo.record_bytes() + TUPLE_LOG_BYTES_MAX > WAL_RECORD_BYTES_MAX {
+                    break;
+                }
+                visited += 1;
+                let s = self.advance(p);
+                if let Some((w, idx)) = self.pools[p].occupant[s as usize]
+                    && self.begin_empty(p, s, w, idx)
+                {
+                    self.victims.push((s, w, idx));
+                }
+            }
+            if self.victims.is_empty() {
+                continue;
+            }
+            moved += self.victims.len();
+            self.finish_batch(p, cooling);
+        }
+        self.stats.move_back_ns += thread_cpu_ns() - started;
+    }
+
+    /// Clock step on slot `s` holding (`w`, `idx`): unless its clock bit
+    /// was set (cleared now: a second chance) or anyone references it, locks
+    /// the slot, copies the writable rows home and adds them to the batch's
+    /// redo record.
+    fn begin_empty(&mut self, p: usize, slot: u32, w: u32, idx: u64) -> bool {
+        let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
+        let l = &mem.layout;
+        let slot_word = self.cxl.lock_word(l.slot_lock(table, host, slot));
         if lockword::take_accessed(slot_word) {
             return false;
         }
-        if self.empty(p, s, w, idx).is_err() {
-            return false;
-        }
-        self.pools[p].occupant[s as usize] = None;
-        self.stats.moved_back += 1;
-        true
+        let (cxl, buf, redo) = (&mut self.cxl, &mut self.buf, &mut self.redo);
+        begin_move_back(slot_word, host, || {
+            for array in arrays_of(table) {
+                let src = l.slot_row(array, host, slot);
+                let dst = l.row(array, w, idx);
+                buf.resize(array.row_bytes() as usize, 0);
+                cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
+                if !writable(array) {
+                    debug_assert!(
+                        {
+                            let mut home = vec![0u8; buf.len()];
+                            mem.part(host).read_bytes(dst.off, &mut home);
+                            home == *buf
+                        },
+                        "{array:?} changed while moved"
+                    );
+                    continue;
+                }
+                mem.part(host).write_bytes(dst.off, buf);
+                redo.push(array, w, idx, buf);
+            }
+        })
+        .is_ok()
     }
 
-    /// Moves back tuples that cooled: one bounded clock sweep per pool that
-    /// is over half full.
-    fn cool(&mut self, visits: u32) {
-        for p in 0..self.pools.len() {
-            let slots = self.pools[p].occupant.len();
-            if self.pools[p].free.len() * 2 >= slots {
-                continue;
-            }
-            let n = visits.min(slots as u32);
-            for _ in 0..n {
-                let s = self.advance(p);
-                if self.evict_if_cold(p, s) {
-                    self.pools[p].free.push(s);
+    /// Logs the batch's rows in one record, durable before any of its
+    /// tuples' directory words let go of their slots (until then a restart
+    /// finds them in the slots), then finishes each move back. If the log
+    /// fails, the tuples stay in their slots and the mover stops.
+    fn finish_batch(&mut self, p: usize, cooling: bool) {
+        let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
+        let l = &mem.layout;
+        if let Some(wal) = self.wal {
+            let gsn = wal.next_seq(Some(crate::recovery::gsn_word(mem)));
+            let id = (host as u64) << 56 | MOVER_TXN_ID;
+            let logged = wal
+                .append(&self.redo, id, gsn, Tag::default(), |_, _| {})
+                .and_then(|end| wal.wait_durable(end));
+            if let Err(e) = logged {
+                for &(slot, _, _) in &self.victims {
+                    let off = l.slot_lock(table, host, slot);
+                    let woken = abandon_move_back(self.cxl.lock_word(off), host);
+                    self.wake_waiters(woken, off);
                 }
+                self.fatal.get_or_insert(e);
+                return;
             }
+        }
+        for i in 0..self.victims.len() {
+            let (slot, w, idx) = self.victims[i];
+            let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
+            let dir = self.cxl.lock_word(l.directory(table, w, idx));
+            let off = l.slot_lock(table, host, slot);
+            let woken = finish_move_back(home, dir, self.cxl.lock_word(off), slot, host);
+            self.wake_waiters(woken, off);
+            self.pools[p].occupant[slot as usize] = None;
+            self.pools[p].free.push(slot);
+        }
+        let n = self.victims.len() as u64;
+        self.stats.moved_back += n;
+        if cooling {
+            self.stats.cooled += n;
         }
     }
 
@@ -683,43 +885,6 @@ impl<'m> Mover<'m> {
         }
     }
 
-    fn empty(&mut self, p: usize, slot: u32, w: u32, idx: u64) -> Result<(), Conflict> {
-        let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
-        let l = &mem.layout;
-        self.cxl.begin();
-        let home = mem.part(host).atomic_u64(l.lock(table, w, idx).off);
-        let dir = self.cxl.lock_word(l.directory(table, w, idx));
-        let slot_off = l.slot_lock(table, host, slot);
-        let slot_word = self.cxl.lock_word(slot_off);
-        let (cxl, buf, redo) = (&mut self.cxl, &mut self.buf, &mut self.redo);
-        let (wal, fatal) = (self.wal, &mut self.fatal);
-        let woken = move_back(home, dir, slot_word, slot, host, || {
-            redo.clear();
-            for array in arrays_of(table) {
-                let src = l.slot_row(array, host, slot);
-                let dst = l.row(array, w, idx);
-                buf.resize(array.row_bytes() as usize, 0);
-                cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
-                mem.part(host).write_bytes(dst.off, buf);
-                redo.push(array, w, idx, buf);
-            }
-            // Durable before the directory lets go of the slot: until then
-            // a restart finds the tuple in the slot.
-            if let Some(wal) = wal {
-                let gsn = wal.next_seq(Some(crate::recovery::gsn_word(mem)));
-                let id = (host as u64) << 56 | MOVER_TXN_ID;
-                let logged = wal
-                    .append(redo, id, gsn, Tag::default(), |_, _| {})
-                    .and_then(|end| wal.wait_durable(end));
-                if let Err(e) = logged {
-                    fatal.get_or_insert(e);
-                }
-            }
-        })?;
-        self.wake_waiters(woken, slot_off);
-        Ok(())
-    }
-
     #[cfg(test)]
     pub(crate) fn occupied(&self) -> usize {
         self.pools
@@ -738,15 +903,17 @@ impl<'m> Mover<'m> {
     pub(crate) fn cool_all(&mut self) {
         for p in 0..self.pools.len() {
             // Two visits per slot: the first clears the clock bit.
-            for _ in 0..2 * self.pools[p].occupant.len() {
-                let s = self.advance(p);
-                if self.evict_if_cold(p, s) {
-                    self.pools[p].free.push(s);
-                }
-            }
+            let visits = 2 * self.pools[p].occupant.len();
+            self.evict(p, visits, usize::MAX, true);
         }
     }
 }
+
+/// The most one tuple adds to a move-back record: an entry head per
+/// column group and the rows (CUSTOMER's are the larger).
+const TUPLE_LOG_BYTES_MAX: usize = 2 * 32
+    + size_of::<crate::tpcc::schema::Customer>()
+    + size_of::<crate::tpcc::schema::CustomerData>();
 
 #[cfg(test)]
 mod tests;

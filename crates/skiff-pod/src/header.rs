@@ -31,7 +31,7 @@ use crate::tpcc::random::NurandConstants;
 pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
 pub(crate) const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
 /// Bump on any change of header, layout or row format.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+pub(crate) const FORMAT_VERSION: u64 = 4;
 
 /// Run states in `run_state`.
 pub(crate) mod state {
@@ -66,10 +66,15 @@ const STOP_REASON_OFF: u64 = 1224;
 /// offset (a collision only wakes a waiter early).
 const RELEASE_EPOCHS_OFF: u64 = 2048;
 pub(crate) const RELEASE_EPOCHS: u64 = 16;
+/// The measurement epoch: the coordinator bumps it when the warm-up ends,
+/// and every thread that keeps figures restarts them when it sees it change
+/// (`stats::Window`), so a run reports steady state only.
+const MEASURE_EPOCH_OFF: u64 = RELEASE_EPOCHS_OFF + RELEASE_EPOCHS * 64;
 
 const _: () = {
     assert!(STOP_REASON_OFF + (STOP_REASON_BYTES_MAX as u64) <= RELEASE_EPOCHS_OFF);
-    assert!(RELEASE_EPOCHS_OFF + RELEASE_EPOCHS * 64 <= HEADER_BYTES);
+    assert!(RELEASE_EPOCHS_OFF + RELEASE_EPOCHS * 64 <= MEASURE_EPOCH_OFF);
+    assert!(MEASURE_EPOCH_OFF + 64 <= HEADER_BYTES);
     assert!(size_of::<PodHeaderFixed>() as u64 <= RUN_STATE_OFF);
     assert!(STOP_REASON_OFF + STOP_REASON_BYTES_MAX as u64 <= HEADER_BYTES);
 };
@@ -321,6 +326,7 @@ pub(crate) struct Control<'m> {
     pub run_state: &'m AtomicU32,
     pub hosts_ready: &'m AtomicU32,
     pub hosts_done: &'m AtomicU32,
+    pub measure_epoch: &'m AtomicU32,
     pod: &'m Mapping,
 }
 
@@ -330,6 +336,7 @@ impl<'m> Control<'m> {
             run_state: pod.atomic_u32(RUN_STATE_OFF),
             hosts_ready: pod.atomic_u32(HOSTS_READY_OFF),
             hosts_done: pod.atomic_u32(HOSTS_DONE_OFF),
+            measure_epoch: pod.atomic_u32(MEASURE_EPOCH_OFF),
             pod,
         }
     }
@@ -366,6 +373,12 @@ impl<'m> Control<'m> {
             futex::wake_all(self.run_state);
         }
         won
+    }
+
+    /// Ends the warm-up: every thread restarts its figures (`stats::Window`).
+    pub(crate) fn begin_measuring(&self) {
+        self.measure_epoch.fetch_add(1, Ordering::AcqRel);
+        futex::wake_all(self.measure_epoch);
     }
 
     /// Why a host stopped the run early, if one did.

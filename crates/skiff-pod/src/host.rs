@@ -23,7 +23,9 @@ use crate::lease::{self, HostRecord};
 use crate::memory::{Parts, PodMemory};
 use crate::remote;
 use crate::stats::ProtocolCounters;
-use crate::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
+use crate::stats::{
+    HOST_STATS_BYTES, HostStatsRaw, TxnCounters, Window, WorkerStats, thread_cpu_ns,
+};
 use crate::tpcc::audit::audit_warehouse;
 use crate::tpcc::delivery::deliver_district;
 use crate::tpcc::input::{
@@ -36,7 +38,8 @@ use crate::tpcc::random::Rng;
 use crate::tpcc::schema::DISTRICTS_PER_WAREHOUSE;
 use crate::tpcc::stock_level::stock_level;
 use crate::txn::{Txn, TxnError, TxnResult, age_now};
-use crate::wal::{Wal, wal_path};
+use crate::wal::{Wal, WalCounters, wal_path};
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 
 /// How long a host waits for the start signal before giving up.
@@ -208,9 +211,10 @@ fn run_workers(
     let workers = mem.params().workers_per_host;
     let lease_stop = AtomicBool::new(false);
     let gate = Gate::default();
+    let wal_base = OnceLock::new();
     let mut total = WorkerStats::default();
     let results: Vec<Result<WorkerStats>> = std::thread::scope(|s| {
-        let (lease_stop, gate) = (&lease_stop, &gate);
+        let (lease_stop, gate, wal_base) = (&lease_stop, &gate, &wal_base);
         let lease = s.spawn(move || lease::lease_thread(mem, host, lease_stop));
         let every = Duration::from_millis(mem.params().checkpoint_ms);
         let checkpoints = (!every.is_zero()).then(|| {
@@ -224,7 +228,7 @@ fn run_workers(
             })
         });
         let handles: Vec<_> = (0..workers)
-            .map(|w| s.spawn(move || worker(mem, host, wal, gate, w, hard_stop)))
+            .map(|w| s.spawn(move || worker(mem, host, wal, wal_base, gate, w, hard_stop)))
             .collect();
         let auditor = mem
             .params()
@@ -265,10 +269,10 @@ fn run_workers(
     for r in results {
         total.merge(&r?);
     }
-    let log = wal.counters();
-    total.protocol.log_records += log.records;
-    total.protocol.log_bytes += log.bytes;
-    total.protocol.log_flushes += log.flushes;
+    let (log, base) = (wal.counters(), wal_base.get().copied().unwrap_or_default());
+    total.protocol.log_records += log.records - base.records;
+    total.protocol.log_bytes += log.bytes - base.bytes;
+    total.protocol.log_flushes += log.flushes - base.flushes;
     Ok((total, start.elapsed()))
 }
 
@@ -303,11 +307,10 @@ fn participants<'s, 'm: 's>(
     }
     let p = mem.params();
     let failed = move |reason: String| PodError::HostFailed { host, reason };
+    // A link returns the CPU time its participant used while measuring.
     let serve_one = move |link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's>| {
-        let cpu = thread_cpu_ns();
-        link().map_err(failed)?;
         Ok(WorkerStats {
-            cpu_ns: thread_cpu_ns() - cpu,
+            cpu_ns: link().map_err(failed)?,
             ..WorkerStats::default()
         })
     };
@@ -411,10 +414,13 @@ fn execute(
     Ok(Outcome::Abandoned)
 }
 
+/// Runs transactions until the stop. `wal_base`: the host's log counters
+/// when the warm-up ended, taken by the first worker that sees it end.
 fn worker(
     mem: &PodMemory,
     host: u16,
     wal: &Wal,
+    wal_base: &OnceLock<WalCounters>,
     gate: &Gate,
     id: u16,
     hard_stop: Instant,
@@ -436,9 +442,17 @@ fn worker(
         txn.connect_remote();
     }
     let mut stats = WorkerStats::default();
-    let cpu_start = thread_cpu_ns();
+    let mut cpu_start = thread_cpu_ns();
+    let mut window = Window::new(&control);
     let mut done = 0u64;
     while control.state() == state::RUNNING {
+        if window.restarted() {
+            // The warm-up ended: what follows is what the run reports.
+            stats = WorkerStats::default();
+            cpu_start = thread_cpu_ns();
+            txn.reset_counters();
+            wal_base.get_or_init(|| wal.counters());
+        }
         done += 1;
         if done.is_multiple_of(256) && Instant::now() > hard_stop {
             break;
@@ -631,6 +645,12 @@ fn mover(
             moved_in: m.moved_in,
             moved_back: m.moved_back,
             busy: m.busy,
+            moved_again: m.moved_again,
+            cooled: m.cooled,
+            mover_rounds: m.rounds,
+            mover_cpu_ns: m.cpu_ns,
+            move_in_ns: m.move_in_ns,
+            move_back_ns: m.move_back_ns,
             ..ProtocolCounters::default()
         },
         ..WorkerStats::default()
@@ -676,8 +696,13 @@ fn auditor(
     let mut txn = Txn::for_worker(mem, host, mem.params().workers_per_host);
     txn.attach_log(wal, true);
     let mut stats = WorkerStats::default();
+    let mut window = Window::new(&control);
     let mut next = host as usize;
     while control.state() == state::RUNNING && Instant::now() < hard_stop {
+        if window.restarted() {
+            stats = WorkerStats::default();
+            txn.reset_counters();
+        }
         let w = targets[next % targets.len()];
         next += 1;
         let mut holds = true;

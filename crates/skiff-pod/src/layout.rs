@@ -590,6 +590,16 @@ impl Layout {
         self.dynamic.slots > 0 && movable(self.params.arch, table.group())
     }
 
+    /// (e): whether another host can ever write this pod's movable tuples
+    /// (they move only when another host asks for one, which takes a
+    /// remote access the run's inputs can make).
+    pub(crate) fn tuples_can_move(&self) -> bool {
+        let p = &self.params;
+        self.dynamic.slots > 0
+            && p.hosts > 1
+            && (p.payment_remote_probability() > 0.0 || p.line_remote_probability() > 0.0)
+    }
+
     /// Slots per host and movable table (0 unless Pasha dynamic).
     pub(crate) fn dynamic_slots(&self) -> u32 {
         self.dynamic.slots as u32

@@ -548,8 +548,9 @@ impl Serve for PodChannel<'_> {
 // ------------------------------------------------------------ participant
 
 /// Serves one coordinator worker until it closes the link: LOCK, PREPARE,
-/// COMMIT and ABORT on this host's partition. Returns the messages it
-/// answered.
+/// COMMIT and ABORT on this host's partition. Returns the CPU time it used
+/// since measurement started (`Window`: it restarts its clock at the first
+/// request after the warm-up ended).
 pub(crate) fn serve<'m>(
     mem: &'m PodMemory,
     host: u16,
@@ -557,18 +558,22 @@ pub(crate) fn serve<'m>(
     gate: &crate::checkpoint::Gate,
     mut link: impl Serve,
 ) -> Result<u64, String> {
+    let mut window = crate::stats::Window::new(&mem.control());
+    let mut cpu_start = crate::stats::thread_cpu_ns();
     let mut txn = Txn::for_worker(mem, host, 0);
     // The owner logs what it writes for remote coordinators; shared nothing
     // writes only partitions, so no transaction slot.
     txn.attach_log(wal, false);
     let (mut request, mut reply) = (Vec::new(), Msg::default());
-    let mut answered = 0;
     // Inside the checkpoint gate from a transaction's first request to
     // its end.
     let mut inside = false;
     loop {
         match link.recv(&mut request)? {
             Received::Request => {
+                if window.restarted() {
+                    cpu_start = crate::stats::thread_cpu_ns();
+                }
                 if !inside {
                     gate.enter();
                     inside = true;
@@ -582,7 +587,6 @@ pub(crate) fn serve<'m>(
                     inside = false;
                 }
                 link.reply(&reply.0)?;
-                answered += 1;
             }
             Received::Closed => break,
             Received::CoordinatorGone => {
@@ -605,7 +609,7 @@ pub(crate) fn serve<'m>(
     if inside {
         gate.leave();
     }
-    Ok(answered)
+    Ok(crate::stats::thread_cpu_ns() - cpu_start)
 }
 
 /// A prepared part (`prepared`, before the request) that is resolved now

@@ -116,6 +116,17 @@ pub struct MovementReport {
     pub moved_in: u64,
     pub moved_back: u64,
     pub busy: u64,
+    /// Of `moved_in`, tuples that had been moved in before in the run
+    /// (moved back, then asked for again: churn).
+    pub moved_again: u64,
+    /// Of `moved_back`, those the cooling sweep moved (the rest made room).
+    pub cooled: u64,
+    /// The movers' wake-ups, and their CPU time per request served, of
+    /// which moving tuples in and moving them back (wall time) took these.
+    pub mover_rounds: u64,
+    pub mover_cpu_us_per_request: f64,
+    pub move_in_us_per_request: f64,
+    pub move_back_us_per_request: f64,
 }
 
 /// What [`crate::run`] returns.
@@ -130,7 +141,11 @@ pub struct RunReport {
     pub orders_per_district: u32,
     /// Seconds to create and load the pod.
     pub load_s: f64,
-    /// Seconds between the start and the stop signal.
+    /// Seconds the hosts ran before measurement started (not in any
+    /// figure of the report).
+    pub warmup_s: f64,
+    /// Seconds between the end of the warm-up (the start, without one) and
+    /// the stop signal.
     pub elapsed_s: f64,
     pub mix: crate::config::Mix,
     pub new_order: TxnReport,
@@ -226,6 +241,7 @@ pub(crate) struct RunFacts {
     pub multi_warehouse_pct: f64,
     pub orders_per_district: u32,
     pub load_s: f64,
+    pub warmup_s: f64,
     pub elapsed_s: f64,
     pub cxl_model: CxlModel,
     pub ended_early: Option<String>,
@@ -264,6 +280,7 @@ impl RunReport {
             multi_warehouse_pct: f.multi_warehouse_pct,
             orders_per_district: f.orders_per_district,
             load_s: f.load_s,
+            warmup_s: f.warmup_s,
             elapsed_s: f.elapsed_s,
             new_order: TxnReport::new(&s.new_order, &s.new_order_latency),
             payment: TxnReport::new(&s.payment, &s.payment_latency),
@@ -302,6 +319,12 @@ impl RunReport {
                 moved_in: p.moved_in,
                 moved_back: p.moved_back,
                 busy: p.busy,
+                moved_again: p.moved_again,
+                cooled: p.cooled,
+                mover_rounds: p.mover_rounds,
+                mover_cpu_us_per_request: p.mover_cpu_ns as f64 / 1e3 / p.served.max(1) as f64,
+                move_in_us_per_request: p.move_in_ns as f64 / 1e3 / p.served.max(1) as f64,
+                move_back_us_per_request: p.move_back_ns as f64 / 1e3 / p.served.max(1) as f64,
             },
             log: LogReport {
                 records: p.log_records,
@@ -362,6 +385,9 @@ impl fmt::Display for RunReport {
             self.committed_per_cpu_s,
             100.0 * self.abort_rate
         )?;
+        if self.warmup_s > 0.0 {
+            writeln!(f, "  (measured after {:.2} s of warm-up)", self.warmup_s)?;
+        }
         writeln!(
             f,
             "  CXL: {} data + {} coherent misses ({:.1} per txn), {} flushes, {} write-backs",
@@ -388,8 +414,18 @@ impl fmt::Display for RunReport {
         if m.asks > 0 || m.served > 0 || m.moved_in > 0 {
             write!(
                 f,
-                "\n  movement: {} asks, {} served, {} moved in, {} moved back, {} busy",
-                m.asks, m.served, m.moved_in, m.moved_back, m.busy
+                "\n  movement: {} asks, {} served, {} moved in ({} again), {} moved back \
+                 ({} cooled), {} busy",
+                m.asks, m.served, m.moved_in, m.moved_again, m.moved_back, m.cooled, m.busy
+            )?;
+            write!(
+                f,
+                "\n  movers: {} rounds, {:.1} us CPU per request (moving in {:.1} us, \
+                 back {:.1} us)",
+                m.mover_rounds,
+                m.mover_cpu_us_per_request,
+                m.move_in_us_per_request,
+                m.move_back_us_per_request
             )?;
         }
         if self.audit.committed > 0 || self.audit.aborted > 0 {

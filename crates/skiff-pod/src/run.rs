@@ -167,6 +167,7 @@ pub fn run(cfg: &PodConfig) -> Result<RunReport> {
             multi_warehouse_pct: p.multi_warehouse_pct,
             orders_per_district: p.orders_per_district,
             load_s: loaded.load_s,
+            warmup_s: cfg.warmup.as_secs_f64(),
             elapsed_s: elapsed.as_secs_f64(),
             cxl_model: p.cxl,
             ended_early,
@@ -273,8 +274,9 @@ type Driven = (WorkerStats, Duration, Option<String>, Option<FaultLog>);
 fn drive(mem: &PodMemory, cfg: &PodConfig, hosts: &mut [Host]) -> Result<Driven> {
     let control = mem.control();
     await_hosts(mem, control.hosts_ready, hosts, Phase::Ready)?;
-    let start = Instant::now();
     control.set_state(state::RUNNING);
+    warm_up(mem, cfg.warmup);
+    let start = Instant::now();
     let fault = match cfg.fault {
         // Sleep for the duration, or until a host stops the run early.
         None => {
@@ -307,6 +309,30 @@ fn drive(mem: &PodMemory, cfg: &PodConfig, hosts: &mut [Host]) -> Result<Driven>
         }
     }
     Ok((total, elapsed, control.stop_reason(), fault))
+}
+
+/// Lets the hosts run `warmup` unmeasured, then starts measurement: every
+/// thread that keeps figures drops what it counted (`stats::Window`). In
+/// (e) the movers sleep on their doorbells, so each is rung to notice.
+fn warm_up(mem: &PodMemory, warmup: Duration) {
+    if warmup.is_zero() {
+        return;
+    }
+    let control = mem.control();
+    let running = futex::wait_until(control.run_state, Instant::now() + warmup, warmup, |s| {
+        s != state::RUNNING
+    });
+    if running.is_some() {
+        return;
+    }
+    control.begin_measuring();
+    if mem.layout.dynamic_slots() > 0 {
+        for h in 0..mem.params().hosts {
+            let bell = mem.pod.atomic_u32(mem.layout.doorbell(h));
+            bell.fetch_add(1, Ordering::Release);
+            futex::wake_all(bell);
+        }
+    }
 }
 
 /// Interval of the fault timeline's samples.

@@ -143,6 +143,16 @@ pub(crate) struct ProtocolCounters {
     pub moved_in: u64,
     pub moved_back: u64,
     pub busy: u64,
+    /// (e) tuples moved in again (moved in before in the run), and moves
+    /// back by the cooling sweep (the others made room).
+    pub moved_again: u64,
+    pub cooled: u64,
+    /// (e) the movers' rounds (wake-ups), their CPU time, and the time
+    /// they spent moving tuples in and back (where a request's cost goes).
+    pub mover_rounds: u64,
+    pub mover_cpu_ns: u64,
+    pub move_in_ns: u64,
+    pub move_back_ns: u64,
     /// Write-ahead log: records, bytes, and group-commit flushes (write +
     /// fdatasync; records / flushes is the mean group size).
     pub log_records: u64,
@@ -165,6 +175,12 @@ impl ProtocolCounters {
         self.moved_in += o.moved_in;
         self.moved_back += o.moved_back;
         self.busy += o.busy;
+        self.moved_again += o.moved_again;
+        self.cooled += o.cooled;
+        self.mover_rounds += o.mover_rounds;
+        self.mover_cpu_ns += o.mover_cpu_ns;
+        self.move_in_ns += o.move_in_ns;
+        self.move_back_ns += o.move_back_ns;
         self.log_records += o.log_records;
         self.log_bytes += o.log_bytes;
         self.log_flushes += o.log_flushes;
@@ -306,6 +322,39 @@ impl HostStatsRaw {
     }
 }
 
+/// Where a thread's figures start. The run's figures are steady state:
+/// the coordinator bumps the measurement epoch when the warm-up ends
+/// (`Control::begin_measuring`) and each thread that keeps figures asks
+/// [`Window::restarted`] between units of work (a transaction, a request,
+/// a mover round), dropping what it counted before. With no warm-up the
+/// epoch never moves and figures cover the whole run.
+pub(crate) struct Window<'m> {
+    epoch: &'m std::sync::atomic::AtomicU32,
+    seen: u32,
+}
+
+impl<'m> Window<'m> {
+    pub(crate) fn new(control: &crate::header::Control<'m>) -> Window<'m> {
+        Window::on(control.measure_epoch)
+    }
+
+    fn on(epoch: &'m std::sync::atomic::AtomicU32) -> Window<'m> {
+        Window {
+            epoch,
+            seen: epoch.load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// Whether measurement (re)started since the last call: the caller
+    /// drops its figures and takes new CPU and counter baselines.
+    pub(crate) fn restarted(&mut self) -> bool {
+        let e = self.epoch.load(std::sync::atomic::Ordering::Acquire);
+        let changed = e != self.seen;
+        self.seen = e;
+        changed
+    }
+}
+
 /// CPU time this thread has used, in ns.
 pub(crate) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -362,6 +411,21 @@ mod tests {
         assert!((50_000.0..=53_200.0).contains(&p50), "{p50}");
         assert!((99_000.0..=105_200.0).contains(&p99), "{p99}");
         assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn a_window_restarts_once_per_epoch() {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        let epoch = AtomicU32::new(0);
+        let mut early = Window::on(&epoch);
+        assert!(!early.restarted());
+        epoch.fetch_add(1, Relaxed);
+        // A thread that started before the warm-up ended drops its figures
+        // once; one that started after never does.
+        let mut late = Window::on(&epoch);
+        assert!(early.restarted());
+        assert!(!early.restarted());
+        assert!(!late.restarted());
     }
 
     #[test]

@@ -259,6 +259,17 @@ impl<'m> Txn<'m> {
         self.cxl.counters()
     }
 
+    /// Forgets what was counted so far (the warm-up ended); between
+    /// transactions only.
+    pub(crate) fn reset_counters(&mut self) {
+        assert!(!self.active, "counters reset inside a transaction");
+        self.cxl.reset_counters();
+        self.side = TxnSideCounters::default();
+        if let Some(c) = &mut self.coordinator {
+            c.messages = 0;
+        }
+    }
+
     pub(crate) fn side_counters(&self) -> TxnSideCounters {
         let mut side = self.side;
         if let Some(c) = &self.coordinator {
@@ -752,10 +763,10 @@ impl<'m> Txn<'m> {
         }
         let id = self.txn_id();
         // (e): other hosts write this host's movable rows while they are
-        // moved, so every record is ordered globally, unless no other host
-        // exists.
-        let layout = &self.mem.layout;
-        let global = self.wrote_pod || (layout.dynamic_slots() > 0 && layout.params.hosts > 1);
+        // moved, so every record is ordered globally, unless nothing can
+        // move (one host, or no remote access): then, as in (d) at 0%, no
+        // record needs the GSN word's coherent miss.
+        let global = self.wrote_pod || self.mem.layout.tuples_can_move();
         let gsn = if global {
             let off = self.mem.layout.recovery_off;
             debug_assert!(std::ptr::eq(

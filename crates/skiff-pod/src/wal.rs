@@ -164,7 +164,7 @@ impl Redo {
         out[start + 8..start + 16].copy_from_slice(&sum.to_le_bytes());
     }
 
-    fn record_bytes(&self) -> usize {
+    pub(crate) fn record_bytes(&self) -> usize {
         RECORD_HEAD_BYTES + PAYLOAD_HEAD_BYTES + self.bytes.len()
     }
 }

@@ -186,6 +186,56 @@ fn two_host_processes_pasha_dynamic_moves_tuples_both_ways() {
     assert!(report.cxl.misses() > 0, "{report}");
 }
 
+/// A warm-up runs transactions (they are in the database afterwards) but
+/// none of its work is in the report: the figures cover only `duration`
+/// after it, in every architecture alike.
+#[test]
+fn a_warm_up_runs_transactions_that_the_report_leaves_out() {
+    for arch in [
+        Arch::PashaStatic,
+        Arch::PashaDynamic,
+        Arch::SharedNothingCxl,
+    ] {
+        let pod = Pod::new("warm");
+        let mut cfg = config(&pod, arch, 2, 2, 1);
+        cfg.multi_warehouse_pct = 60.0;
+        cfg.auditor = false;
+        cfg.warmup = Duration::from_millis(800);
+        cfg.duration = Duration::from_millis(400);
+        let report = skiff_pod::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
+        eprintln!("{report}");
+        let check = skiff_pod::check(&CheckConfig {
+            shm_path: cfg.shm_path.clone(),
+        })
+        .unwrap();
+        assert!(check.passed(), "{check}");
+        assert_eq!(report.warmup_s, 0.8, "{report}");
+        assert!((0.4..0.8).contains(&report.elapsed_s), "{report}");
+        assert!(report.new_order.committed > 0, "{report}");
+        // The warm-up's orders are in the tables, not in the report.
+        let measured = 2 * 30_000 + report.new_order.committed;
+        assert!(
+            check.rows.orders > measured,
+            "{} orders: {report}",
+            check.rows.orders
+        );
+        assert!(report.worker_cpu_s < 0.8 * 2.0, "{report}");
+    }
+    // Warm-up and a killed host do not mix (the fault's times are from the
+    // start).
+    let pod = Pod::new("warm-kill");
+    let mut cfg = config(&pod, Arch::PashaStatic, 2, 2, 1);
+    cfg.launch = processes();
+    cfg.warmup = Duration::from_secs(1);
+    cfg.fault = Some(skiff_pod::HostFault {
+        host: 1,
+        kill_after: Duration::from_millis(200),
+        restart_after: Duration::from_millis(200),
+    });
+    let e = skiff_pod::run(&cfg).unwrap_err().to_string();
+    assert!(e.contains("warm-up"), "{e}");
+}
+
 #[test]
 fn pasha_dynamic_with_one_host_never_moves_anything() {
     let pod = Pod::new("e1");
