@@ -792,17 +792,17 @@ impl<'m> Mover<'m> {
             for array in arrays_of(table) {
                 let src = l.slot_row(array, host, slot);
                 let dst = l.row(array, w, idx);
+                // Read-only rows are not read at all (no modeled misses):
+                // the home copy is still theirs, which debug builds check.
+                if !writable(array) && !cfg!(debug_assertions) {
+                    continue;
+                }
                 buf.resize(array.row_bytes() as usize, 0);
                 cxl.read_bytes(Coherence::Tracked(slot_word), src.off, buf);
                 if !writable(array) {
-                    debug_assert!(
-                        {
-                            let mut home = vec![0u8; buf.len()];
-                            mem.part(host).read_bytes(dst.off, &mut home);
-                            home == *buf
-                        },
-                        "{array:?} changed while moved"
-                    );
+                    let mut home = vec![0u8; buf.len()];
+                    mem.part(host).read_bytes(dst.off, &mut home);
+                    assert!(home == *buf, "{array:?} changed while moved");
                     continue;
                 }
                 mem.part(host).write_bytes(dst.off, buf);
