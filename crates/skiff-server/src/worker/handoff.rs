@@ -509,14 +509,13 @@ fn corrupt(state: &mut skiff_state::ExtractedState) {
     }
 }
 
-/// The execution of a remaining plan over the state another worker handed
-/// off: fetched from the cache, every frame verified, re-partitioned for
-/// this worker.
+/// The execution of a remaining plan (already re-partitioned for this
+/// worker) over the state another worker handed off: fetched from the
+/// cache, every frame verified.
 pub(super) async fn continue_from_state(
     request: &RunQuery,
     plan: Arc<dyn ExecutionPlan>,
     task_ctx: &TaskContext,
-    partitions: usize,
 ) -> Result<Arc<QueryExecution>> {
     let key = &request.state_key;
     let started = Instant::now();
@@ -541,6 +540,5 @@ pub(super) async fn continue_from_state(
         load_ms = (started.elapsed() - fetched).as_millis() as u64,
         "state loaded"
     );
-    let plan = skiff_state::with_partitions(plan, partitions)?;
     Ok(skiff_state::resume(plan, task_ctx, loaded)?)
 }

@@ -240,11 +240,12 @@ impl WorkerService {
         }
         let task_ctx = state.build().task_ctx();
         let plan = skiff_flight::decode_plan(&request.plan, &task_ctx)?;
+        // Planned at the coordinator's or the source worker's parallelism.
+        let plan = skiff_state::with_partitions(plan, self.partitions)?;
         let execution = if request.state_key.is_empty() {
-            let plan = skiff_state::with_partitions(plan, self.partitions)?;
             QueryExecution::new(pipeline::cut(plan)?, &task_ctx)
         } else {
-            handoff::continue_from_state(&request, plan, &task_ctx, self.partitions).await?
+            handoff::continue_from_state(&request, plan, &task_ctx).await?
         };
         let token = CancellationToken::new();
         let query_id = request.query_id;

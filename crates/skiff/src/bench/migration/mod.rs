@@ -4,7 +4,8 @@
 //! This module owns the clusters it measures (a coordinator, a memory node
 //! and worker processes, started as `skiff coordinator|memnode|worker`
 //! children so that workers can differ in parallelism and be added or
-//! killed one by one), the four experiments, and their summary, CSV and PNG:
+//! killed one by one), the four experiments, their summary (with a fifth
+//! section judging the cost model), CSV and PNG:
 //!
 //! 1. *symmetric*: per query and boundary k, the local runtime, the runtime
 //!    with `skiff.migrate_after_pipelines = k` to an identical worker, and a
@@ -369,9 +370,11 @@ impl Bench {
             ..Row::default()
         };
         let mut ran = Vec::new();
+        let mut reached = Vec::new();
         for _ in 0..self.counted() {
             // Boundaries are those of the last statement, where the trigger
-            // applies; the statements before it count as time run.
+            // applies; the statements before it count towards progress but
+            // are not lost by a restart (it restarts the statement).
             let before_ms = match self.run_script(cluster, &settings, script, true).await {
                 Ok(run) => {
                     times.push(run.ms);
@@ -389,7 +392,10 @@ impl Bench {
                 Ok(record) => {
                     row.pipelines_total = Some(record.pipelines_total);
                     row.state_bytes = Some(record.state_bytes);
-                    ran.extend(ran_ms(&record.decision).map(|ms| ms + before_ms));
+                    if let Some(ms) = ran_ms(&record.decision) {
+                        ran.push(ms);
+                        reached.push(before_ms + ms);
+                    }
                     row.decision = record.decision;
                 }
                 Err(e) => row.error = Some(e),
@@ -399,10 +405,10 @@ impl Bench {
             return Some(row);
         }
         row.measured_ms = median(&times);
-        // The source's own clock: how long the query ran before it paused
-        // at k, i.e. the work a restart at k would throw away.
+        // The source's own clock: how long the statement ran before it
+        // paused at k, i.e. the work a restart at k would throw away.
         row.time_at_k_ms = median(&ran);
-        row.progress = row.time_at_k_ms.map(|ms| ms / local_ms.max(1e-9));
+        row.progress = median(&reached).map(|ms| ms / local_ms.max(1e-9));
         Some(row)
     }
 
