@@ -192,10 +192,13 @@ impl Control {
         // A snapshot comes first, so that the query can go on from this
         // boundary whatever fires here next (a killed worker included); the
         // triggers of this boundary fire at the pause right after it.
-        let due = self.snapshot_due.swap(false, Ordering::SeqCst)
+        // A period that passed while the query stood at a boundary already
+        // snapshotted stays due for the next one.
+        let due = self.snapshot_due.load(Ordering::SeqCst)
             || t.snapshot_every
                 .is_some_and(|every| finished > 0 && finished.is_multiple_of(every));
         if due && self.snapshotted_at.swap(finished, Ordering::SeqCst) != finished {
+            self.snapshot_due.store(false, Ordering::SeqCst);
             return Step::Snapshot;
         }
         if t.kill_after == Some(finished) {
@@ -217,12 +220,20 @@ impl Control {
     /// running pipelines finish) for a snapshot. Once the result streams
     /// there is no boundary left, and nothing to snapshot.
     fn snapshot_at_next_boundary(&self, execution: &QueryExecution) {
+        if self.snapshot_due_here(execution) {
+            execution.pause_now(PauseMode::Drain);
+        }
+    }
+
+    /// The snapshot period passed: the pause at hand (or the next one)
+    /// takes a snapshot, unless the result already streams.
+    fn snapshot_due_here(&self, execution: &QueryExecution) -> bool {
         let result = execution.graph().result().id;
         if execution.store().status()[result.0] != PipelineStatus::Waiting {
-            return;
+            return false;
         }
         self.snapshot_due.store(true, Ordering::SeqCst);
-        execution.pause_now(PauseMode::Drain);
+        true
     }
 
     /// The coordinator asks for a hand-off.
@@ -319,6 +330,14 @@ async fn produce(
         let Pause::Paused { finished } = pause else {
             break;
         };
+        // The timer ticks by the millisecond and may be served late, while
+        // pipelines can finish within one tick: a pause for another reason
+        // that comes after the period takes the snapshot too.
+        if next_snapshot.is_some_and(|at| tokio::time::Instant::now() >= at)
+            && control.snapshot_due_here(&execution)
+        {
+            next_snapshot = None;
+        }
         match control.at_pause(finished) {
             Step::HandOff(reason, at, discard) => {
                 let handoff = if discard {

@@ -421,9 +421,11 @@ async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
 }
 
 /// Snapshots by time (`skiff.snapshot_every_seconds`): with a period far
-/// below a pipeline's runtime every query snapshots at its boundaries, and
-/// a worker that dies at the last boundary before the result leaves a
-/// snapshot to continue from on another worker.
+/// below a pipeline's runtime queries snapshot at their boundaries (not
+/// surely every query: pipelines can all finish within the timer's first
+/// tick), and a worker that dies at the last boundary before the result,
+/// where the period surely passed, leaves a snapshot of that boundary to
+/// continue from on another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
     let data = dataset(Benchmark::Tpch, 0.01);
@@ -436,19 +438,18 @@ async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
     set(&client, "skiff.snapshot_every_seconds = 0.000001").await;
     let mut failures = Vec::new();
     let mut kills = 0;
+    let mut snapshotted = 0;
     for (query, sql) in queries("tpch") {
         if let Err(e) = check(&query, run_pg(&client, &sql).await) {
             failures.push(format!("{query} with timed snapshots: {e}"));
             continue;
         }
         let record = last_query(&client).await;
-        if record.snapshots == 0 || record.migrations + record.restarts > 0 {
+        if record.migrations + record.restarts > 0 {
             failures.push(format!("{query}: {record:?}"));
         }
-        // The kill comes at the last boundary before the result, k >= 2, so
-        // that an earlier snapshot's message surely reached the coordinator
-        // (see `kill_sweep`).
-        let Some(k) = record.pipelines_total.checked_sub(1).filter(|&k| k >= 2) else {
+        snapshotted += usize::from(record.snapshots > 0);
+        let Some(k) = record.pipelines_total.checked_sub(1).filter(|&k| k >= 1) else {
             continue;
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -462,17 +463,16 @@ async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
         let outcome = check(&query, run_pg(&killer, &sql).await);
         let record = last_query(&client).await;
         kills += 1;
+        let from_boundary = format!("continued from the snapshot after {k}/");
         if let Err(e) = outcome {
             failures.push(format!("{query} k={k}: {e} {record:?}"));
-        } else if !record
-            .decision
-            .contains("lost; continued from the snapshot")
-        {
+        } else if !record.decision.contains(&from_boundary) {
             failures.push(format!("{query} k={k}: {record:?}"));
         }
     }
     assert_none(&failures, &server);
-    assert!(kills >= 15, "only {kills} workers killed");
+    assert!(kills >= 20, "only {kills} workers killed");
+    assert!(snapshotted > 0, "no query took a timed snapshot");
 }
 
 /// A flipped byte in the state is caught on the target: the query starts
