@@ -117,7 +117,7 @@ impl Engine {
     /// Cut `plan` into pipelines, ready to execute.
     pub fn start(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<QueryExecution>> {
         let graph = pipeline::cut(plan)?;
-        Ok(QueryExecution::new(graph, &self.ctx.task_ctx()))
+        QueryExecution::new(graph, &self.ctx.task_ctx())
     }
 
     /// Run one statement as DataFusion would, streaming the same physical

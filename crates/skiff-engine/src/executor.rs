@@ -9,10 +9,11 @@
 //!
 //! Dropping the result stream cancels everything still running.
 
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
@@ -36,6 +37,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::migrated::MigratedState;
+use crate::morsel::{Cut, CutControl, add_cut_points, has_gates};
 use crate::options::SkiffOptions;
 use crate::pipeline::{FilterFeed, PipelineGraph, PipelineId};
 use crate::store::{IntermediateStore, OutputSize, PipelineOutput, PipelineStatus, QueryState};
@@ -112,6 +115,10 @@ pub struct QueryExecution {
     /// (exchanges, shared join builds) cannot run twice, so the query can
     /// only go on from its extracted state, through a fresh plan.
     aborted: AtomicBool,
+    /// The cut points, when `skiff.mid_pipeline_cuts` put them in.
+    cuts: Option<Arc<CutControl>>,
+    /// Pipelines a cut ended in the middle, with their partial output.
+    cut: Mutex<BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)>>,
 }
 
 impl std::fmt::Debug for QueryExecution {
@@ -125,13 +132,17 @@ impl std::fmt::Debug for QueryExecution {
 impl QueryExecution {
     /// Prepare `graph` to run with the session of `task_ctx`. The graph's
     /// plans must never have been executed.
-    pub fn new(graph: PipelineGraph, task_ctx: &TaskContext) -> Arc<Self> {
-        let graph = Arc::new(graph);
+    pub fn new(graph: PipelineGraph, task_ctx: &TaskContext) -> Result<Arc<Self>> {
         let options = task_ctx.session_config().options();
-        let memory_max = options
-            .extensions
-            .get::<SkiffOptions>()
-            .and_then(|o| o.store_memory_max);
+        let skiff = options.extensions.get::<SkiffOptions>();
+        let memory_max = skiff.and_then(|o| o.store_memory_max);
+        let (graph, cuts) = if skiff.is_some_and(|o| o.mid_pipeline_cuts) {
+            let (graph, control) = add_cut_points(graph)?;
+            (graph, Some(control))
+        } else {
+            (graph, None)
+        };
+        let graph = Arc::new(graph);
         let store = Arc::new(IntermediateStore::new(
             &graph,
             task_ctx.runtime_env(),
@@ -140,6 +151,15 @@ impl QueryExecution {
         store.register_for_pressure();
         let mut config = task_ctx.session_config().clone();
         config.set_extension(Arc::clone(&store));
+        if let Some(control) = &cuts {
+            config.set_extension(Arc::clone(control));
+        }
+        if has_gates(&graph) {
+            config
+                .options_mut()
+                .execution
+                .enable_file_stream_work_stealing = false;
+        }
         let task_ctx = Arc::new(TaskContext::new(
             task_ctx.task_id(),
             task_ctx.session_id(),
@@ -150,14 +170,24 @@ impl QueryExecution {
             task_ctx.window_functions().clone(),
             task_ctx.runtime_env(),
         ));
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             graph,
             store,
             task_ctx,
             pause_point: watch::channel(PausePoint::Free).0,
             pause_state: watch::channel(Pause::Running).0,
             aborted: AtomicBool::new(false),
-        })
+            cuts,
+            cut: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    /// The state an earlier execution handed over, that this one's
+    /// `MigratedStateExec` leaves read.
+    pub fn migrated_state(&self) -> Option<Arc<MigratedState>> {
+        self.task_ctx
+            .session_config()
+            .get_extension::<MigratedState>()
     }
 
     pub fn graph(&self) -> &Arc<PipelineGraph> {
@@ -235,7 +265,7 @@ impl QueryExecution {
                 ready.pop_front();
                 running_ids.push(next);
                 let this = Arc::clone(&self);
-                running.spawn(async move { this.run_pipeline(next).await.map(|()| next) });
+                running.spawn(async move { this.run_pipeline(next).await.map(|o| (next, o)) });
             }
             let next = tokio::select! {
                 next = running.join_next() => next,
@@ -268,8 +298,11 @@ impl QueryExecution {
                 debug_assert!(ready.is_empty());
                 return Ok(());
             };
-            let id = done.map_err(join_error)??;
+            let (id, output) = done.map_err(join_error)??;
             running_ids.retain(|&r| r != id);
+            if self.keep_cut(id, output)? {
+                continue;
+            }
             finished += 1;
             self.store.finish(id, OutputSize::default())?;
             self.bind_subqueries(id).await?;
@@ -318,7 +351,14 @@ impl QueryExecution {
         }
     }
 
+    fn cut_requested(&self) -> bool {
+        self.cuts.as_ref().is_some_and(|c| c.requested())
+    }
+
     fn may_start(&self, started: usize) -> bool {
+        if self.cut_requested() {
+            return false;
+        }
         match *self.pause_point.borrow() {
             PausePoint::Free => true,
             PausePoint::After(k) => started < k,
@@ -327,6 +367,9 @@ impl QueryExecution {
     }
 
     fn pause_reached(&self, finished: usize) -> bool {
+        if self.cut_requested() {
+            return true;
+        }
         match *self.pause_point.borrow() {
             PausePoint::Free => false,
             PausePoint::After(k) => finished >= k,
@@ -335,8 +378,19 @@ impl QueryExecution {
     }
 
     async fn wait_resumed(&self, finished: usize) -> Result<()> {
-        self.pause_state.send_replace(Pause::Paused { finished });
+        if self.cut_requested() {
+            // A cut (perhaps by a gate's trigger, with no pause point set)
+            // holds until the caller resumes.
+            self.pause_point.send_if_modified(|p| {
+                let hold = !matches!(p, PausePoint::Now(_));
+                if hold {
+                    *p = PausePoint::Now(PauseMode::Drain);
+                }
+                hold
+            });
+        }
         let mut point = self.pause_point.subscribe();
+        self.pause_state.send_replace(Pause::Paused { finished });
         // The sender lives in `self`, so this only ends by a change.
         let _ = point
             .wait_for(|p| match *p {
@@ -388,7 +442,7 @@ impl QueryExecution {
     }
 
     /// Run all partitions of `id` into its output.
-    async fn run_pipeline(&self, id: PipelineId) -> Result<()> {
+    async fn run_pipeline(&self, id: PipelineId) -> Result<Arc<PipelineOutput>> {
         let Some(output) = self.store.start(id)? else {
             return internal_err!("{id} has no output to write");
         };
@@ -412,7 +466,62 @@ impl QueryExecution {
         while let Some(done) = tasks.next().await {
             done.map_err(join_error)??;
         }
-        Ok(())
+        Ok(output)
+    }
+
+    /// Pipeline `id` ran to its end: when a cut ended it early, keep its
+    /// partial output for the hand-off (or, when the partial work was lost,
+    /// drop it so that it starts over) instead of finishing it. True when
+    /// it did not finish.
+    fn keep_cut(&self, id: PipelineId, output: Arc<PipelineOutput>) -> Result<bool> {
+        let Some(control) = &self.cuts else {
+            return Ok(false);
+        };
+        if control.lost(id) {
+            self.aborted.store(true, Ordering::Relaxed);
+            self.store.abort(id)?;
+            reset_dynamic_filters(&self.graph.get(id).plan)?;
+            return Ok(true);
+        }
+        let Some(cut) = control.cut_of(id) else {
+            return Ok(false);
+        };
+        // The pipeline's operators ran to their end over part of their
+        // input: the query can only go on from its state.
+        self.aborted.store(true, Ordering::Relaxed);
+        reset_dynamic_filters(&self.graph.get(id).plan)?;
+        lock(&self.cut).insert(id, (cut, output));
+        Ok(true)
+    }
+
+    /// Cut the running pipelines at their next morsel and pause: those that
+    /// can be cut hand over their partial work ([`cuts`](Self::cuts)), the
+    /// others finish first. Needs `skiff.mid_pipeline_cuts`; without it this
+    /// is a draining pause.
+    pub fn cut_now(&self) {
+        if let Some(control) = &self.cuts {
+            control.request();
+        }
+        self.pause_now(PauseMode::Drain);
+    }
+
+    /// Cut (as [`cut_now`](Self::cut_now)) once the gates have let `morsels`
+    /// morsels through; false without cut points.
+    pub fn cut_after_morsels(&self, morsels: u64) -> bool {
+        match &self.cuts {
+            Some(control) => {
+                control.cut_after_morsels(morsels);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The pipelines a cut ended in the middle, with their partial outputs
+    /// (the store's output of a join build or a sort; the tapped partial
+    /// rows of an aggregation are in the [`Cut`]).
+    pub fn cuts(&self) -> BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)> {
+        lock(&self.cut).clone()
     }
 
     fn start_result(self: Arc<Self>) -> Result<SendableRecordBatchStream> {
@@ -427,6 +536,11 @@ impl QueryExecution {
             done: false,
         }))
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the map consistent.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn join_error(e: tokio::task::JoinError) -> DataFusionError {

@@ -4,7 +4,8 @@
 //! Owns: cutting physical plans into pipelines ([`pipeline`]), running them
 //! ([`executor`], including pausing them at boundaries), their materialized
 //! outputs and the query state ([`store`]), batches ready for IPC
-//! ([`batch`]), and the embedded session ([`Engine`]). Knows nothing of
+//! ([`batch`]), mid-pipeline cut points ([`morsel`]), and the embedded session
+//! ([`Engine`]). Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive
 //! it through [`Engine`] and [`QueryExecution`].
 
@@ -14,6 +15,7 @@ pub mod engine;
 pub mod executor;
 pub mod explain;
 pub mod migrated;
+pub mod morsel;
 pub mod options;
 pub mod pipeline;
 pub mod scan;

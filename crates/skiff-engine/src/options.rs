@@ -40,6 +40,11 @@ extensions_options! {
         /// Test trigger: flip one byte of the state after extraction, so
         /// that the target must detect it and the query start over.
         pub test_corrupt_state: bool, default = false
+        /// Put cut points (morsel gates, aggregation taps) into every
+        /// pipeline that can be cut in the middle, so that a running
+        /// pipeline can hand over its partial work (see `morsel`). Off by
+        /// default until the cluster ships cut pipelines.
+        pub mid_pipeline_cuts: bool, default = false
     }
 }
 

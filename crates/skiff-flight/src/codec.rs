@@ -28,11 +28,14 @@ use datafusion_proto::physical_plan::{
 };
 use datafusion_proto::protobuf;
 use prost::Message;
+use skiff_engine::morsel::MorselGateExec;
 use skiff_engine::{MigratedStateExec, PipelineId};
 
 /// Extension codec for Skiff's own plan nodes. Plans shipped whole (before
 /// cutting) contain none; state separation adds [`MigratedStateExec`], the
-/// leaf that reads migrated state.
+/// leaf that reads migrated state, and the rest of a pipeline cut in the
+/// middle reads its input through a [`MorselGateExec`] that skips what the
+/// source consumed. The two are told apart by their inputs (none or one).
 #[derive(Debug, Default)]
 pub struct SkiffCodec;
 
@@ -58,6 +61,15 @@ struct MigratedStateNode {
     /// Classes of expressions known equal (join keys below the cut).
     #[prost(message, repeated, tag = "6")]
     equivalences: Vec<EquivalenceClassNode>,
+}
+
+/// A [`MorselGateExec`] on the wire (its only child travels as the
+/// node's input): the rows a cut pipeline's rest skips, per partition. Its
+/// place in an execution's cut points is the receiver's to assign.
+#[derive(Clone, PartialEq, Message)]
+struct MorselGateNode {
+    #[prost(uint64, repeated, tag = "1")]
+    skip: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -86,8 +98,14 @@ impl PhysicalExtensionCodec for SkiffCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !inputs.is_empty() {
-            return not_impl_err!("Skiff plan node with {} inputs", inputs.len());
+        match inputs {
+            [] => {}
+            [input] => {
+                let node = MorselGateNode::decode(buf)
+                    .map_err(|e| internal_datafusion_err!("bad MorselGateExec node: {e}"))?;
+                return Ok(Arc::new(MorselGateExec::new(Arc::clone(input), node.skip)));
+            }
+            _ => return not_impl_err!("Skiff plan node with {} inputs", inputs.len()),
         }
         let node = MigratedStateNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad MigratedStateExec node: {e}"))?;
@@ -159,6 +177,14 @@ impl PhysicalExtensionCodec for SkiffCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some(gate) = node.downcast_ref::<MorselGateExec>() {
+            let message = MorselGateNode {
+                skip: gate.skip().to_vec(),
+            };
+            return message
+                .encode(buf)
+                .map_err(|e| internal_datafusion_err!("encoding MorselGateExec: {e}"));
+        }
         let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
             return not_impl_err!("plan node {} cannot be shipped to a worker", node.name());
         };

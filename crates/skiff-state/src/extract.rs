@@ -20,8 +20,10 @@ use arrow::ipc::CompressionType;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow::record_batch::RecordBatch;
-use datafusion::common::Result;
+use datafusion::common::{Result, internal_err};
 use futures::TryStreamExt;
+use skiff_engine::morsel::Cut;
+use skiff_engine::store::PipelineOutput;
 use skiff_engine::{IntermediateStore, MigratedState, MigratedTable, PipelineId};
 
 /// Compression of the frames' IPC buffers.
@@ -93,23 +95,95 @@ pub async fn extract(
     let mut outputs = Vec::with_capacity(pipelines.len());
     for &pipeline in pipelines {
         let output = store.output(pipeline)?;
-        let schema = Arc::clone(output.schema());
-        let mut partitions = Vec::with_capacity(output.partition_count());
-        for partition in 0..output.partition_count() {
-            let mut frames = Vec::new();
-            let mut stream = output.read(partition)?;
-            while let Some(batch) = stream.try_next().await? {
-                frames.push(encode_frame(&batch, &options)?);
-            }
-            partitions.push(frames);
-        }
-        outputs.push(ExtractedOutput {
-            pipeline,
-            schema,
-            partitions,
+        outputs.push(encode_output(pipeline, &output, &options).await?);
+    }
+    Ok(ExtractedState { outputs })
+}
+
+/// Extract the partial work of pipelines a cut ended in the middle (see
+/// `QueryExecution::cuts`): the tapped partial aggregation rows of an
+/// aggregation, else the pipeline's output so far. Non-destructive.
+pub async fn extract_cuts(
+    cuts: &BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)>,
+    compression: Compression,
+) -> Result<ExtractedState> {
+    let options = IpcWriteOptions::default().try_with_compression(compression.ipc())?;
+    let mut outputs = Vec::with_capacity(cuts.len());
+    for (&pipeline, (cut, output)) in cuts {
+        outputs.push(match &cut.tapped {
+            Some((schema, batches)) => encode_batches(pipeline, schema, batches, &options)?,
+            None => encode_output(pipeline, output, &options).await?,
         });
     }
     Ok(ExtractedState { outputs })
+}
+
+/// Extract the state an earlier hop brought that the remaining plan still
+/// reads ([`RemainingPlan::carried`](crate::RemainingPlan)), under its new
+/// ids. `migrated` is the execution's migrated state.
+pub fn extract_carried(
+    migrated: Option<&MigratedState>,
+    carried: &[(PipelineId, PipelineId)],
+    compression: Compression,
+) -> Result<ExtractedState> {
+    let options = IpcWriteOptions::default().try_with_compression(compression.ipc())?;
+    let mut outputs = Vec::with_capacity(carried.len());
+    for &(from, to) in carried {
+        let Some(table) = migrated.and_then(|m| m.get(from)) else {
+            return internal_err!("the plan carries state {from} that this execution lacks");
+        };
+        outputs.push(encode_batches(
+            to,
+            &table.schema,
+            &table.partitions,
+            &options,
+        )?);
+    }
+    Ok(ExtractedState { outputs })
+}
+
+fn encode_batches(
+    pipeline: PipelineId,
+    schema: &SchemaRef,
+    partitions: &[Vec<RecordBatch>],
+    options: &IpcWriteOptions,
+) -> Result<ExtractedOutput> {
+    let partitions = partitions
+        .iter()
+        .map(|batches| {
+            batches
+                .iter()
+                .map(|batch| encode_frame(batch, options))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ExtractedOutput {
+        pipeline,
+        schema: Arc::clone(schema),
+        partitions,
+    })
+}
+
+async fn encode_output(
+    pipeline: PipelineId,
+    output: &Arc<PipelineOutput>,
+    options: &IpcWriteOptions,
+) -> Result<ExtractedOutput> {
+    let schema = Arc::clone(output.schema());
+    let mut partitions = Vec::with_capacity(output.partition_count());
+    for partition in 0..output.partition_count() {
+        let mut frames = Vec::new();
+        let mut stream = output.read(partition)?;
+        while let Some(batch) = stream.try_next().await? {
+            frames.push(encode_frame(&batch, options)?);
+        }
+        partitions.push(frames);
+    }
+    Ok(ExtractedOutput {
+        pipeline,
+        schema,
+        partitions,
+    })
 }
 
 fn encode_frame(batch: &RecordBatch, options: &IpcWriteOptions) -> Result<Frame> {

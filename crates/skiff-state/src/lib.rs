@@ -15,7 +15,10 @@ pub mod resume;
 pub mod rewrite;
 pub mod select;
 
-pub use extract::{Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, load};
+pub use extract::{
+    Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, extract_carried,
+    extract_cuts, load,
+};
 pub use resume::{resume, resume_context};
-pub use rewrite::{RemainingPlan, remaining_plan, with_partitions};
+pub use rewrite::{RemainingPlan, remaining_plan, remaining_plan_after_cut, with_partitions};
 pub use select::{Selection, dependencies, select, select_state};

@@ -40,7 +40,7 @@ pub fn resume(
 ) -> Result<Arc<QueryExecution>> {
     check_state(&plan, &state)?;
     let graph = pipeline::cut(plan)?;
-    Ok(QueryExecution::new(graph, &resume_context(ctx, state)))
+    QueryExecution::new(graph, &resume_context(ctx, state))
 }
 
 /// Every `MigratedStateExec` in `plan` finds its output in `state`, with

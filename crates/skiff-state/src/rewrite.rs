@@ -22,19 +22,26 @@
 //! value travels in the plan, the subquery is not re-run); a subquery not
 //! yet finished keeps its (expanded) plan.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, internal_err};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, Statistics, internal_err};
 use datafusion::logical_expr::physical_planning_context::ScalarSubqueryResults;
 use datafusion::physical_expr::expressions::{UnKnownColumn, lit};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::scalar_subquery::{ScalarSubqueryExec, ScalarSubqueryLink};
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{
+    ExecutionPlan, Partitioning, PlanProperties, replace_children_if_necessary,
+};
+use skiff_engine::morsel::{Cut, CutKind, MorselGateExec, SinkTapExec};
 use skiff_engine::pipeline::SubqueryBinding;
 use skiff_engine::scan::IntermediateScanExec;
 use skiff_engine::{MigratedStateExec, PipelineGraph, PipelineId};
@@ -48,6 +55,11 @@ pub struct RemainingPlan {
     pub reads: BTreeSet<PipelineId>,
     /// Scalar subquery values bound on the source and carried as literals.
     pub inlined_values: usize,
+    /// State an earlier hop brought that unfinished pipelines still read:
+    /// (its id in this execution's migrated state, its id in the plan).
+    /// Renumbered past this graph's ids, so that it never meets an output
+    /// of this execution under the same id.
+    pub carried: Vec<(PipelineId, PipelineId)>,
 }
 
 /// Algorithm 2 over `graph` with `finished` pipelines done. The result
@@ -56,17 +68,39 @@ pub fn remaining_plan(
     graph: &PipelineGraph,
     finished: &BTreeSet<PipelineId>,
 ) -> Result<RemainingPlan> {
+    remaining_plan_after_cut(graph, finished, &BTreeMap::new())
+}
+
+/// Algorithm 2 with `cuts`: pipelines a cut ended in the middle (see
+/// `skiff_engine::morsel`). Each becomes its rest: its gates skip what was
+/// consumed, and its sink reads its partial work (a state leaf under the
+/// pipeline's id, in [`RemainingPlan::reads`]) together with the rest's:
+/// * a join build side: the partial tuples and the rest's, re-distributed
+///   as the build side was;
+/// * a sort: both, sorted again;
+/// * an aggregation: the tapped partial rows and the rest's partial
+///   aggregation, merged by the final stage.
+pub fn remaining_plan_after_cut(
+    graph: &PipelineGraph,
+    finished: &BTreeSet<PipelineId>,
+    cuts: &BTreeMap<PipelineId, Cut>,
+) -> Result<RemainingPlan> {
     let result = graph.result();
     if finished.contains(&result.id) {
         return internal_err!("the query has finished: no plan remains");
     }
+    if let Some(id) = cuts.keys().find(|id| finished.contains(id)) {
+        return internal_err!("{id} both finished and cut");
+    }
     let mut rewrite = Rewrite {
         graph,
         finished,
+        cuts,
         reads: BTreeSet::new(),
         inlined_values: 0,
+        carried: Vec::new(),
     };
-    let mut plan = rewrite.expand(&result.plan)?;
+    let mut plan = rewrite.unfinished(result.id)?;
     for group in subquery_groups(graph.bindings()) {
         plan = rewrite.wrap_subqueries(plan, &group)?;
     }
@@ -74,14 +108,17 @@ pub fn remaining_plan(
         plan,
         reads: rewrite.reads,
         inlined_values: rewrite.inlined_values,
+        carried: rewrite.carried,
     })
 }
 
 struct Rewrite<'a> {
     graph: &'a PipelineGraph,
     finished: &'a BTreeSet<PipelineId>,
+    cuts: &'a BTreeMap<PipelineId, Cut>,
     reads: BTreeSet<PipelineId>,
     inlined_values: usize,
+    carried: Vec<(PipelineId, PipelineId)>,
 }
 
 impl Rewrite<'_> {
@@ -90,6 +127,13 @@ impl Rewrite<'_> {
     fn expand(&mut self, plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         Arc::clone(plan)
             .transform_up(|node| {
+                if let Some(leaf) = node.downcast_ref::<MigratedStateExec>() {
+                    let id = PipelineId(self.graph.len() + self.carried.len());
+                    self.carried.push((leaf.pipeline(), id));
+                    let statistics = Statistics::new_unknown(&leaf.schema());
+                    let carried = MigratedStateExec::new(id, leaf.properties(), statistics);
+                    return Ok(Transformed::yes(Arc::new(carried)));
+                }
                 let Some(leaf) = node.downcast_ref::<IntermediateScanExec>() else {
                     return Ok(Transformed::no(node));
                 };
@@ -100,11 +144,24 @@ impl Rewrite<'_> {
                     let state = MigratedStateExec::new(id, leaf.properties(), statistics);
                     Ok(Transformed::yes(Arc::new(state)))
                 } else {
-                    let producer = Arc::clone(&self.graph.get(id).plan);
-                    Ok(Transformed::yes(self.expand(&producer)?))
+                    Ok(Transformed::yes(self.unfinished(id)?))
                 }
             })
             .map(|t| t.data)
+    }
+
+    /// The expanded plan of unfinished pipeline `id`: the rest of it when a
+    /// cut ended it in the middle.
+    fn unfinished(&mut self, id: PipelineId) -> Result<Arc<dyn ExecutionPlan>> {
+        let producer = Arc::clone(&self.graph.get(id).plan);
+        let expanded = self.expand(&producer)?;
+        match self.cuts.get(&id) {
+            Some(cut) => {
+                self.reads.insert(id);
+                rest(expanded, cut)
+            }
+            None => without_cut_points(expanded),
+        }
     }
 
     /// Wrap `plan` in a `ScalarSubqueryExec` for one results container.
@@ -139,7 +196,7 @@ impl Rewrite<'_> {
                 let literal = ProjectionExpr::new(lit(value), name);
                 Arc::new(ProjectionExec::try_new([literal], row)?)
             } else {
-                self.expand(subquery)?
+                self.unfinished(binding.source)?
             };
             links.push(ScalarSubqueryLink {
                 plan,
@@ -208,6 +265,132 @@ pub fn with_partitions(
         Ok(Transformed::yes(Arc::new(rehash) as Arc<dyn ExecutionPlan>))
     })
     .map(|t| t.data)
+}
+
+/// `plan` without this execution's cut points: taps go, gates stay only
+/// where they skip what an earlier cut consumed.
+fn without_cut_points(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if let Some(tap) = node.downcast_ref::<SinkTapExec>() {
+            return Ok(Transformed::yes(Arc::clone(tap.input())));
+        }
+        let Some(gate) = node.downcast_ref::<MorselGateExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        if gate.skip().iter().all(|&n| n == 0) {
+            return Ok(Transformed::yes(Arc::clone(gate.input())));
+        }
+        if gate.slot().is_none() {
+            return Ok(Transformed::no(node));
+        }
+        let kept = gate.skipping(gate.skip().to_vec());
+        Ok(Transformed::yes(Arc::new(kept) as Arc<dyn ExecutionPlan>))
+    })
+    .map(|t| t.data)
+}
+
+/// The rest of cut pipeline `plan` (see [`remaining_plan_after_cut`]).
+fn rest(plan: Arc<dyn ExecutionPlan>, cut: &Cut) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut tapped_from: Option<PlanProperties> = None;
+    // This pipeline's gates are the ones still in a slot: the expansion
+    // below already turned the nested pipelines' into plain ones.
+    let plan = plan
+        .transform_up(|node| {
+            if let Some(tap) = node.downcast_ref::<SinkTapExec>() {
+                tapped_from = Some(tap.input().properties().as_ref().clone());
+                return Ok(Transformed::yes(Arc::clone(tap.input())));
+            }
+            let Some(gate) = node.downcast_ref::<MorselGateExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(slot) = gate.slot() else {
+                return Ok(Transformed::no(node));
+            };
+            let Some((_, consumed)) = cut.consumed.iter().find(|(s, _)| *s == slot) else {
+                return internal_err!("{}: no record of gate {slot}", cut.pipeline);
+            };
+            // A partition the cut stopped before it read anything is still
+            // at the skip it started from.
+            let from = consumed
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| n.max(gate.skip().get(i).copied().unwrap_or(0)))
+                .collect();
+            let skipping = gate.skipping(from);
+            Ok(Transformed::yes(
+                Arc::new(skipping) as Arc<dyn ExecutionPlan>
+            ))
+        })?
+        .data;
+    // The partial work carries no ordering the operators above could use
+    // (a sort's partial rows are sorted on its keys, not its input's).
+    let partial = |like: &PlanProperties| -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::clone(like.eq_properties.schema());
+        let statistics = Statistics::new_unknown(&schema);
+        let like = like
+            .clone()
+            .with_eq_properties(EquivalenceProperties::new(schema));
+        Arc::new(MigratedStateExec::new(cut.pipeline, &like, statistics))
+    };
+    let with_partial = |input: Arc<dyn ExecutionPlan>, like: &PlanProperties| {
+        let union = UnionExec::try_new(vec![partial(like), Arc::clone(&input)])?;
+        redistribute(union, input.properties())
+    };
+    match cut.kind {
+        CutKind::Union => with_partial(Arc::clone(&plan), plan.properties()),
+        CutKind::Sort => {
+            let Some(input) = plan.children().first().map(|c| Arc::clone(*c)) else {
+                return internal_err!("{}: a sort without input", cut.pipeline);
+            };
+            let input = with_partial(Arc::clone(&input), input.properties())?;
+            replace_children_if_necessary(plan, vec![input])
+        }
+        CutKind::Aggregate => {
+            let Some(tapped_from) = tapped_from else {
+                return internal_err!("{}: a cut aggregation without its tap", cut.pipeline);
+            };
+            let mut done = false;
+            plan.transform_down(|node| {
+                let partial_stage = node
+                    .downcast_ref::<AggregateExec>()
+                    .is_some_and(|a| matches!(a.mode(), AggregateMode::Partial));
+                if done || !partial_stage {
+                    return Ok(Transformed::no(node));
+                }
+                done = true;
+                let union = UnionExec::try_new(vec![partial(&tapped_from), Arc::clone(&node)])?;
+                let merged = redistribute(union, node.properties())?;
+                Ok(Transformed::new(merged, true, TreeNodeRecursion::Jump))
+            })
+            .map(|t| t.data)
+        }
+    }
+}
+
+/// `union` spread over the partitions of `like`, as the operators above
+/// were planned for: re-hashed on the same keys, merged into one, or dealt
+/// round-robin.
+fn redistribute(
+    union: Arc<dyn ExecutionPlan>,
+    like: &PlanProperties,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let partitions = like.partitioning.partition_count();
+    let hashable = |exprs: &[Arc<dyn PhysicalExpr>]| {
+        !exprs
+            .iter()
+            .any(|e| e.downcast_ref::<UnKnownColumn>().is_some())
+    };
+    Ok(match &like.partitioning {
+        Partitioning::Hash(exprs, n) if hashable(exprs) => Arc::new(RepartitionExec::try_new(
+            union,
+            Partitioning::Hash(exprs.clone(), *n),
+        )?),
+        _ if partitions == 1 => Arc::new(CoalescePartitionsExec::new(union)),
+        _ => Arc::new(RepartitionExec::try_new(
+            union,
+            Partitioning::RoundRobinBatch(partitions),
+        )?),
+    })
 }
 
 /// Bindings grouped by the container they write, in order of appearance.

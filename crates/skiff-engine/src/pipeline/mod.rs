@@ -102,6 +102,13 @@ impl PipelineGraph {
         }
     }
 
+    /// The same graph with each pipeline's plan replaced (same ids, breakers
+    /// and edges).
+    pub(crate) fn with_pipelines(self, pipelines: Vec<Pipeline>) -> Self {
+        debug_assert_eq!(pipelines.len(), self.pipelines.len());
+        Self { pipelines, ..self }
+    }
+
     /// Dynamic filters to set when their build pipelines finish.
     pub fn feeds(&self) -> &[FilterFeed] {
         &self.feeds

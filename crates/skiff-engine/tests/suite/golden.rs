@@ -175,6 +175,20 @@ async fn tpcds_sf0_01_with_every_output_spilled_matches_duckdb() {
     assert!(spilled > 0, "nothing was spilled");
 }
 
+/// Cut points (morsel gates, aggregation taps) that never fire change no
+/// answer: every pipeline that can be cut reads through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_with_cut_points_matches_duckdb() {
+    let setup = ["SET skiff.mid_pipeline_cuts = true"];
+    check_benchmark(Benchmark::Tpch, "tpch", "0.01", &setup).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf0_01_with_cut_points_matches_duckdb() {
+    let setup = ["SET skiff.mid_pipeline_cuts = true"];
+    check_benchmark(Benchmark::Tpcds, "tpcds", "0.01", &setup).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_sf0_1_matches_duckdb() {
     check_benchmark(Benchmark::Tpch, "tpch", "0.1", &[]).await;

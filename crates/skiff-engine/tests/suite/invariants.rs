@@ -6,6 +6,7 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::{ExecutionPlan, displayable};
+use skiff_engine::morsel::{MorselGateExec, SinkTapExec};
 use skiff_engine::pipeline::{Breaker, PipelineGraph, input_breaker, is_opaque, output_breaker};
 use skiff_engine::scan::IntermediateScanExec;
 
@@ -71,7 +72,6 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
     }
     // Cutting loses nothing: putting every pipeline back in place of its
     // leaf gives the original plan.
-    // Scalar subquery nodes are dissolved into bindings, one per subquery.
     // Scalar subquery nodes are dissolved into bindings, one per subquery.
     let stitched = stitch(graph, &graph.result().plan);
     let (original, subqueries) = without_scalar_subqueries(original);
@@ -142,9 +142,17 @@ fn without_scalar_subqueries(plan: &Arc<dyn ExecutionPlan>) -> (Arc<dyn Executio
     (plan, subqueries)
 }
 
+/// The plan put back together; cut points (gates and taps, which only
+/// pass tuples through) are left out.
 fn stitch(graph: &PipelineGraph, plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     Arc::clone(plan)
         .transform_up(|node| {
+            if let Some(gate) = node.downcast_ref::<MorselGateExec>() {
+                return Ok(Transformed::yes(Arc::clone(gate.input())));
+            }
+            if let Some(tap) = node.downcast_ref::<SinkTapExec>() {
+                return Ok(Transformed::yes(Arc::clone(tap.input())));
+            }
             Ok(match node.downcast_ref::<IntermediateScanExec>() {
                 Some(scan) => Transformed::yes(stitch(graph, &graph.get(scan.pipeline()).plan)),
                 None => Transformed::no(node),

@@ -321,7 +321,7 @@ impl Coordinator {
         let physical = state.create_physical_plan(&plan).await?;
         if runs_on_coordinator(&plan) {
             let graph = pipeline::cut(physical)?;
-            let execution = skiff_engine::QueryExecution::new(graph, &session.ctx.task_ctx());
+            let execution = skiff_engine::QueryExecution::new(graph, &session.ctx.task_ctx())?;
             return Ok(Output::rows(execution.execute()?));
         }
         let (stream, worker) =

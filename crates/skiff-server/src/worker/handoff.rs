@@ -469,6 +469,12 @@ async fn store_state(
         control.triggers.compression,
     )
     .await?;
+    let carried = skiff_state::extract_carried(
+        execution.migrated_state().as_deref(),
+        &remaining.carried,
+        control.triggers.compression,
+    )?;
+    state.outputs.extend(carried.outputs);
     if control.triggers.corrupt {
         corrupt(&mut state);
     }

@@ -1,0 +1,814 @@
+//! Mid-pipeline cuts: ending running pipelines at a morsel boundary so that
+//! their partial work can move with the query (beyond the paper, which only
+//! moves state at pipeline boundaries).
+//!
+//! A *morsel* is one batch of a pipeline's driving input. With cut points
+//! on ([`add_cut_points`]), every driving leaf of a cuttable pipeline reads
+//! through a [`MorselGateExec`]: on a cut it stops pulling before the next
+//! morsel and ends its stream, so the pipeline drains and its sink sees
+//! exactly the morsels read so far. The gate records how many input rows
+//! each of its partitions consumed; the pipeline that finishes the work
+//! elsewhere reads the same leaf through a gate that skips them.
+//!
+//! Which sinks can be cut, and what stands for their partial work:
+//! * a join build side (the pipeline's output is tuples): the tuples so far;
+//!   the rest's tuples are added to them;
+//! * a sort or top-k: the rows sorted so far; sorted again with the rest;
+//! * a final aggregation fed by a partial one in the same pipeline: the
+//!   partial aggregation's rows so far, recorded by a [`SinkTapExec`] in
+//!   front of the final stage (which cannot hand out its own state), and
+//!   merged with the rest's partial rows by the same final stage.
+//!
+//! Everything between the gates and the sink must treat each row on its
+//! own (filters, projections, exchanges, probes of joins whose build side is
+//! materialized), so that the sink over "read so far" plus "the rest" equals
+//! the sink over everything: [`cut_kind`] decides.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::utils::memory::get_record_batch_memory_size;
+use datafusion::common::{JoinType, Result, Statistics, internal_err};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::{RecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::statistics::ChildStats;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    InputOrderMode, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
+    StatisticsArgs, replace_children_if_necessary,
+};
+use futures::{Stream, StreamExt};
+
+use crate::migrated::MigratedStateExec;
+use crate::pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker};
+use crate::scan::IntermediateScanExec;
+
+/// Partial aggregation rows a tap keeps at most; beyond, its pipeline is no
+/// longer cut (it drains, or starts over when the query moves).
+const TAP_CAP_BYTES: usize = 64 * 1024 * 1024;
+
+/// How a cut pipeline's partial work joins the rest of its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CutKind {
+    /// The pipeline's output is its input's tuples (a join build side).
+    Union,
+    /// The sink is a sort (or top-k) at the pipeline's root.
+    Sort,
+    /// The sink is a final aggregation over a partial one in the pipeline.
+    Aggregate,
+}
+
+/// Whether `pipeline` can be cut in the middle, and how.
+pub fn cut_kind(pipeline: &Pipeline) -> Option<CutKind> {
+    let plan = &pipeline.plan;
+    match pipeline.breaker {
+        Breaker::HashJoinBuild { .. } | Breaker::NestedLoopJoinBuild | Breaker::CrossJoinBuild => {
+            (plan.output_ordering().is_none() && row_wise(plan)).then_some(CutKind::Union)
+        }
+        Breaker::Sort | Breaker::TopK { .. } => {
+            let sort = plan.downcast_ref::<SortExec>()?;
+            row_wise(sort.input()).then_some(CutKind::Sort)
+        }
+        Breaker::Aggregate => {
+            let partial = partial_below(plan)?;
+            row_wise(partial.input()).then_some(CutKind::Aggregate)
+        }
+        Breaker::Window | Breaker::ScalarSubquery | Breaker::Result => None,
+    }
+}
+
+/// The partial aggregation that feeds the final one at `root` through
+/// exchanges only.
+fn partial_below(root: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+    let last = root.downcast_ref::<AggregateExec>()?;
+    if !matches!(
+        last.mode(),
+        AggregateMode::Final | AggregateMode::FinalPartitioned
+    ) {
+        return None;
+    }
+    let mut node = last.input();
+    loop {
+        if let Some(partial) = node.downcast_ref::<AggregateExec>() {
+            let linear = matches!(partial.input_order_mode(), InputOrderMode::Linear);
+            return (matches!(partial.mode(), AggregateMode::Partial) && linear).then_some(partial);
+        }
+        if !is_exchange(node) || node.fetch().is_some() {
+            return None;
+        }
+        node = node.children().into_iter().next()?;
+    }
+}
+
+fn is_exchange(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.is::<RepartitionExec>() || node.is::<CoalescePartitionsExec>()
+}
+
+/// Every operator of `plan` maps each input row on its own: the output over
+/// a prefix of the driving inputs plus the output over the rest is the
+/// output over all of them.
+fn row_wise(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    if plan.fetch().is_some() {
+        return false;
+    }
+    let probe_side = |join_type: &JoinType| {
+        matches!(
+            join_type,
+            JoinType::Inner
+                | JoinType::Right
+                | JoinType::RightSemi
+                | JoinType::RightAnti
+                | JoinType::RightMark
+        )
+    };
+    let own = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        probe_side(join.join_type())
+    } else if let Some(join) = plan.downcast_ref::<NestedLoopJoinExec>() {
+        probe_side(join.join_type())
+    } else {
+        plan.is::<CrossJoinExec>()
+            || plan.is::<FilterExec>()
+            || plan.is::<ProjectionExec>()
+            || plan.is::<UnionExec>()
+            || is_exchange(plan)
+            || plan.is::<DataSourceExec>()
+            || plan.is::<IntermediateScanExec>()
+            || plan.is::<MigratedStateExec>()
+            || plan.is::<MorselGateExec>()
+    };
+    own && plan
+        .children()
+        .into_iter()
+        .enumerate()
+        // A build side is a materialized leaf, read whole: not driving.
+        .filter(|(index, _)| input_breaker(plan, *index).is_none())
+        .all(|(_, child)| row_wise(child))
+}
+
+/// One partition of a gate, as the cut found it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GatePartition {
+    /// Input rows read (skipped ones included): where the rest starts.
+    pub consumed: u64,
+    /// The cut ended this partition before its input did.
+    pub cut: bool,
+}
+
+#[derive(Debug)]
+struct Gate {
+    pipeline: PipelineId,
+    partitions: Vec<GatePartition>,
+}
+
+#[derive(Debug)]
+struct Tap {
+    pipeline: PipelineId,
+    schema: SchemaRef,
+    bytes: usize,
+    partitions: Vec<Vec<RecordBatch>>,
+}
+
+/// The cut points of one query execution: a session-config extension the
+/// gates and taps report to.
+#[derive(Debug)]
+pub struct CutControl {
+    requested: AtomicBool,
+    /// Morsels the gates let through, and the count at which to cut.
+    morsels: AtomicU64,
+    cut_after: AtomicU64,
+    /// Pipelines whose tap overflowed: never cut.
+    exempt: Vec<AtomicBool>,
+    kinds: Vec<Option<CutKind>>,
+    gates: Mutex<Vec<Gate>>,
+    taps: Mutex<Vec<Tap>>,
+}
+
+impl CutControl {
+    fn new(kinds: Vec<Option<CutKind>>, gates: Vec<Gate>, taps: Vec<Tap>) -> Self {
+        Self {
+            requested: AtomicBool::new(false),
+            morsels: AtomicU64::new(0),
+            cut_after: AtomicU64::new(u64::MAX),
+            exempt: kinds.iter().map(|_| AtomicBool::new(false)).collect(),
+            kinds,
+            gates: Mutex::new(gates),
+            taps: Mutex::new(taps),
+        }
+    }
+
+    /// Cut now: gates end before their next morsel, no pipeline starts.
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+    }
+
+    pub fn requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    /// Cut once the gates have let `morsels` morsels through (a
+    /// deterministic trigger for tests and benchmarks).
+    pub fn cut_after_morsels(&self, morsels: u64) {
+        self.cut_after.store(morsels, Ordering::SeqCst);
+        if self.morsels.load(Ordering::SeqCst) >= morsels {
+            self.request();
+        }
+    }
+
+    fn cuts(&self, pipeline: PipelineId) -> bool {
+        self.requested() && !self.exempt[pipeline.0].load(Ordering::SeqCst)
+    }
+
+    fn morsel_passed(&self) {
+        let passed = self.morsels.fetch_add(1, Ordering::SeqCst) + 1;
+        if passed >= self.cut_after.load(Ordering::SeqCst) {
+            self.request();
+        }
+    }
+
+    fn gates(&self) -> MutexGuard<'_, Vec<Gate>> {
+        // Every critical section leaves the records consistent.
+        self.gates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn taps(&self) -> MutexGuard<'_, Vec<Tap>> {
+        self.taps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn update_gate(&self, slot: usize, partition: usize, f: impl FnOnce(&mut GatePartition)) {
+        if let Some(record) = self
+            .gates()
+            .get_mut(slot)
+            .and_then(|g| g.partitions.get_mut(partition))
+        {
+            f(record);
+        }
+    }
+
+    /// Keep a partial aggregation batch, unless the tap overflowed (then
+    /// its pipeline is exempt from cuts and the kept rows are dropped).
+    fn record_tap(&self, slot: usize, partition: usize, batch: &RecordBatch) {
+        let mut taps = self.taps();
+        let Some(tap) = taps.get_mut(slot) else {
+            return;
+        };
+        if self.exempt[tap.pipeline.0].load(Ordering::SeqCst) {
+            return;
+        }
+        tap.bytes += get_record_batch_memory_size(batch);
+        if tap.bytes > TAP_CAP_BYTES {
+            self.exempt[tap.pipeline.0].store(true, Ordering::SeqCst);
+            tap.partitions.iter_mut().for_each(Vec::clear);
+            return;
+        }
+        if let Some(batches) = tap.partitions.get_mut(partition) {
+            batches.push(batch.clone());
+        }
+    }
+
+    /// What the cut left of `pipeline` after it ran to its (early) end:
+    /// `None` when no gate of it was cut (its input was read whole, so it
+    /// simply finished) or when its partial work was not kept.
+    pub fn cut_of(&self, pipeline: PipelineId) -> Option<Cut> {
+        let kind = self.kinds.get(pipeline.0).copied().flatten()?;
+        let gates = self.gates();
+        let mine: Vec<(usize, &Gate)> = gates
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.pipeline == pipeline)
+            .collect();
+        if !mine.iter().any(|(_, g)| g.partitions.iter().any(|p| p.cut)) {
+            return None;
+        }
+        let consumed = mine
+            .iter()
+            .map(|(slot, g)| (*slot, g.partitions.iter().map(|p| p.consumed).collect()))
+            .collect();
+        let tapped = if kind == CutKind::Aggregate {
+            if self.exempt[pipeline.0].load(Ordering::SeqCst) {
+                return None;
+            }
+            let taps = self.taps();
+            let tap = taps.iter().find(|t| t.pipeline == pipeline)?;
+            Some((Arc::clone(&tap.schema), tap.partitions.clone()))
+        } else {
+            None
+        };
+        Some(Cut {
+            pipeline,
+            kind,
+            consumed,
+            tapped,
+        })
+    }
+
+    /// Whether `pipeline` was cut but its partial work is lost (its tap
+    /// overflowed while the cut drained it): it must start over.
+    pub fn lost(&self, pipeline: PipelineId) -> bool {
+        let cut = self
+            .gates()
+            .iter()
+            .any(|g| g.pipeline == pipeline && g.partitions.iter().any(|p| p.cut));
+        cut && self.exempt[pipeline.0].load(Ordering::SeqCst)
+    }
+}
+
+/// A pipeline ended by a cut: where each gate partition stopped, and, for
+/// an aggregation, the partial rows its final stage had been fed.
+#[derive(Clone, Debug)]
+pub struct Cut {
+    pub pipeline: PipelineId,
+    pub kind: CutKind,
+    /// Per gate slot, rows consumed per partition.
+    pub consumed: Vec<(usize, Vec<u64>)>,
+    /// The tapped partial aggregation rows, per partition of the final
+    /// stage's input.
+    pub tapped: Option<(SchemaRef, Vec<Vec<RecordBatch>>)>,
+}
+
+/// Whether `graph` reads through gates (its own cut points, or the rest of
+/// a pipeline cut elsewhere). Such a graph's scans must read exactly their
+/// own file groups: a gate's counts are positions in its partition's input,
+/// which DataFusion's work stealing between sibling partitions would shift.
+pub fn has_gates(graph: &PipelineGraph) -> bool {
+    graph.pipelines().iter().any(|p| {
+        let mut found = false;
+        let _ = p.plan.apply(|node| {
+            found |= node.is::<MorselGateExec>();
+            Ok(if found {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        });
+        found
+    })
+}
+
+/// `graph` with gates on the driving leaves of every cuttable pipeline and
+/// taps in front of the final aggregations, plus the control they report to.
+pub fn add_cut_points(graph: PipelineGraph) -> Result<(PipelineGraph, Arc<CutControl>)> {
+    let mut gates = Vec::new();
+    let mut taps = Vec::new();
+    let mut kinds = Vec::with_capacity(graph.len());
+    let pipelines = graph
+        .pipelines()
+        .iter()
+        .map(|pipeline| {
+            let kind = cut_kind(pipeline);
+            kinds.push(kind);
+            let mut pipeline = pipeline.clone();
+            let id = pipeline.id;
+            pipeline.plan = match kind {
+                None => pipeline.plan,
+                Some(CutKind::Union) => gate_leaves(&pipeline.plan, id, &mut gates)?,
+                Some(CutKind::Sort) => {
+                    let input = only_child(&pipeline.plan)?;
+                    let gated = gate_leaves(&input, id, &mut gates)?;
+                    replace_children_if_necessary(pipeline.plan, vec![gated])?
+                }
+                Some(CutKind::Aggregate) => {
+                    tap_aggregate(&pipeline.plan, id, &mut gates, &mut taps)?
+                }
+            };
+            Ok(pipeline)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let control = Arc::new(CutControl::new(kinds, gates, taps));
+    Ok((graph.with_pipelines(pipelines), control))
+}
+
+/// The final aggregation at `root` with a tap in front of it and gates on
+/// the leaves below its partial stage.
+fn tap_aggregate(
+    root: &Arc<dyn ExecutionPlan>,
+    pipeline: PipelineId,
+    gates: &mut Vec<Gate>,
+    taps: &mut Vec<Tap>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    fn below(
+        node: &Arc<dyn ExecutionPlan>,
+        pipeline: PipelineId,
+        gates: &mut Vec<Gate>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(partial) = node.downcast_ref::<AggregateExec>() {
+            let gated = gate_leaves(partial.input(), pipeline, gates)?;
+            return replace_children_if_necessary(Arc::clone(node), vec![gated]);
+        }
+        let gated = below(&only_child(node)?, pipeline, gates)?;
+        replace_children_if_necessary(Arc::clone(node), vec![gated])
+    }
+    let input = only_child(root)?;
+    let gated = below(&input, pipeline, gates)?;
+    let partitions = gated.output_partitioning().partition_count();
+    let slot = taps.len();
+    taps.push(Tap {
+        pipeline,
+        schema: gated.schema(),
+        bytes: 0,
+        partitions: vec![Vec::new(); partitions],
+    });
+    let tap: Arc<dyn ExecutionPlan> = Arc::new(SinkTapExec::new(gated, pipeline, slot));
+    replace_children_if_necessary(Arc::clone(root), vec![tap])
+}
+
+fn only_child(node: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    match node.children().as_slice() {
+        [child] => Ok(Arc::clone(*child)),
+        _ => internal_err!("{} has no single input to cut", node.name()),
+    }
+}
+
+/// `plan` with a gate on every driving leaf (not on join build sides).
+/// A gate already there (from a rest plan) keeps its skips.
+fn gate_leaves(
+    plan: &Arc<dyn ExecutionPlan>,
+    pipeline: PipelineId,
+    gates: &mut Vec<Gate>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut new_gate = |leaf: Arc<dyn ExecutionPlan>, skip: Vec<u64>| {
+        let slot = gates.len();
+        let partitions = leaf.output_partitioning().partition_count();
+        gates.push(Gate {
+            pipeline,
+            partitions: vec![GatePartition::default(); partitions],
+        });
+        Arc::new(MorselGateExec::new(leaf, skip).with_slot(pipeline, slot))
+            as Arc<dyn ExecutionPlan>
+    };
+    if let Some(gate) = plan.downcast_ref::<MorselGateExec>() {
+        return Ok(new_gate(Arc::clone(&gate.input), gate.skip.clone()));
+    }
+    if plan.children().is_empty() {
+        return Ok(new_gate(Arc::clone(plan), Vec::new()));
+    }
+    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+    let mut gated = Vec::with_capacity(children.len());
+    for (index, child) in children.into_iter().enumerate() {
+        gated.push(if input_breaker(plan, index).is_some() {
+            child
+        } else {
+            gate_leaves(&child, pipeline, gates)?
+        });
+    }
+    replace_children_if_necessary(Arc::clone(plan), gated)
+}
+
+/// Where a gate reports: set when cut points are added to an execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    pipeline: PipelineId,
+    index: usize,
+}
+
+/// Passes its input through one morsel at a time, ending early on a cut;
+/// skips the rows an earlier cut consumed.
+#[derive(Debug)]
+pub struct MorselGateExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// Input rows to skip, per partition (none when shorter).
+    skip: Vec<u64>,
+    slot: Option<Slot>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl MorselGateExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, skip: Vec<u64>) -> Self {
+        Self {
+            input,
+            skip,
+            slot: None,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_slot(mut self, pipeline: PipelineId, index: usize) -> Self {
+        self.slot = Some(Slot { pipeline, index });
+        self
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// Rows skipped per partition.
+    pub fn skip(&self) -> &[u64] {
+        &self.skip
+    }
+
+    /// The slot its records are kept under in its execution's control.
+    pub fn slot(&self) -> Option<usize> {
+        self.slot.map(|s| s.index)
+    }
+
+    /// The same gate over the same input, skipping `skip`.
+    pub fn skipping(&self, skip: Vec<u64>) -> Self {
+        Self::new(Arc::clone(&self.input), skip)
+    }
+}
+
+impl DisplayAs for MorselGateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "MorselGateExec")?;
+        if self.skip.iter().any(|&n| n > 0) {
+            write!(f, ": skip={:?}", self.skip)?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for MorselGateExec {
+    fn name(&self) -> &str {
+        "MorselGateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("MorselGateExec has one child");
+        }
+        Ok(Arc::new(Self {
+            input: children.swap_remove(0),
+            skip: self.skip.clone(),
+            slot: self.slot,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let control = self.slot.and_then(|slot| {
+            context
+                .session_config()
+                .get_extension::<CutControl>()
+                .map(|control| (control, slot))
+        });
+        let input = self.input.execute(partition, context)?;
+        Ok(Box::pin(GateStream {
+            schema: input.schema(),
+            input,
+            skip: self.skip.get(partition).copied().unwrap_or(0),
+            consumed: 0,
+            control,
+            partition,
+            done: false,
+            metrics: BaselineMetrics::new(&self.metrics, partition),
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        passed_through(self, input_stats)
+    }
+}
+
+struct GateStream {
+    schema: SchemaRef,
+    input: SendableRecordBatchStream,
+    skip: u64,
+    consumed: u64,
+    control: Option<(Arc<CutControl>, Slot)>,
+    partition: usize,
+    done: bool,
+    metrics: BaselineMetrics,
+}
+
+impl Stream for GateStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some((control, slot)) = &this.control
+                && control.cuts(slot.pipeline)
+            {
+                this.done = true;
+                control.update_gate(slot.index, this.partition, |r| r.cut = true);
+                return Poll::Ready(None);
+            }
+            let batch = match this.input.poll_next_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(batch))) => batch,
+            };
+            let rows = batch.num_rows() as u64;
+            let start = this.consumed;
+            this.consumed += rows;
+            let consumed = this.consumed;
+            if let Some((control, slot)) = &this.control {
+                control.update_gate(slot.index, this.partition, |r| r.consumed = consumed);
+            }
+            let skip = this.skip.saturating_sub(start).min(rows);
+            if skip == rows {
+                continue;
+            }
+            let batch = batch.slice(skip as usize, (rows - skip) as usize);
+            if let Some((control, _)) = &this.control {
+                control.morsel_passed();
+            }
+            this.metrics.record_output(batch.num_rows());
+            return Poll::Ready(Some(Ok(batch)));
+        }
+    }
+}
+
+impl RecordBatchStream for GateStream {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
+/// Passes the partial aggregation rows to the final stage and keeps a copy
+/// (shared buffers), so that a cut can hand them over; after a cut it keeps
+/// them without passing them on (the final stage's result is not used).
+#[derive(Debug)]
+pub struct SinkTapExec {
+    input: Arc<dyn ExecutionPlan>,
+    pipeline: PipelineId,
+    slot: usize,
+}
+
+impl SinkTapExec {
+    fn new(input: Arc<dyn ExecutionPlan>, pipeline: PipelineId, slot: usize) -> Self {
+        Self {
+            input,
+            pipeline,
+            slot,
+        }
+    }
+
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+}
+
+impl DisplayAs for SinkTapExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "SinkTapExec")
+    }
+}
+
+impl ExecutionPlan for SinkTapExec {
+    fn name(&self) -> &str {
+        "SinkTapExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("SinkTapExec has one child");
+        }
+        Ok(Arc::new(Self::new(
+            children.swap_remove(0),
+            self.pipeline,
+            self.slot,
+        )))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let control = context.session_config().get_extension::<CutControl>();
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let (pipeline, slot) = (self.pipeline, self.slot);
+        let tapped = input.filter_map(move |batch| {
+            let passed = match (&batch, &control) {
+                (Ok(batch), Some(control)) => {
+                    control.record_tap(slot, partition, batch);
+                    !control.cuts(pipeline)
+                }
+                _ => true,
+            };
+            std::future::ready(passed.then_some(batch))
+        });
+        Ok(Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, tapped),
+        ))
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        passed_through(self, input_stats)
+    }
+}
+
+/// Statistics of a node that passes its one input through.
+fn passed_through(
+    node: &dyn ExecutionPlan,
+    input_stats: &[Arc<Statistics>],
+) -> Result<Arc<Statistics>> {
+    match input_stats.first() {
+        Some(stats) => Ok(Arc::clone(stats)),
+        None => internal_err!("{} without input statistics", node.name()),
+    }
+}

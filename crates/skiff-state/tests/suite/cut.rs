@@ -1,0 +1,284 @@
+//! Mid-pipeline cuts (issue 4, beyond the paper), local half. For every
+//! TPC-H query at SF 0.01 and a sweep of morsel counts m: with cut points
+//! on, cut the running pipelines once their gates have let m morsels
+//! through, extract the finished outputs still needed and the cut
+//! pipelines' partial work as IPC frames, and finish the query from the
+//! rest plan on a fresh engine (with cut points on too, so the rest's gates
+//! are gated again). The answer must be DuckDB's, the source must refuse to
+//! go on, every cut pipeline's rest must skip what the source consumed, and
+//! the sweep must have cut every kind of sink.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
+use skiff_engine::morsel::{Cut, CutKind, MorselGateExec};
+use skiff_engine::{Engine, EngineConfig, Pause, PipelineId, QueryExecution};
+use skiff_flight::{decode_plan, encode_plan};
+use skiff_gen::Benchmark;
+use skiff_state::{
+    Compression, ExtractedState, extract, extract_carried, extract_cuts, load,
+    remaining_plan_after_cut, resume,
+};
+use skiff_testkit::{
+    Expected, Golden, compare, dataset, load_golden, queries, render_rows, repo_root,
+};
+
+/// More partitions than cores, so partition parallelism is real.
+const PARTITIONS: usize = 4;
+/// Small batches make many morsels at SF 0.01.
+const BATCH_SIZE: usize = 512;
+/// Longer than any run at SF 0.01 takes: a stage that does not end hangs.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Morsels let through before the cut.
+const MORSELS: [u64; 9] = [1, 2, 4, 7, 12, 20, 33, 55, 90];
+
+async fn cut_engine(bench: Benchmark) -> Engine {
+    let config = EngineConfig {
+        target_partitions: Some(PARTITIONS),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(&config).expect("engine");
+    engine
+        .register_data_dir(&dataset(bench, 0.01))
+        .await
+        .expect("register data");
+    for setup in [
+        "SET skiff.mid_pipeline_cuts = true".to_string(),
+        format!("SET datafusion.execution.batch_size = {BATCH_SIZE}"),
+    ] {
+        let output = engine.execute(&setup).await.expect("setup");
+        let _: Vec<RecordBatch> = output.stream.try_collect().await.expect("setup");
+    }
+    engine
+}
+
+/// Hops per run: cut on the source, cut the rest again on the target,
+/// finish on the source's engine (so that a rest's gates are gated again
+/// and their skips carried on).
+const HOPS: usize = 2;
+
+/// Gates in `plan` that skip rows.
+fn skipping_gates(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    let mut gates = 0;
+    let _ = plan.apply(|node| {
+        if let Some(gate) = node.downcast_ref::<MorselGateExec>() {
+            gates += usize::from(gate.skip().iter().any(|&n| n > 0));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    gates
+}
+
+/// How one execution ended.
+enum Stop {
+    /// It reached its result before the cut: its rows.
+    Finished(Vec<RecordBatch>),
+    /// The cut: the rest plan as shipped, the state, the kinds cut.
+    Cut(Vec<u8>, ExtractedState, Vec<CutKind>),
+}
+
+fn failed(e: DataFusionError) -> String {
+    e.to_string()
+}
+
+/// Run `execution` to its cut (or its end) and hand it off as a worker
+/// would. After a cut the execution must refuse to go on.
+async fn run_to_cut(execution: &Arc<QueryExecution>, morsels: u64) -> Result<Stop, String> {
+    let graph = Arc::clone(execution.graph());
+    let stream = execution.execute().map_err(failed)?;
+    let paused = tokio::time::timeout(LIMIT, execution.paused()).await;
+    match paused.map_err(|_| "never paused".to_string())? {
+        Pause::Paused { .. } => {}
+        Pause::Ended => {
+            let batches = tokio::time::timeout(LIMIT, stream.try_collect())
+                .await
+                .map_err(|_| "never finished".to_string())?
+                .map_err(failed)?;
+            return Ok(Stop::Finished(batches));
+        }
+        Pause::Running => return Err("driver still running".into()),
+    }
+    let cuts = execution.cuts();
+    let finished: BTreeSet<PipelineId> = execution.state().finished().collect();
+    let plans: BTreeMap<PipelineId, Cut> = cuts
+        .iter()
+        .map(|(id, (cut, _))| (*id, cut.clone()))
+        .collect();
+    let remaining = remaining_plan_after_cut(&graph, &finished, &plans).map_err(failed)?;
+    if let Some(id) = plans.keys().find(|id| !remaining.reads.contains(id)) {
+        return Err(format!(
+            "the rest plan does not read the partial work of {id}"
+        ));
+    }
+    let consumed = plans
+        .values()
+        .filter(|c| c.consumed.iter().any(|(_, p)| p.iter().any(|&n| n > 0)))
+        .count();
+    if skipping_gates(&remaining.plan) < consumed {
+        return Err(format!(
+            "{consumed} cut pipelines consumed input, {} gates skip any",
+            skipping_gates(&remaining.plan)
+        ));
+    }
+    let finished_reads: BTreeSet<PipelineId> = remaining
+        .reads
+        .iter()
+        .filter(|id| finished.contains(id))
+        .copied()
+        .collect();
+    let mut state = extract(execution.store(), &finished_reads, Compression::Lz4)
+        .await
+        .map_err(failed)?;
+    let partial = extract_cuts(&cuts, Compression::None)
+        .await
+        .map_err(failed)?;
+    state.outputs.extend(partial.outputs);
+    let migrated = execution.migrated_state();
+    let carried = extract_carried(migrated.as_deref(), &remaining.carried, Compression::Zstd)
+        .map_err(failed)?;
+    state.outputs.extend(carried.outputs);
+    if std::env::var_os("SKIFF_SHOW_CUTS").is_some() {
+        let shown = datafusion::physical_plan::displayable(remaining.plan.as_ref()).indent(true);
+        let consumed: Vec<_> = plans.values().map(|c| (c.pipeline, &c.consumed)).collect();
+        println!("m={morsels} consumed={consumed:?}\n{shown}");
+    }
+    let bytes = encode_plan(remaining.plan).map_err(failed)?.to_vec();
+    // Its cut pipelines ended over part of their input: it must not go on.
+    execution.resume();
+    let refused: Result<Vec<RecordBatch>, _> = tokio::time::timeout(LIMIT, stream.try_collect())
+        .await
+        .map_err(|_| "hung after resuming".to_string())?;
+    if !cuts.is_empty() && refused.is_ok() {
+        return Err("went on after a cut".into());
+    }
+    Ok(Stop::Cut(
+        bytes,
+        state,
+        plans.values().map(|c| c.kind).collect(),
+    ))
+}
+
+/// Cut `sql` after `morsels` morsels on `engines[0]`, the rest again on
+/// `engines[1]`, and so on for [`HOPS`] cuts; finish on the next. The kinds
+/// cut, or `None` when the first run reached its result before the cut.
+async fn cut_and_finish(
+    engines: [&Engine; 2],
+    sql: &str,
+    morsels: u64,
+    golden: &Golden,
+) -> Result<Option<Vec<CutKind>>, String> {
+    let source = engines[0];
+    let mut execution = source
+        .start(source.physical_plan(sql).await.map_err(failed)?)
+        .map_err(failed)?;
+    let mut kinds = Vec::new();
+    for hop in 0..=HOPS {
+        if hop < HOPS && !execution.cut_after_morsels(morsels) {
+            return Err("no cut points".into());
+        }
+        let columns = execution.graph().result().plan.schema().fields().len();
+        match run_to_cut(&execution, morsels)
+            .await
+            .map_err(|e| format!("hop {hop}: {e}"))?
+        {
+            Stop::Finished(batches) => {
+                compare(golden, render_rows(&batches), columns)
+                    .map_err(|e| format!("hop {hop}: {e}"))?;
+                return Ok((hop > 0).then_some(kinds));
+            }
+            Stop::Cut(bytes, state, cut) => {
+                if hop == HOPS {
+                    return Err("the last hop was cut".into());
+                }
+                kinds.extend(cut);
+                // Shipped as a worker gets it: fresh operators.
+                let ctx = engines[(hop + 1) % 2].context().task_ctx();
+                let shipped = decode_plan(&bytes, &ctx).map_err(failed)?;
+                let loaded = load(&state).map_err(|e| e.to_string())?;
+                execution = resume(shipped, &ctx, loaded).map_err(failed)?;
+            }
+        }
+    }
+    Err("unreachable: every hop returns".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_cuts_running_pipelines() {
+    let kinds = cut_sweep(Benchmark::Tpch, "tpch", &MORSELS).await;
+    for kind in ["Union", "Sort", "Aggregate"] {
+        assert!(
+            kinds.get(kind).is_some_and(|&n| n > 0),
+            "no {kind} sink was cut: {kinds:?}"
+        );
+    }
+}
+
+/// All 99 TPC-DS queries, fewer cut points (SKIFF_SLOW_TESTS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf0_01_cuts_running_pipelines() {
+    if !skiff_testkit::slow_tests("tpcds mid-pipeline cut sweep") {
+        return;
+    }
+    let kinds = cut_sweep(Benchmark::Tpcds, "tpcds", &[1, 6, 30]).await;
+    assert!(kinds.values().sum::<usize>() > 0, "nothing was cut");
+}
+
+/// Cut every query of `bench` after each of `morsels` morsels; the kinds
+/// of pipelines cut, counted.
+async fn cut_sweep(bench: Benchmark, name: &str, morsels: &[u64]) -> BTreeMap<String, usize> {
+    let source = cut_engine(bench).await;
+    let target = cut_engine(bench).await;
+    let golden_dir = repo_root().join(format!("tests/golden/{name}/sf0.01"));
+    let mut failures = Vec::new();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut cuts, mut uncut) = (0, 0);
+    let only = std::env::var("SKIFF_CUT_QUERY").ok();
+    for (query, sql) in queries(name) {
+        if only.as_ref().is_some_and(|q| *q != query) {
+            continue;
+        }
+        let answers = match load_golden(&golden_dir, &query) {
+            Ok(Expected::Answers(answers)) => answers,
+            // The engine's golden tests check that Skiff fails too.
+            Ok(Expected::Error(_)) => continue,
+            Err(e) => panic!("{query}: {e}"),
+        };
+        for (index, statement) in skiff_engine::statement::split_statements(&sql)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(golden) = answers.iter().find(|g| g.statement == index + 1) else {
+                for engine in [&source, &target] {
+                    let output = engine.execute(statement).await.expect(statement);
+                    let _: Vec<RecordBatch> = output.stream.try_collect().await.expect(statement);
+                }
+                continue;
+            };
+            for &m in morsels {
+                match cut_and_finish([&source, &target], statement, m, golden).await {
+                    Ok(Some(cut)) => {
+                        cuts += cut.len();
+                        for kind in cut {
+                            *kinds.entry(format!("{kind:?}")).or_default() += 1;
+                        }
+                    }
+                    Ok(None) => uncut += 1,
+                    Err(e) => failures.push(format!("{query} m={m}: {e}")),
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!("{cuts} pipelines cut ({kinds:?}); {uncut} runs reached the result first");
+    kinds
+}
