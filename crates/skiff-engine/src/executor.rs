@@ -351,8 +351,14 @@ impl QueryExecution {
         }
     }
 
-    fn cut_requested(&self) -> bool {
+    /// A cut was asked for (it may still be draining).
+    pub fn cut_requested(&self) -> bool {
         self.cuts.as_ref().is_some_and(|c| c.requested())
+    }
+
+    /// The execution has cut points (`skiff.mid_pipeline_cuts`).
+    pub fn can_cut(&self) -> bool {
+        self.cuts.is_some()
     }
 
     fn may_start(&self, started: usize) -> bool {

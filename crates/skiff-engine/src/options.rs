@@ -45,6 +45,10 @@ extensions_options! {
         /// pipeline can hand over its partial work (see `morsel`). Off by
         /// default until the cluster ships cut pipelines.
         pub mid_pipeline_cuts: bool, default = false
+        /// Test trigger: with `mid_pipeline_cuts`, cut the running
+        /// pipelines once their gates let this many morsels through and
+        /// migrate the query, partial work included.
+        pub migrate_after_morsels: Option<u64>, default = None
     }
 }
 

@@ -28,9 +28,10 @@ use crate::error::{Result, ServerError, SqlState};
 
 /// Session settings that fire once: a continued or restarted query runs
 /// without them.
-const ONE_SHOT_TRIGGERS: [&str; 5] = [
+const ONE_SHOT_TRIGGERS: [&str; 6] = [
     "skiff.test_hold_after_pipelines",
     "skiff.migrate_after_pipelines",
+    "skiff.migrate_after_morsels",
     "skiff.suspend_after_pipelines",
     "skiff.kill_worker_after_pipelines",
     "skiff.test_corrupt_state",

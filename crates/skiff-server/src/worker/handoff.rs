@@ -54,6 +54,7 @@ static HANDOFFS: AtomicU64 = AtomicU64::new(0);
 #[derive(Clone, Copy, Debug, Default)]
 struct Triggers {
     migrate_after: Option<usize>,
+    migrate_after_morsels: Option<u64>,
     suspend_after: Option<usize>,
     kill_after: Option<usize>,
     hold_after: Option<usize>,
@@ -107,6 +108,7 @@ impl Control {
             .get::<SkiffOptions>()
             .map(|o| Triggers {
                 migrate_after: o.migrate_after_pipelines,
+                migrate_after_morsels: o.migrate_after_morsels,
                 suspend_after: o.suspend_after_pipelines,
                 kill_after: o.kill_worker_after_pipelines,
                 hold_after: o.test_hold_after_pipelines,
@@ -139,6 +141,9 @@ impl Control {
     pub(super) fn arm(&self, execution: &QueryExecution) {
         if let Some(k) = self.next_point(None) {
             execution.pause_after(k);
+        }
+        if let Some(morsels) = self.triggers.migrate_after_morsels {
+            execution.cut_after_morsels(morsels);
         }
     }
 
@@ -184,9 +189,15 @@ impl Control {
         }
     }
 
-    fn at_pause(&self, finished: usize) -> Step {
+    /// What to do at a pause with `finished` pipelines done; `cut` when the
+    /// running pipelines were cut (the query cannot go on here).
+    fn at_pause(&self, finished: usize, cut: bool) -> Step {
         if let Some(request) = *lock(&self.request) {
             return Step::HandOff(request.reason, request.at, request.discard);
+        }
+        if cut {
+            // Only the morsel trigger cuts without a request.
+            return Step::HandOff(HandoffReason::Migrate, Instant::now(), false);
         }
         let t = &self.triggers;
         // A snapshot comes first, so that the query can go on from this
@@ -262,7 +273,14 @@ impl Control {
             at: Instant::now(),
             discard,
         });
-        execution.pause_now(mode);
+        // With cut points an immediate hand-off keeps the running
+        // pipelines' partial work: cut where they can be cut (the others
+        // finish first) instead of throwing it away.
+        if mode == PauseMode::Immediate && execution.can_cut() && !discard {
+            execution.cut_now();
+        } else {
+            execution.pause_now(mode);
+        }
         self.requested.notify_one();
         PauseReply {
             accepted: true,
@@ -338,7 +356,7 @@ async fn produce(
         {
             next_snapshot = None;
         }
-        match control.at_pause(finished) {
+        match control.at_pause(finished, execution.cut_requested()) {
             Step::HandOff(reason, at, discard) => {
                 let handoff = if discard {
                     Handoff {
@@ -461,14 +479,34 @@ async fn store_state(
 ) -> Result<()> {
     let graph = execution.graph();
     let selection = skiff_state::select(graph, &execution.state())?;
-    let remaining = skiff_state::remaining_plan(graph, &selection.finished)?;
+    let cuts = execution.cuts();
+    let cut_plans = cuts
+        .iter()
+        .map(|(id, (cut, _))| (*id, cut.clone()))
+        .collect();
+    let remaining = skiff_state::remaining_plan_after_cut(graph, &selection.finished, &cut_plans)?;
     let started = Instant::now();
+    let finished_reads = remaining
+        .reads
+        .iter()
+        .filter(|id| !cuts.contains_key(id))
+        .copied()
+        .collect();
     let mut state = skiff_state::extract(
         execution.store(),
-        &remaining.reads,
+        &finished_reads,
         control.triggers.compression,
     )
     .await?;
+    let partial = skiff_state::extract_cuts(&cuts, control.triggers.compression).await?;
+    state.outputs.extend(partial.outputs);
+    if !cuts.is_empty() {
+        info!(
+            query = control.query_id,
+            cut = cuts.len(),
+            "running pipelines cut mid-way; their partial work moves with the state"
+        );
+    }
     let carried = skiff_state::extract_carried(
         execution.migrated_state().as_deref(),
         &remaining.carried,

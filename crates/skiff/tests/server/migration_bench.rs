@@ -140,7 +140,7 @@ fn migration_bench_writes_a_row_per_query_and_boundary() {
             .iter()
             .filter(|r| field(r, "kind") == "vacate" && field(r, "concurrency") == n.to_string())
             .collect();
-        for how in ["drain", "immediate"] {
+        for how in ["drain", "immediate", "cut"] {
             assert!(
                 reps.iter().any(|r| field(r, "vacate_how") == how),
                 "no {how} vacate rows for {n}\n{csv}"

@@ -70,6 +70,48 @@ async fn tpch_migrates_after_every_pipeline_through_the_cluster() {
     assert!(migrations >= 100, "only {migrations} migrations");
 }
 
+/// With cut points on, each query migrates once its gates let m morsels
+/// through: the running pipelines are cut in the middle and their partial
+/// work moves with the state (beyond the paper). Answers match DuckDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_migrates_mid_pipeline_through_the_cluster() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let client = server.pg().await;
+    set(&client, "skiff.mid_pipeline_cuts = true").await;
+    // Many morsels at SF 0.01.
+    set(&client, "datafusion.execution.batch_size = 512").await;
+    let mut failures = Vec::new();
+    let mut migrations = 0;
+    for (query, sql) in answerable(Benchmark::Tpch) {
+        for morsels in [1, 4, 16] {
+            set(&client, &format!("skiff.migrate_after_morsels = {morsels}")).await;
+            let outcome = check_in("tpch", &query, run_pg(&client, &sql).await);
+            let record = last_query(&client).await;
+            if let Err(e) = outcome {
+                failures.push(format!("{query} m={morsels}: {e} {record:?}"));
+                continue;
+            }
+            if record.migrations == 0 {
+                // The result pipeline started before m morsels.
+                continue;
+            }
+            migrations += 1;
+            if record.migrations != 1 || record.restarts != 0 || record.state != "finished" {
+                failures.push(format!("{query} m={morsels}: {record:?}"));
+            }
+        }
+    }
+    assert_none(&failures, &server);
+    let cut = server
+        .log_text()
+        .matches("running pipelines cut mid-way")
+        .count();
+    println!("{migrations} mid-pipeline migrations, {cut} with pipelines cut, match DuckDB");
+    assert!(migrations >= 40, "only {migrations} migrations");
+    assert!(cut >= 30, "only {cut} hand-offs cut running pipelines");
+}
+
 /// Each query suspends after k pipelines; a second client resumes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_suspends_and_resumes_after_every_pipeline() {

@@ -57,7 +57,9 @@ const VACATE_CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
 /// Drains per concurrency and mode; the median is reported.
 const VACATE_REPS: usize = 5;
 /// `skiff.drain` modes measured, interleaved.
-const VACATE_MODES: [&str; 2] = ["drain", "immediate"];
+/// `cut`: immediate, with the queries' cut points on, so that running
+/// pipelines are cut at their next morsel and their partial work moves.
+const VACATE_MODES: [&str; 3] = ["drain", "immediate", "cut"];
 /// When to drain, as fractions of the mix's expected runtime: early, middle.
 const VACATE_AT: [f64; 3] = [0.2, 0.35, 0.5];
 /// How often the client looks at the system tables while it waits.
@@ -580,6 +582,9 @@ impl Bench {
             let ended = Arc::clone(&ended);
             clients.spawn(async move {
                 let client = PgConn::connect(pg, &Credentials::default()).await?;
+                if how == "cut" {
+                    client.rows("SET skiff.mid_pipeline_cuts = true").await?;
+                }
                 let rows = tokio::time::timeout(timeout, client.rows(&script)).await;
                 ended.fetch_add(1, Ordering::SeqCst);
                 let rows = rows.map_err(|_| format!("{name} timed out"))??;
@@ -608,7 +613,10 @@ impl Bench {
         let drained = Instant::now();
         row.vacate_how = how;
         if let Err(e) = cluster
-            .rows(&format!("SELECT skiff.drain('{source}', '{how}')"))
+            .rows(&format!(
+                "SELECT skiff.drain('{source}', '{}')",
+                if how == "cut" { "immediate" } else { how }
+            ))
             .await
         {
             row.error = Some(e);
@@ -1375,7 +1383,7 @@ fn vacate_panel(area: &Area, caption: &str, rows: &[&Row]) -> Result<(), String>
         .y_desc("ms until the worker holds no query")
         .draw()
         .map_err(e)?;
-    for (how, color) in VACATE_MODES.into_iter().zip([BLUE, GREEN]) {
+    for (how, color) in VACATE_MODES.into_iter().zip([BLUE, GREEN, ORANGE]) {
         let points = points(how);
         chart
             .draw_series(
