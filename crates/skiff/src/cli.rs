@@ -164,6 +164,11 @@ pub struct BenchArgs {
     /// earlier run and print its summary again (with the current analysis).
     #[arg(long, value_name = "CSV", requires = "migration")]
     pub summarize: Option<PathBuf>,
+    /// With --migration: only the vacate experiment (after one local run of
+    /// each query to pick the longest), in every mode: drain, immediate and
+    /// cut (immediate with mid-pipeline cut points on).
+    #[arg(long, requires = "migration", conflicts_with = "summarize")]
+    pub vacate_only: bool,
     /// Concurrent clients for the --via throughput runs.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub clients: Vec<usize>,

@@ -136,9 +136,13 @@ pub async fn run(
         bench.counted()
     );
     let mut rows = Vec::new();
-    for (name, script) in &scripts {
-        rows.extend(bench.symmetric(name, script).await?);
-        rows.extend(bench.faster(name, script).await?);
+    if args.vacate_only {
+        rows.extend(bench.local_only(&scripts).await?);
+    } else {
+        for (name, script) in &scripts {
+            rows.extend(bench.symmetric(name, script).await?);
+            rows.extend(bench.faster(name, script).await?);
+        }
     }
     rows.extend(bench.vacate(&scripts, &rows).await?);
     let text = summary(title, &rows, Some(started.elapsed()));
@@ -484,6 +488,33 @@ impl Bench {
             rows,
             last_started_ms,
         })
+    }
+
+    /// One local run of each script (after a warm-up), for `vacate` to
+    /// pick its mix from.
+    async fn local_only(&self, scripts: &[(String, String)]) -> Result<Vec<Row>, BenchError> {
+        let cluster = Cluster::start(&self.data, &[self.partitions]).await?;
+        let mut out = Vec::with_capacity(scripts.len());
+        for (name, script) in scripts {
+            if let Err(e) = self.timed(&cluster, &[], script).await {
+                eprintln!("{name}: warm-up: {e}");
+            }
+            let (local_ms, rows, error) = match self.timed(&cluster, &[], script).await {
+                Ok((ms, rows)) => (Some(ms), Some(rows), None),
+                Err(e) => (None, None, Some(e)),
+            };
+            eprintln!("{name}: local {} ms", fmt(local_ms));
+            out.push(Row {
+                kind: "local",
+                query: name.clone(),
+                local_ms,
+                measured_ms: local_ms,
+                rows,
+                error,
+                ..Row::default()
+            });
+        }
+        Ok(out)
     }
 
     /// Experiment 3: vacate a worker running 1..8 long queries.
