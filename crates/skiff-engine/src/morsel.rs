@@ -38,6 +38,7 @@ use datafusion::common::{JoinType, Result, Statistics, internal_err};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{RecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
@@ -76,6 +77,16 @@ pub enum CutKind {
 
 /// Whether `pipeline` can be cut in the middle, and how.
 pub fn cut_kind(pipeline: &Pipeline) -> Option<CutKind> {
+    let kind = sink_kind(pipeline)?;
+    // A gate's counts are positions in what its leaf emits. A scan that
+    // reads a dynamic filter prunes by whatever the filter holds when it
+    // opens each file or row group, which a join tightens while the scan
+    // runs (and the rest gets it in another state): the same positions
+    // would name other rows.
+    (!reads_dynamic_filter(&pipeline.plan)).then_some(kind)
+}
+
+fn sink_kind(pipeline: &Pipeline) -> Option<CutKind> {
     let plan = &pipeline.plan;
     match pipeline.breaker {
         Breaker::HashJoinBuild { .. } | Breaker::NestedLoopJoinBuild | Breaker::CrossJoinBuild => {
@@ -91,6 +102,37 @@ pub fn cut_kind(pipeline: &Pipeline) -> Option<CutKind> {
         }
         Breaker::Window | Breaker::ScalarSubquery | Breaker::Result => None,
     }
+}
+
+/// Whether an operator of `plan` other than the joins that produce them
+/// reads a dynamic filter (a scan it was pushed into).
+fn reads_dynamic_filter(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if !node.is::<HashJoinExec>() {
+            let _ = node.apply_expressions(&mut |expr| {
+                let _ = expr.apply(|e| {
+                    found |= e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some();
+                    Ok(if found {
+                        TreeNodeRecursion::Stop
+                    } else {
+                        TreeNodeRecursion::Continue
+                    })
+                });
+                Ok(if found {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            });
+        }
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
 }
 
 /// The partial aggregation that feeds the final one at `root` through
