@@ -126,7 +126,7 @@ fn migration_bench_writes_a_row_per_query_and_boundary() {
                 );
             }
         }
-        for kind in ["zero_never", "zero_snapshot"] {
+        for kind in ["zero_never", "zero_snapshot", "zero_cuts"] {
             let row = records
                 .iter()
                 .find(|r| field(r, "kind") == kind && field(r, "query") == query)

@@ -190,16 +190,17 @@ impl Bench {
         let cluster = Cluster::start(&self.data, &[p, p]).await?;
         let mut out = Vec::new();
         let never = format!("skiff.migrate_after_pipelines = {NEVER}");
-        let configs: [(&str, Vec<String>); 3] = [
+        let configs: [(&str, Vec<String>); 4] = [
             ("local", vec![]),
             ("zero_never", vec![never]),
             (
                 "zero_snapshot",
                 vec!["skiff.snapshot_every_pipelines = 1".into()],
             ),
+            ("zero_cuts", vec!["skiff.mid_pipeline_cuts = true".into()]),
         ];
         self.warm_up(&cluster, script).await;
-        // Interleaved, so drift of a shared machine hits all three alike.
+        // Interleaved, so drift of a shared machine hits all alike.
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         let mut rows_seen: Vec<Option<u64>> = vec![None; configs.len()];
         let mut errors: Vec<Option<String>> = vec![None; configs.len()];
@@ -221,10 +222,12 @@ impl Bench {
         let record = cluster.last_record().await.ok();
         let total = record.as_ref().map(|r| r.pipelines_total);
         eprintln!(
-            "{name}: local {} ms, never-firing trigger {} ms, snapshots {} ms, {} pipelines",
+            "{name}: local {} ms, never-firing trigger {} ms, snapshots {} ms, \
+             cut points {} ms, {} pipelines",
             fmt(local_ms),
             fmt(median(&times[1])),
             fmt(median(&times[2])),
+            fmt(median(&times[3])),
             total.map_or("?".into(), |t| t.to_string())
         );
         for (i, (kind, _)) in configs.iter().enumerate().skip(1) {
@@ -1124,6 +1127,7 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
             " (target <= 1.01)",
         ),
         ("zero_snapshot", "snapshot after every pipeline", ""),
+        ("zero_cuts", "mid-pipeline cut points, never cut", ""),
     ] {
         let group: Vec<&Row> = of(kind)
             .into_iter()

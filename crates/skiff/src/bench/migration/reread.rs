@@ -8,13 +8,14 @@ use super::{CSV_HEADER, Row, VACATE_MODES};
 use crate::bench::BenchError;
 
 /// The kinds of rows a migration CSV holds.
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "symmetric",
     "faster",
     "vacate",
     "local",
     "zero_never",
     "zero_snapshot",
+    "zero_cuts",
 ];
 
 /// Read the rows of the migration CSV at `path`.
