@@ -336,8 +336,15 @@ impl QueryExecution {
         self.pause_point.send_replace(PausePoint::Now(mode));
     }
 
-    /// Clear the pause point; a paused driver goes on.
+    /// Clear the pause point; a paused driver goes on. A cut that cut
+    /// nothing is withdrawn; after a real one the driver fails (the query
+    /// can only go on from its state).
     pub fn resume(&self) {
+        if let Some(control) = &self.cuts
+            && !self.aborted()
+        {
+            control.withdraw();
+        }
         self.pause_point.send_replace(PausePoint::Free);
     }
 
@@ -517,6 +524,18 @@ impl QueryExecution {
         match &self.cuts {
             Some(control) => {
                 control.cut_after_morsels(morsels);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Cut (as [`cut_now`](Self::cut_now)) once `ends` gate partitions have
+    /// read their input whole; false without cut points.
+    pub fn cut_after_gate_ends(&self, ends: u64) -> bool {
+        match &self.cuts {
+            Some(control) => {
+                control.cut_after_gate_ends(ends);
                 true
             }
             None => false,

@@ -224,6 +224,10 @@ struct Tap {
     schema: SchemaRef,
     bytes: usize,
     partitions: Vec<Vec<RecordBatch>>,
+    /// Rows kept from the final stage after a cut was asked for: its
+    /// result misses them, so the pipeline counts as cut even when every
+    /// gate had read its input whole.
+    withheld: bool,
 }
 
 /// The cut points of one query execution: a session-config extension the
@@ -234,6 +238,9 @@ pub struct CutControl {
     /// Morsels the gates let through, and the count at which to cut.
     morsels: AtomicU64,
     cut_after: AtomicU64,
+    /// Gate partitions whose input ended, and the count at which to cut.
+    ends: AtomicU64,
+    cut_after_ends: AtomicU64,
     /// Pipelines whose tap overflowed: never cut.
     exempt: Vec<AtomicBool>,
     kinds: Vec<Option<CutKind>>,
@@ -247,6 +254,8 @@ impl CutControl {
             requested: AtomicBool::new(false),
             morsels: AtomicU64::new(0),
             cut_after: AtomicU64::new(u64::MAX),
+            ends: AtomicU64::new(0),
+            cut_after_ends: AtomicU64::new(u64::MAX),
             exempt: kinds.iter().map(|_| AtomicBool::new(false)).collect(),
             kinds,
             gates: Mutex::new(gates),
@@ -259,6 +268,14 @@ impl CutControl {
         self.requested.store(true, Ordering::SeqCst);
     }
 
+    /// Take back a cut that ended no pipeline early (it came when every
+    /// running pipeline's input was already read): the query may go on.
+    pub fn withdraw(&self) {
+        self.cut_after.store(u64::MAX, Ordering::SeqCst);
+        self.cut_after_ends.store(u64::MAX, Ordering::SeqCst);
+        self.requested.store(false, Ordering::SeqCst);
+    }
+
     pub fn requested(&self) -> bool {
         self.requested.load(Ordering::SeqCst)
     }
@@ -268,6 +285,23 @@ impl CutControl {
     pub fn cut_after_morsels(&self, morsels: u64) {
         self.cut_after.store(morsels, Ordering::SeqCst);
         if self.morsels.load(Ordering::SeqCst) >= morsels {
+            self.request();
+        }
+    }
+
+    /// Cut once `ends` gate partitions have read their input whole: the
+    /// moments when a pipeline's sink may still be working on input that
+    /// no gate will stop (a deterministic trigger for tests).
+    pub fn cut_after_gate_ends(&self, ends: u64) {
+        self.cut_after_ends.store(ends, Ordering::SeqCst);
+        if self.ends.load(Ordering::SeqCst) >= ends {
+            self.request();
+        }
+    }
+
+    fn input_ended(&self) {
+        let ended = self.ends.fetch_add(1, Ordering::SeqCst) + 1;
+        if ended >= self.cut_after_ends.load(Ordering::SeqCst) {
             self.request();
         }
     }
@@ -302,41 +336,63 @@ impl CutControl {
         }
     }
 
-    /// Keep a partial aggregation batch, unless the tap overflowed (then
-    /// its pipeline is exempt from cuts and the kept rows are dropped).
-    fn record_tap(&self, slot: usize, partition: usize, batch: &RecordBatch) {
+    /// Keep a partial aggregation batch (unless the tap overflowed: then
+    /// its pipeline is exempt from cuts and the kept rows are dropped), and
+    /// say whether to pass it on to the final stage: not once a cut was
+    /// asked for, whose result is then not used.
+    fn record_tap(&self, slot: usize, partition: usize, batch: &RecordBatch) -> bool {
         let mut taps = self.taps();
         let Some(tap) = taps.get_mut(slot) else {
-            return;
+            return true;
         };
         if self.exempt[tap.pipeline.0].load(Ordering::SeqCst) {
-            return;
+            return true;
         }
         tap.bytes += get_record_batch_memory_size(batch);
         if tap.bytes > TAP_CAP_BYTES {
             self.exempt[tap.pipeline.0].store(true, Ordering::SeqCst);
             tap.partitions.iter_mut().for_each(Vec::clear);
-            return;
+            return true;
         }
         if let Some(batches) = tap.partitions.get_mut(partition) {
             batches.push(batch.clone());
         }
+        if self.requested() {
+            tap.withheld = true;
+            return false;
+        }
+        true
+    }
+
+    /// Whether the cut ended `pipeline` early: a gate of it stopped before
+    /// its input did, or its tap withheld rows from the final stage.
+    fn ended_early(&self, pipeline: PipelineId) -> bool {
+        let gate_cut = self
+            .gates()
+            .iter()
+            .any(|g| g.pipeline == pipeline && g.partitions.iter().any(|p| p.cut));
+        gate_cut
+            || self
+                .taps()
+                .iter()
+                .any(|t| t.pipeline == pipeline && t.withheld)
     }
 
     /// What the cut left of `pipeline` after it ran to its (early) end:
-    /// `None` when no gate of it was cut (its input was read whole, so it
-    /// simply finished) or when its partial work was not kept.
+    /// `None` when it did not end early (its input was read whole and its
+    /// sink saw all of it, so it simply finished) or when its partial work
+    /// was not kept.
     pub fn cut_of(&self, pipeline: PipelineId) -> Option<Cut> {
         let kind = self.kinds.get(pipeline.0).copied().flatten()?;
+        if !self.ended_early(pipeline) {
+            return None;
+        }
         let gates = self.gates();
         let mine: Vec<(usize, &Gate)> = gates
             .iter()
             .enumerate()
             .filter(|(_, g)| g.pipeline == pipeline)
             .collect();
-        if !mine.iter().any(|(_, g)| g.partitions.iter().any(|p| p.cut)) {
-            return None;
-        }
         let consumed = mine
             .iter()
             .map(|(slot, g)| (*slot, g.partitions.iter().map(|p| p.consumed).collect()))
@@ -362,11 +418,7 @@ impl CutControl {
     /// Whether `pipeline` was cut but its partial work is lost (its tap
     /// overflowed while the cut drained it): it must start over.
     pub fn lost(&self, pipeline: PipelineId) -> bool {
-        let cut = self
-            .gates()
-            .iter()
-            .any(|g| g.pipeline == pipeline && g.partitions.iter().any(|p| p.cut));
-        cut && self.exempt[pipeline.0].load(Ordering::SeqCst)
+        self.ended_early(pipeline) && self.exempt[pipeline.0].load(Ordering::SeqCst)
     }
 }
 
@@ -464,6 +516,7 @@ fn tap_aggregate(
         schema: gated.schema(),
         bytes: 0,
         partitions: vec![Vec::new(); partitions],
+        withheld: false,
     });
     let tap: Arc<dyn ExecutionPlan> = Arc::new(SinkTapExec::new(gated, pipeline, slot));
     replace_children_if_necessary(Arc::clone(root), vec![tap])
@@ -696,6 +749,9 @@ impl Stream for GateStream {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
                     this.done = true;
+                    if let Some((control, _)) = &this.control {
+                        control.input_ended();
+                    }
                     return Poll::Ready(None);
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
@@ -815,13 +871,10 @@ impl ExecutionPlan for SinkTapExec {
         let control = context.session_config().get_extension::<CutControl>();
         let input = self.input.execute(partition, context)?;
         let schema = input.schema();
-        let (pipeline, slot) = (self.pipeline, self.slot);
+        let slot = self.slot;
         let tapped = input.filter_map(move |batch| {
             let passed = match (&batch, &control) {
-                (Ok(batch), Some(control)) => {
-                    control.record_tap(slot, partition, batch);
-                    !control.cuts(pipeline)
-                }
+                (Ok(batch), Some(control)) => control.record_tap(slot, partition, batch),
                 _ => true,
             };
             std::future::ready(passed.then_some(batch))

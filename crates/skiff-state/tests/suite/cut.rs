@@ -1,7 +1,8 @@
 //! Mid-pipeline cuts (issue 4, beyond the paper), local half. For every
 //! TPC-H query at SF 0.01 and a sweep of morsel counts m: with cut points
 //! on, cut the running pipelines once their gates have let m morsels
-//! through, extract the finished outputs still needed and the cut
+//! through (and, for TPC-H, right after each gate partition's input ended,
+//! every such moment up to the query's end), extract the finished outputs still needed and the cut
 //! pipelines' partial work as IPC frames, and finish the query from the
 //! rest plan on a fresh engine (with cut points on too, so the rest's gates
 //! are gated again). The answer must be DuckDB's, the source must refuse to
@@ -36,6 +37,29 @@ const BATCH_SIZE: usize = 512;
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Morsels let through before the cut.
 const MORSELS: [u64; 9] = [1, 2, 4, 7, 12, 20, 33, 55, 90];
+/// More gate partitions than any query has: the gate-end sweep stops at
+/// the first count the query finishes before.
+const MAX_GATE_ENDS: u64 = 400;
+
+/// When to cut.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// After the gates let this many morsels through.
+    Morsels(u64),
+    /// Right after this many gate partitions read their input whole: a
+    /// sink may still be working on input no gate can stop (a partial
+    /// aggregation emitting its groups).
+    GateEnds(u64),
+}
+
+impl Trigger {
+    fn arm(self, execution: &QueryExecution) -> bool {
+        match self {
+            Trigger::Morsels(m) => execution.cut_after_morsels(m),
+            Trigger::GateEnds(e) => execution.cut_after_gate_ends(e),
+        }
+    }
+}
 
 async fn cut_engine(bench: Benchmark) -> Engine {
     let config = EngineConfig {
@@ -88,7 +112,7 @@ fn failed(e: DataFusionError) -> String {
 
 /// Run `execution` to its cut (or its end) and hand it off as a worker
 /// would. After a cut the execution must refuse to go on.
-async fn run_to_cut(execution: &Arc<QueryExecution>, morsels: u64) -> Result<Stop, String> {
+async fn run_to_cut(execution: &Arc<QueryExecution>, trigger: Trigger) -> Result<Stop, String> {
     let graph = Arc::clone(execution.graph());
     let stream = execution.execute().map_err(failed)?;
     let paused = tokio::time::timeout(LIMIT, execution.paused()).await;
@@ -145,7 +169,7 @@ async fn run_to_cut(execution: &Arc<QueryExecution>, morsels: u64) -> Result<Sto
     if std::env::var_os("SKIFF_SHOW_CUTS").is_some() {
         let shown = datafusion::physical_plan::displayable(remaining.plan.as_ref()).indent(true);
         let consumed: Vec<_> = plans.values().map(|c| (c.pipeline, &c.consumed)).collect();
-        println!("m={morsels} consumed={consumed:?}\n{shown}");
+        println!("{trigger:?} consumed={consumed:?}\n{shown}");
     }
     let bytes = encode_plan(remaining.plan).map_err(failed)?.to_vec();
     // Its cut pipelines ended over part of their input: it must not go on.
@@ -163,13 +187,13 @@ async fn run_to_cut(execution: &Arc<QueryExecution>, morsels: u64) -> Result<Sto
     ))
 }
 
-/// Cut `sql` after `morsels` morsels on `engines[0]`, the rest again on
-/// `engines[1]`, and so on for [`HOPS`] cuts; finish on the next. The kinds
-/// cut, or `None` when the first run reached its result before the cut.
+/// Cut `sql` at `trigger` on `engines[0]`, the rest again on `engines[1]`,
+/// and so on for [`HOPS`] cuts; finish on the next. The kinds cut, or
+/// `None` when the first run reached its result before the cut.
 async fn cut_and_finish(
     engines: [&Engine; 2],
     sql: &str,
-    morsels: u64,
+    trigger: Trigger,
     golden: &Golden,
 ) -> Result<Option<Vec<CutKind>>, String> {
     let source = engines[0];
@@ -178,11 +202,11 @@ async fn cut_and_finish(
         .map_err(failed)?;
     let mut kinds = Vec::new();
     for hop in 0..=HOPS {
-        if hop < HOPS && !execution.cut_after_morsels(morsels) {
+        if hop < HOPS && !trigger.arm(&execution) {
             return Err("no cut points".into());
         }
         let columns = execution.graph().result().plan.schema().fields().len();
-        match run_to_cut(&execution, morsels)
+        match run_to_cut(&execution, trigger)
             .await
             .map_err(|e| format!("hop {hop}: {e}"))?
         {
@@ -209,7 +233,7 @@ async fn cut_and_finish(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_sf0_01_cuts_running_pipelines() {
-    let kinds = cut_sweep(Benchmark::Tpch, "tpch", &MORSELS).await;
+    let kinds = cut_sweep(Benchmark::Tpch, "tpch", &MORSELS, true).await;
     for kind in ["Union", "Sort", "Aggregate"] {
         assert!(
             kinds.get(kind).is_some_and(|&n| n > 0),
@@ -224,13 +248,19 @@ async fn tpcds_sf0_01_cuts_running_pipelines() {
     if !skiff_testkit::slow_tests("tpcds mid-pipeline cut sweep") {
         return;
     }
-    let kinds = cut_sweep(Benchmark::Tpcds, "tpcds", &[1, 6, 30]).await;
+    let kinds = cut_sweep(Benchmark::Tpcds, "tpcds", &[1, 6, 30], false).await;
     assert!(kinds.values().sum::<usize>() > 0, "nothing was cut");
 }
 
-/// Cut every query of `bench` after each of `morsels` morsels; the kinds
-/// of pipelines cut, counted.
-async fn cut_sweep(bench: Benchmark, name: &str, morsels: &[u64]) -> BTreeMap<String, usize> {
+/// Cut every query of `bench` after each of `morsels` morsels and, with
+/// `sweep_gate_ends`, right after every gate partition's input ended; the
+/// kinds of pipelines cut, counted.
+async fn cut_sweep(
+    bench: Benchmark,
+    name: &str,
+    morsels: &[u64],
+    sweep_gate_ends: bool,
+) -> BTreeMap<String, usize> {
     let source = cut_engine(bench).await;
     let target = cut_engine(bench).await;
     let golden_dir = repo_root().join(format!("tests/golden/{name}/sf0.01"));
@@ -259,16 +289,27 @@ async fn cut_sweep(bench: Benchmark, name: &str, morsels: &[u64]) -> BTreeMap<St
                 }
                 continue;
             };
-            for &m in morsels {
-                match cut_and_finish([&source, &target], statement, m, golden).await {
+            let by_morsels = morsels.iter().map(|&m| Trigger::Morsels(m));
+            let by_ends = (1..=MAX_GATE_ENDS).map(Trigger::GateEnds);
+            let mut ends_done = false;
+            for trigger in by_morsels.chain(by_ends) {
+                let by_end = matches!(trigger, Trigger::GateEnds(_));
+                if by_end && (ends_done || !sweep_gate_ends) {
+                    continue;
+                }
+                match cut_and_finish([&source, &target], statement, trigger, golden).await {
                     Ok(Some(cut)) => {
                         cuts += cut.len();
                         for kind in cut {
                             *kinds.entry(format!("{kind:?}")).or_default() += 1;
                         }
                     }
-                    Ok(None) => uncut += 1,
-                    Err(e) => failures.push(format!("{query} m={m}: {e}")),
+                    Ok(None) => {
+                        uncut += 1;
+                        // Later gate ends never come before the result.
+                        ends_done |= by_end;
+                    }
+                    Err(e) => failures.push(format!("{query} {trigger:?}: {e}")),
                 }
             }
         }
