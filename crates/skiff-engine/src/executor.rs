@@ -119,6 +119,8 @@ pub struct QueryExecution {
     cuts: Option<Arc<CutControl>>,
     /// Pipelines a cut ended in the middle, with their partial output.
     cut: Mutex<BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)>>,
+    /// Pipelines a cut ended whose partial work was lost.
+    lost: Mutex<Vec<PipelineId>>,
 }
 
 impl std::fmt::Debug for QueryExecution {
@@ -136,8 +138,8 @@ impl QueryExecution {
         let options = task_ctx.session_config().options();
         let skiff = options.extensions.get::<SkiffOptions>();
         let memory_max = skiff.and_then(|o| o.store_memory_max);
-        let (graph, cuts) = if skiff.is_some_and(|o| o.mid_pipeline_cuts) {
-            let (graph, control) = add_cut_points(graph)?;
+        let (graph, cuts) = if let Some(o) = skiff.filter(|o| o.mid_pipeline_cuts) {
+            let (graph, control) = add_cut_points(graph, o.cut_tap_max_bytes)?;
             (graph, Some(control))
         } else {
             (graph, None)
@@ -179,6 +181,7 @@ impl QueryExecution {
             aborted: AtomicBool::new(false),
             cuts,
             cut: Mutex::new(BTreeMap::new()),
+            lost: Mutex::new(Vec::new()),
         }))
     }
 
@@ -491,6 +494,7 @@ impl QueryExecution {
             return Ok(false);
         };
         if control.lost(id) {
+            lock(&self.lost).push(id);
             self.aborted.store(true, Ordering::Relaxed);
             self.store.abort(id)?;
             reset_dynamic_filters(&self.graph.get(id).plan)?;
@@ -547,6 +551,12 @@ impl QueryExecution {
     /// rows of an aggregation are in the [`Cut`]).
     pub fn cuts(&self) -> BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)> {
         lock(&self.cut).clone()
+    }
+
+    /// The pipelines a cut ended whose partial work was lost (their tap
+    /// overflowed): they start over wherever the query goes on.
+    pub fn lost(&self) -> Vec<PipelineId> {
+        lock(&self.lost).clone()
     }
 
     fn start_result(self: Arc<Self>) -> Result<SendableRecordBatchStream> {

@@ -60,10 +60,6 @@ use crate::migrated::MigratedStateExec;
 use crate::pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker};
 use crate::scan::IntermediateScanExec;
 
-/// Partial aggregation rows a tap keeps at most; beyond, its pipeline is no
-/// longer cut (it drains, or starts over when the query moves).
-const TAP_CAP_BYTES: usize = 64 * 1024 * 1024;
-
 /// How a cut pipeline's partial work joins the rest of its work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CutKind {
@@ -80,10 +76,13 @@ pub fn cut_kind(pipeline: &Pipeline) -> Option<CutKind> {
     let kind = sink_kind(pipeline)?;
     // A gate's counts are positions in what its leaf emits. A scan that
     // reads a dynamic filter prunes by whatever the filter holds when it
-    // opens each file or row group, which a join tightens while the scan
-    // runs (and the rest gets it in another state): the same positions
-    // would name other rows.
-    (!reads_dynamic_filter(&pipeline.plan)).then_some(kind)
+    // opens each file or row group. A top-k or an aggregation tightens its
+    // filter while the scans of its own pipeline run (and the rest would
+    // start from another state): the same positions would name other rows.
+    // A hash join's filter is whole before its probe side reads a row, on
+    // the source and on the rest alike.
+    let tightening = produces_dynamic_filter(&pipeline.plan);
+    (!(tightening && reads_dynamic_filter(&pipeline.plan))).then_some(kind)
 }
 
 fn sink_kind(pipeline: &Pipeline) -> Option<CutKind> {
@@ -102,6 +101,21 @@ fn sink_kind(pipeline: &Pipeline) -> Option<CutKind> {
         }
         Breaker::Window | Breaker::ScalarSubquery | Breaker::Result => None,
     }
+}
+
+/// Whether an operator of `plan` other than a hash join produces a dynamic
+/// filter (a top-k's threshold, an aggregation's min or max so far).
+fn produces_dynamic_filter(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found |= !node.is::<HashJoinExec>() && !node.dynamic_expressions_produced().is_empty();
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
 }
 
 /// Whether an operator of `plan` other than the joins that produce them
@@ -241,22 +255,31 @@ pub struct CutControl {
     /// Gate partitions whose input ended, and the count at which to cut.
     ends: AtomicU64,
     cut_after_ends: AtomicU64,
-    /// Pipelines whose tap overflowed: never cut.
-    exempt: Vec<AtomicBool>,
+    /// Partial aggregation bytes a tap keeps at most.
+    tap_max_bytes: usize,
+    /// Pipelines whose tap overflowed: their partial work is not kept, so
+    /// a cut loses it (they start over on the target).
+    overflowed: Vec<AtomicBool>,
     kinds: Vec<Option<CutKind>>,
     gates: Mutex<Vec<Gate>>,
     taps: Mutex<Vec<Tap>>,
 }
 
 impl CutControl {
-    fn new(kinds: Vec<Option<CutKind>>, gates: Vec<Gate>, taps: Vec<Tap>) -> Self {
+    fn new(
+        kinds: Vec<Option<CutKind>>,
+        gates: Vec<Gate>,
+        taps: Vec<Tap>,
+        tap_max_bytes: usize,
+    ) -> Self {
         Self {
             requested: AtomicBool::new(false),
             morsels: AtomicU64::new(0),
             cut_after: AtomicU64::new(u64::MAX),
             ends: AtomicU64::new(0),
             cut_after_ends: AtomicU64::new(u64::MAX),
-            exempt: kinds.iter().map(|_| AtomicBool::new(false)).collect(),
+            tap_max_bytes,
+            overflowed: kinds.iter().map(|_| AtomicBool::new(false)).collect(),
             kinds,
             gates: Mutex::new(gates),
             taps: Mutex::new(taps),
@@ -306,10 +329,6 @@ impl CutControl {
         }
     }
 
-    fn cuts(&self, pipeline: PipelineId) -> bool {
-        self.requested() && !self.exempt[pipeline.0].load(Ordering::SeqCst)
-    }
-
     fn morsel_passed(&self) {
         let passed = self.morsels.fetch_add(1, Ordering::SeqCst) + 1;
         if passed >= self.cut_after.load(Ordering::SeqCst) {
@@ -337,7 +356,7 @@ impl CutControl {
     }
 
     /// Keep a partial aggregation batch (unless the tap overflowed: then
-    /// its pipeline is exempt from cuts and the kept rows are dropped), and
+    /// the kept rows are dropped and a cut loses the pipeline's work), and
     /// say whether to pass it on to the final stage: not once a cut was
     /// asked for, whose result is then not used.
     fn record_tap(&self, slot: usize, partition: usize, batch: &RecordBatch) -> bool {
@@ -345,12 +364,12 @@ impl CutControl {
         let Some(tap) = taps.get_mut(slot) else {
             return true;
         };
-        if self.exempt[tap.pipeline.0].load(Ordering::SeqCst) {
+        if self.overflowed[tap.pipeline.0].load(Ordering::SeqCst) {
             return true;
         }
         tap.bytes += get_record_batch_memory_size(batch);
-        if tap.bytes > TAP_CAP_BYTES {
-            self.exempt[tap.pipeline.0].store(true, Ordering::SeqCst);
+        if tap.bytes > self.tap_max_bytes {
+            self.overflowed[tap.pipeline.0].store(true, Ordering::SeqCst);
             tap.partitions.iter_mut().for_each(Vec::clear);
             return true;
         }
@@ -398,7 +417,7 @@ impl CutControl {
             .map(|(slot, g)| (*slot, g.partitions.iter().map(|p| p.consumed).collect()))
             .collect();
         let tapped = if kind == CutKind::Aggregate {
-            if self.exempt[pipeline.0].load(Ordering::SeqCst) {
+            if self.overflowed[pipeline.0].load(Ordering::SeqCst) {
                 return None;
             }
             let taps = self.taps();
@@ -416,9 +435,9 @@ impl CutControl {
     }
 
     /// Whether `pipeline` was cut but its partial work is lost (its tap
-    /// overflowed while the cut drained it): it must start over.
+    /// overflowed): it must start over, as after an immediate pause.
     pub fn lost(&self, pipeline: PipelineId) -> bool {
-        self.ended_early(pipeline) && self.exempt[pipeline.0].load(Ordering::SeqCst)
+        self.ended_early(pipeline) && self.overflowed[pipeline.0].load(Ordering::SeqCst)
     }
 }
 
@@ -456,7 +475,11 @@ pub fn has_gates(graph: &PipelineGraph) -> bool {
 
 /// `graph` with gates on the driving leaves of every cuttable pipeline and
 /// taps in front of the final aggregations, plus the control they report to.
-pub fn add_cut_points(graph: PipelineGraph) -> Result<(PipelineGraph, Arc<CutControl>)> {
+/// A tap keeps at most `tap_max_bytes` of partial aggregation rows.
+pub fn add_cut_points(
+    graph: PipelineGraph,
+    tap_max_bytes: usize,
+) -> Result<(PipelineGraph, Arc<CutControl>)> {
     let mut gates = Vec::new();
     let mut taps = Vec::new();
     let mut kinds = Vec::with_capacity(graph.len());
@@ -483,7 +506,7 @@ pub fn add_cut_points(graph: PipelineGraph) -> Result<(PipelineGraph, Arc<CutCon
             Ok(pipeline)
         })
         .collect::<Result<Vec<_>>>()?;
-    let control = Arc::new(CutControl::new(kinds, gates, taps));
+    let control = Arc::new(CutControl::new(kinds, gates, taps, tap_max_bytes));
     Ok((graph.with_pipelines(pipelines), control))
 }
 
@@ -739,7 +762,7 @@ impl Stream for GateStream {
                 return Poll::Ready(None);
             }
             if let Some((control, slot)) = &this.control
-                && control.cuts(slot.pipeline)
+                && control.requested()
             {
                 this.done = true;
                 control.update_gate(slot.index, this.partition, |r| r.cut = true);

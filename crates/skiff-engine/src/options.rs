@@ -45,6 +45,10 @@ extensions_options! {
         /// pipeline can hand over its partial work (see `morsel`). Off by
         /// default until the cluster ships cut pipelines.
         pub mid_pipeline_cuts: bool, default = false
+        /// Partial aggregation rows one pipeline's tap keeps for a cut, in
+        /// bytes; beyond that a cut loses the pipeline's work (it starts
+        /// over on the target, as after an immediate pause).
+        pub cut_tap_max_bytes: usize, default = 64 * 1024 * 1024
         /// Test trigger: with `mid_pipeline_cuts`, cut the running
         /// pipelines once their gates let this many morsels through and
         /// migrate the query, partial work included.

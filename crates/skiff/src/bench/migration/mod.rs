@@ -41,8 +41,11 @@ use super::{BenchError, QueryFile, Setup, bench_slug, publish, read_scripts};
 use crate::cli::BenchArgs;
 use crate::remote::{Credentials, PgConn};
 
+mod answer;
 mod judge;
 mod reread;
+
+use answer::Answer;
 
 /// How long a coordinator or a node may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -88,9 +91,13 @@ struct Row {
     server_vacate_ms: Option<f64>,
     vacate_how: &'static str,
     rows: Option<u64>,
+    /// The rows and values matched those of the local run.
     rows_ok: Option<bool>,
     error: Option<String>,
     decision: String,
+    /// A local run's rows, for the vacate mix to check against (not in
+    /// the CSV).
+    answer: Option<Arc<Answer>>,
 }
 
 impl Row {
@@ -163,7 +170,7 @@ pub fn summarize(path: &Path, title: &str) -> Result<(), BenchError> {
 /// One run of a query file.
 struct ScriptRun {
     ms: f64,
-    rows: u64,
+    answer: Answer,
     /// When its last statement started, ms after the first.
     last_started_ms: f64,
 }
@@ -202,23 +209,23 @@ impl Bench {
         self.warm_up(&cluster, script).await;
         // Interleaved, so drift of a shared machine hits all alike.
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
-        let mut rows_seen: Vec<Option<u64>> = vec![None; configs.len()];
+        let mut answers: Vec<Option<Answer>> = vec![None; configs.len()];
         let mut errors: Vec<Option<String>> = vec![None; configs.len()];
         for run in 0..self.runs {
             for (i, (_, settings)) in configs.iter().enumerate() {
                 match self.timed(&cluster, settings, script).await {
-                    Ok((ms, rows)) => {
+                    Ok((ms, answer)) => {
                         if run > 0 || self.runs == 1 {
                             times[i].push(ms);
                         }
-                        rows_seen[i] = Some(rows);
+                        answers[i] = Some(answer);
                     }
                     Err(e) => errors[i] = Some(e),
                 }
             }
         }
         let local_ms = median(&times[0]);
-        let local_rows = rows_seen[0];
+        let local_rows = answers[0].take();
         let record = cluster.last_record().await.ok();
         let total = record.as_ref().map(|r| r.pipelines_total);
         eprintln!(
@@ -237,9 +244,12 @@ impl Bench {
                 pipelines_total: total,
                 local_ms,
                 measured_ms: median(&times[i]),
-                rows: rows_seen[i],
-                rows_ok: rows_ok(rows_seen[i], local_rows),
-                error: errors[i].clone().or_else(|| errors[0].clone()),
+                rows: answers[i].as_ref().map(Answer::len),
+                rows_ok: rows_ok(answers[i].as_ref(), local_rows.as_ref()),
+                error: errors[i]
+                    .clone()
+                    .or_else(|| errors[0].clone())
+                    .or_else(|| mismatch(answers[i].as_ref(), local_rows.as_ref())),
                 ..Row::default()
             });
         }
@@ -249,7 +259,7 @@ impl Bench {
             pipelines_total: total,
             local_ms,
             measured_ms: local_ms,
-            rows: local_rows,
+            rows: local_rows.as_ref().map(Answer::len),
             error: errors[0].clone(),
             ..Row::default()
         });
@@ -259,7 +269,15 @@ impl Bench {
         let limit = total.map_or(MAX_BOUNDARIES, |t| t as usize + 1);
         for k in 0..limit.min(MAX_BOUNDARIES) {
             let Some(row) = self
-                .boundary(&cluster, "symmetric", name, script, k, local, local_rows)
+                .boundary(
+                    &cluster,
+                    "symmetric",
+                    name,
+                    script,
+                    k,
+                    local,
+                    local_rows.as_ref(),
+                )
                 .await
             else {
                 break;
@@ -299,11 +317,11 @@ impl Bench {
         let mut notes = Vec::new();
         for run in 0..self.runs {
             match self.timed(&cluster, &[], script).await {
-                Ok((ms, rows)) => {
+                Ok((ms, answer)) => {
                     if run > 0 || self.runs == 1 {
                         local.push(ms);
                     }
-                    local_rows = Some(rows);
+                    local_rows = Some(answer);
                 }
                 Err(e) => notes.push(e),
             }
@@ -341,7 +359,15 @@ impl Bench {
         let mut out = Vec::new();
         for k in 0..MAX_BOUNDARIES {
             let Some(row) = self
-                .boundary(&cluster, "faster", name, script, k, local_ms, local_rows)
+                .boundary(
+                    &cluster,
+                    "faster",
+                    name,
+                    script,
+                    k,
+                    local_ms,
+                    local_rows.as_ref(),
+                )
                 .await
             else {
                 break;
@@ -367,7 +393,7 @@ impl Bench {
         script: &str,
         k: usize,
         local_ms: f64,
-        local_rows: Option<u64>,
+        local_rows: Option<&Answer>,
     ) -> Option<Row> {
         let settings = [format!("skiff.migrate_after_pipelines = {k}")];
         let mut times = Vec::new();
@@ -387,8 +413,11 @@ impl Bench {
             let before_ms = match self.run_script(cluster, &settings, script, true).await {
                 Ok(run) => {
                     times.push(run.ms);
-                    row.rows = Some(run.rows);
-                    row.rows_ok = rows_ok(Some(run.rows), local_rows);
+                    row.rows = Some(run.answer.len());
+                    row.rows_ok = rows_ok(Some(&run.answer), local_rows);
+                    if let Some(e) = mismatch(Some(&run.answer), local_rows) {
+                        row.error = Some(e);
+                    }
                     run.last_started_ms
                 }
                 Err(e) => {
@@ -441,9 +470,9 @@ impl Bench {
         cluster: &Cluster,
         settings: &[String],
         script: &str,
-    ) -> Result<(f64, u64), String> {
+    ) -> Result<(f64, Answer), String> {
         let run = self.run_script(cluster, settings, script, false).await?;
-        Ok((run.ms, run.rows))
+        Ok((run.ms, run.answer))
     }
 
     /// Run `script` on a connection of its own, `settings` applying to its
@@ -470,7 +499,7 @@ impl Bench {
         }
         let start = Instant::now();
         let run = async {
-            let mut rows = 0;
+            let mut answer = Answer::default();
             let mut last_started_ms = 0.0;
             for (i, statement) in statements.iter().enumerate() {
                 if i == last {
@@ -479,16 +508,16 @@ impl Bench {
                     }
                     last_started_ms = start.elapsed().as_secs_f64() * 1000.0;
                 }
-                rows += client.query(statement).await?;
+                answer.extend(client.rows(statement).await?);
             }
-            Ok::<_, String>((rows, last_started_ms))
+            Ok::<_, String>((answer, last_started_ms))
         };
-        let (rows, last_started_ms) = tokio::time::timeout(self.timeout, run)
+        let (answer, last_started_ms) = tokio::time::timeout(self.timeout, run)
             .await
             .map_err(|_| format!("timed out after {:?}", self.timeout))??;
         Ok(ScriptRun {
             ms: start.elapsed().as_secs_f64() * 1000.0,
-            rows,
+            answer,
             last_started_ms,
         })
     }
@@ -502,8 +531,8 @@ impl Bench {
             if let Err(e) = self.timed(&cluster, &[], script).await {
                 eprintln!("{name}: warm-up: {e}");
             }
-            let (local_ms, rows, error) = match self.timed(&cluster, &[], script).await {
-                Ok((ms, rows)) => (Some(ms), Some(rows), None),
+            let (local_ms, answer, error) = match self.timed(&cluster, &[], script).await {
+                Ok((ms, answer)) => (Some(ms), Some(Arc::new(answer)), None),
                 Err(e) => (None, None, Some(e)),
             };
             eprintln!("{name}: local {} ms", fmt(local_ms));
@@ -512,7 +541,8 @@ impl Bench {
                 query: name.clone(),
                 local_ms,
                 measured_ms: local_ms,
-                rows,
+                rows: answer.as_ref().map(|a| a.len()),
+                answer,
                 error,
                 ..Row::default()
             });
@@ -528,7 +558,7 @@ impl Bench {
     ) -> Result<Vec<Row>, BenchError> {
         // The longest single-statement queries (a view-creating script
         // would collide with itself when run concurrently).
-        let mut mix: Vec<(&str, &str, f64, Option<u64>)> = measured
+        let mut mix: Vec<(&str, &str, f64, Option<Arc<Answer>>)> = measured
             .iter()
             .filter(|r| r.kind == "local" && r.error.is_none())
             .filter_map(|r| {
@@ -537,7 +567,7 @@ impl Bench {
                     r.query.as_str(),
                     script.as_str(),
                     r.local_ms?,
-                    r.rows,
+                    r.answer.clone(),
                 ))
             })
             .collect();
@@ -582,7 +612,7 @@ impl Bench {
     async fn vacate_once(
         &self,
         cluster: &mut Cluster,
-        mix: &[(&str, &str, f64, Option<u64>)],
+        mix: &[(&str, &str, f64, Option<Arc<Answer>>)],
         n: usize,
         rep: usize,
         delay_ms: f64,
@@ -611,7 +641,7 @@ impl Bench {
         let ended = Arc::new(AtomicUsize::new(0));
         for (name, script, _, rows) in mix.iter().cycle().take(n) {
             let pg = cluster.pg;
-            let (script, expected, name) = (script.to_string(), *rows, name.to_string());
+            let (script, expected, name) = (script.to_string(), rows.clone(), name.to_string());
             let timeout = self.timeout;
             let ended = Arc::clone(&ended);
             clients.spawn(async move {
@@ -621,11 +651,10 @@ impl Bench {
                 }
                 let rows = tokio::time::timeout(timeout, client.rows(&script)).await;
                 ended.fetch_add(1, Ordering::SeqCst);
-                let rows = rows.map_err(|_| format!("{name} timed out"))??;
-                let got = rows.len() as u64;
+                let rows = Answer(rows.map_err(|_| format!("{name} timed out"))??);
                 match expected {
-                    Some(e) if e != got => Err(format!("{name}: {got} rows, expected {e}")),
-                    _ => Ok(()),
+                    Some(expected) => rows.check(&expected).map_err(|e| format!("{name}: {e}")),
+                    None => Ok(()),
                 }
             });
         }
@@ -698,8 +727,16 @@ fn median(values: &[f64]) -> Option<f64> {
     super::report::stats(values).map(|s| s.median_ms)
 }
 
-fn rows_ok(rows: Option<u64>, expected: Option<u64>) -> Option<bool> {
-    Some(rows? == expected?)
+fn rows_ok(answer: Option<&Answer>, expected: Option<&Answer>) -> Option<bool> {
+    Some(answer?.check(expected?).is_ok())
+}
+
+/// What is wrong with `answer`, when it is not `expected`'s.
+fn mismatch(answer: Option<&Answer>, expected: Option<&Answer>) -> Option<String> {
+    answer?
+        .check(expected?)
+        .err()
+        .map(|e| format!("wrong answer: {e}"))
 }
 
 fn count(rows: &Rows) -> usize {
@@ -1159,7 +1196,9 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
         t.extend(failed);
     }
     let mismatched = rows.iter().filter(|r| r.rows_ok == Some(false)).count();
-    t.push_str(&format!("\nrow counts: {mismatched} mismatches"));
+    t.push_str(&format!(
+        "\nanswers (rows and values): {mismatched} mismatches"
+    ));
     if let Some(took) = took {
         t.push_str(&format!("; took {:.0} s", took.as_secs_f64()));
     }

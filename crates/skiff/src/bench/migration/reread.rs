@@ -113,6 +113,7 @@ fn row(fields: &[String]) -> Result<Row, String> {
         rows_ok: flag(20),
         error: Some(text(21).to_string()).filter(|e| !e.is_empty()),
         decision: text(22).to_string(),
+        answer: None,
     })
 }
 
