@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -35,7 +35,7 @@ use datafusion::physical_plan::{
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::migrated::MigratedState;
 use crate::morsel::{Cut, CutControl, add_cut_points, has_gates};
@@ -121,6 +121,10 @@ pub struct QueryExecution {
     cut: Mutex<BTreeMap<PipelineId, (Cut, Arc<PipelineOutput>)>>,
     /// Pipelines a cut ended whose partial work was lost.
     lost: Mutex<Vec<PipelineId>>,
+    /// Running pipelines a cut aborted (they had no cut points).
+    aborted_at_cut: Mutex<Vec<PipelineId>>,
+    /// Cut right after this many pipelines were started (a trigger).
+    cut_after_starts: AtomicUsize,
 }
 
 impl std::fmt::Debug for QueryExecution {
@@ -182,6 +186,8 @@ impl QueryExecution {
             cuts,
             cut: Mutex::new(BTreeMap::new()),
             lost: Mutex::new(Vec::new()),
+            aborted_at_cut: Mutex::new(Vec::new()),
+            cut_after_starts: AtomicUsize::new(usize::MAX),
         }))
     }
 
@@ -258,8 +264,13 @@ impl QueryExecution {
             .collect();
         let mut running = JoinSet::new();
         let mut running_ids: Vec<PipelineId> = Vec::new();
+        // Running pipelines' tasks, to abort those a cut cannot end.
+        let mut tasks: BTreeMap<PipelineId, AbortHandle> = BTreeMap::new();
+        let mut doomed: BTreeMap<tokio::task::Id, PipelineId> = BTreeMap::new();
         let mut finished = 0;
+        let mut started = 0;
         let mut point = self.pause_point.subscribe();
+        let mut cut_signal = self.cuts.as_ref().map(|c| c.subscribe());
         loop {
             while let Some(&next) = ready.front() {
                 if !self.may_start(finished + running.len()) {
@@ -268,10 +279,32 @@ impl QueryExecution {
                 ready.pop_front();
                 running_ids.push(next);
                 let this = Arc::clone(&self);
-                running.spawn(async move { this.run_pipeline(next).await.map(|o| (next, o)) });
+                let task =
+                    running.spawn(async move { this.run_pipeline(next).await.map(|o| (next, o)) });
+                tasks.insert(next, task);
+                started += 1;
+                if started == self.cut_after_starts.load(Ordering::SeqCst)
+                    && let Some(control) = &self.cuts
+                {
+                    control.request();
+                }
             }
             let next = tokio::select! {
-                next = running.join_next() => next,
+                next = running.join_next_with_id() => next,
+                Some(()) = cut_signaled(&mut cut_signal) => {
+                    // A cut ends the cuttable pipelines at their next
+                    // morsel; the others are aborted, as by an immediate
+                    // pause, rather than waited for.
+                    if let Some(control) = self.cuts.as_ref().filter(|c| c.requested()) {
+                        for id in running_ids.iter().filter(|id| !control.cuttable(**id)) {
+                            if let Some(task) = tasks.get(id) {
+                                task.abort();
+                                doomed.insert(task.id(), *id);
+                            }
+                        }
+                    }
+                    continue;
+                }
                 // The sender lives in `self`, so this only ends by a change.
                 _ = point.changed() => {
                     if *point.borrow_and_update() == PausePoint::Now(PauseMode::Immediate)
@@ -281,6 +314,7 @@ impl QueryExecution {
                         // writes to the store once it is reset.
                         running.abort_all();
                         while running.join_next().await.is_some() {}
+                        tasks.clear();
                         self.aborted.store(true, Ordering::Relaxed);
                         running_ids.sort();
                         for id in running_ids.drain(..).rev() {
@@ -292,7 +326,21 @@ impl QueryExecution {
                     continue;
                 }
             };
-            let Some(done) = next else {
+            if let Some(Err(e)) = &next
+                && e.is_cancelled()
+                && let Some(&id) = doomed.get(&e.id())
+            {
+                // Gone, so it no longer writes to the store.
+                lock(&self.aborted_at_cut).push(id);
+                running_ids.retain(|&r| r != id);
+                tasks.remove(&id);
+                self.aborted.store(true, Ordering::Relaxed);
+                self.store.abort(id)?;
+                reset_dynamic_filters(&self.graph.get(id).plan)?;
+                ready.push_front(id);
+                continue;
+            }
+            let Some(done) = next.map(|done| done.map(|(_, output)| output)) else {
                 if self.pause_reached(finished) {
                     self.wait_resumed(finished).await?;
                     continue;
@@ -303,6 +351,7 @@ impl QueryExecution {
             };
             let (id, output) = done.map_err(join_error)??;
             running_ids.retain(|&r| r != id);
+            tasks.remove(&id);
             if self.keep_cut(id, output)? {
                 continue;
             }
@@ -534,6 +583,15 @@ impl QueryExecution {
         }
     }
 
+    /// Cut (as [`cut_now`](Self::cut_now)) right after the driver started
+    /// its `starts`-th pipeline, so that a pipeline without cut points may
+    /// be running (it is aborted); false without cut points. Call before
+    /// [`execute`](Self::execute).
+    pub fn cut_after_starts(&self, starts: usize) -> bool {
+        self.cut_after_starts.store(starts, Ordering::SeqCst);
+        self.cuts.is_some()
+    }
+
     /// Cut (as [`cut_now`](Self::cut_now)) once `ends` gate partitions have
     /// read their input whole; false without cut points.
     pub fn cut_after_gate_ends(&self, ends: u64) -> bool {
@@ -559,6 +617,12 @@ impl QueryExecution {
         lock(&self.lost).clone()
     }
 
+    /// The running pipelines a cut aborted because they had no cut points:
+    /// they start over wherever the query goes on.
+    pub fn aborted_at_cut(&self) -> Vec<PipelineId> {
+        lock(&self.aborted_at_cut).clone()
+    }
+
     fn start_result(self: Arc<Self>) -> Result<SendableRecordBatchStream> {
         let pipeline = self.graph.result();
         self.store.start(pipeline.id)?;
@@ -580,6 +644,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn join_error(e: tokio::task::JoinError) -> DataFusionError {
     DataFusionError::ExecutionJoin(Box::new(e))
+}
+
+/// Resolves when the cut signal changes; never without cut points (or once
+/// the control is gone).
+async fn cut_signaled(signal: &mut Option<watch::Receiver<bool>>) -> Option<()> {
+    match signal {
+        Some(rx) => rx.changed().await.ok(),
+        None => std::future::pending().await,
+    }
 }
 
 /// Set the dynamic filters that the joins of an aborted pipeline produce

@@ -55,6 +55,7 @@ use datafusion::physical_plan::{
     StatisticsArgs, replace_children_if_necessary,
 };
 use futures::{Stream, StreamExt};
+use tokio::sync::watch;
 
 use crate::migrated::MigratedStateExec;
 use crate::pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker};
@@ -249,6 +250,8 @@ struct Tap {
 #[derive(Debug)]
 pub struct CutControl {
     requested: AtomicBool,
+    /// Tells the driver of a request (it aborts what cannot be cut).
+    signal: watch::Sender<bool>,
     /// Morsels the gates let through, and the count at which to cut.
     morsels: AtomicU64,
     cut_after: AtomicU64,
@@ -274,6 +277,7 @@ impl CutControl {
     ) -> Self {
         Self {
             requested: AtomicBool::new(false),
+            signal: watch::Sender::new(false),
             morsels: AtomicU64::new(0),
             cut_after: AtomicU64::new(u64::MAX),
             ends: AtomicU64::new(0),
@@ -286,9 +290,22 @@ impl CutControl {
         }
     }
 
-    /// Cut now: gates end before their next morsel, no pipeline starts.
+    /// Cut now: gates end before their next morsel, no pipeline starts,
+    /// and the driver aborts the running pipelines that cannot be cut.
     pub fn request(&self) {
         self.requested.store(true, Ordering::SeqCst);
+        self.signal.send_replace(true);
+    }
+
+    /// Changes when a cut is asked for or withdrawn.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.signal.subscribe()
+    }
+
+    /// Whether `pipeline` has cut points (so that a cut ends it at its
+    /// next morsel rather than aborting it).
+    pub fn cuttable(&self, pipeline: PipelineId) -> bool {
+        self.kinds.get(pipeline.0).copied().flatten().is_some()
     }
 
     /// Take back a cut that ended no pipeline early (it came when every
@@ -297,6 +314,7 @@ impl CutControl {
         self.cut_after.store(u64::MAX, Ordering::SeqCst);
         self.cut_after_ends.store(u64::MAX, Ordering::SeqCst);
         self.requested.store(false, Ordering::SeqCst);
+        self.signal.send_replace(false);
     }
 
     pub fn requested(&self) -> bool {

@@ -55,6 +55,9 @@ enum Trigger {
     /// sink may still be working on input no gate can stop (a partial
     /// aggregation emitting its groups).
     GateEnds(u64),
+    /// Right after the driver started this many pipelines: running
+    /// pipelines without cut points are aborted.
+    Starts(usize),
 }
 
 impl Trigger {
@@ -62,6 +65,7 @@ impl Trigger {
         match self {
             Trigger::Morsels(m) => execution.cut_after_morsels(m),
             Trigger::GateEnds(e) => execution.cut_after_gate_ends(e),
+            Trigger::Starts(k) => execution.cut_after_starts(k),
         }
     }
 }
@@ -148,7 +152,8 @@ enum Stop {
     /// It reached its result before the cut: its rows.
     Finished(Vec<RecordBatch>),
     /// The cut: the rest plan as shipped, the state, the kinds cut (and
-    /// `Lost` for each pipeline whose partial work was lost).
+    /// `Lost` for each pipeline whose partial work was lost, `Aborted` for
+    /// each running one without cut points).
     Cut(Vec<u8>, ExtractedState, Vec<String>),
 }
 
@@ -224,12 +229,18 @@ async fn run_to_cut(execution: &Arc<QueryExecution>, trigger: Trigger) -> Result
         .await
         .map_err(|_| "hung after resuming".to_string())?;
     let lost = execution.lost();
-    if (!cuts.is_empty() || !lost.is_empty()) && refused.is_ok() {
+    let aborted = execution.aborted_at_cut();
+    if !(cuts.is_empty() && lost.is_empty() && aborted.is_empty()) && refused.is_ok() {
         return Err("went on after a cut".into());
     }
     let kinds = plans.values().map(|c| format!("{:?}", c.kind));
     let lost = lost.iter().map(|_| "Lost".to_string());
-    Ok(Stop::Cut(bytes, state, kinds.chain(lost).collect()))
+    let aborted = aborted.iter().map(|_| "Aborted".to_string());
+    Ok(Stop::Cut(
+        bytes,
+        state,
+        kinds.chain(lost).chain(aborted).collect(),
+    ))
 }
 
 /// Cut `sql` at `trigger` on `engines[0]`, the rest again on `engines[1]`,
@@ -280,7 +291,7 @@ async fn cut_and_finish(
 async fn tpch_sf0_01_cuts_running_pipelines() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let kinds = cut_sweep(&data, "tpch", &MORSELS, true, &[]).await;
-    for kind in ["Union", "Sort", "Aggregate"] {
+    for kind in ["Union", "Sort", "Aggregate", "Aborted"] {
         assert!(
             kinds.get(kind).is_some_and(|&n| n > 0),
             "no {kind} sink was cut: {kinds:?}"
@@ -414,10 +425,14 @@ async fn cut_sweep(
             };
             let by_morsels = morsels.iter().map(|&m| Trigger::Morsels(m));
             let by_ends = (1..=MAX_GATE_ENDS).map(Trigger::GateEnds);
-            let mut ends_done = false;
-            for trigger in by_morsels.chain(by_ends) {
+            let by_starts = (1..=MAX_GATE_ENDS as usize).map(Trigger::Starts);
+            let (mut ends_done, mut starts_done) = (false, false);
+            for trigger in by_morsels.chain(by_ends).chain(by_starts) {
                 let by_end = matches!(trigger, Trigger::GateEnds(_));
-                if by_end && (ends_done || !sweep_gate_ends) {
+                let by_start = matches!(trigger, Trigger::Starts(_));
+                if (by_end && (ends_done || !sweep_gate_ends))
+                    || (by_start && (starts_done || !sweep_gate_ends))
+                {
                     continue;
                 }
                 match cut_and_finish([&source, &target], statement, trigger, golden).await {
@@ -429,8 +444,10 @@ async fn cut_sweep(
                     }
                     Ok(None) => {
                         uncut += 1;
-                        // Later gate ends never come before the result.
+                        // Later gate ends or starts never come before the
+                        // result.
                         ends_done |= by_end;
+                        starts_done |= by_start;
                     }
                     Err(e) => failures.push(format!("{query} {trigger:?}: {e}")),
                 }
