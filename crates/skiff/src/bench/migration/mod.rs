@@ -1170,6 +1170,10 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
             .into_iter()
             .filter(|r| r.local_ms.is_some() && r.measured_ms.is_some())
             .collect();
+        if group.is_empty() {
+            t.push_str(&format!("  {what}: not measured in this run\n"));
+            continue;
+        }
         let local: f64 = group.iter().filter_map(|r| r.local_ms).sum();
         let measured: f64 = group.iter().filter_map(|r| r.measured_ms).sum();
         t.push_str(&format!(
