@@ -315,6 +315,7 @@ impl QueryExecution {
                         running.abort_all();
                         while running.join_next().await.is_some() {}
                         tasks.clear();
+                        doomed.clear();
                         self.aborted.store(true, Ordering::Relaxed);
                         running_ids.sort();
                         for id in running_ids.drain(..).rev() {
@@ -344,6 +345,13 @@ impl QueryExecution {
                 if self.pause_reached(finished) {
                     self.wait_resumed(finished).await?;
                     continue;
+                }
+                if self.aborted() {
+                    // Resumed before the pause took hold.
+                    return exec_err!(
+                        "the query's running pipelines were cut or aborted; \
+                         it can only continue from its extracted state"
+                    );
                 }
                 // Nothing runs and nothing may start: all but the result ran.
                 debug_assert!(ready.is_empty());
@@ -421,7 +429,8 @@ impl QueryExecution {
     }
 
     fn may_start(&self, started: usize) -> bool {
-        if self.cut_requested() {
+        // After a cut or an abort the query can only go on from its state.
+        if self.cut_requested() || self.aborted() {
             return false;
         }
         match *self.pause_point.borrow() {
@@ -562,8 +571,8 @@ impl QueryExecution {
 
     /// Cut the running pipelines at their next morsel and pause: those that
     /// can be cut hand over their partial work ([`cuts`](Self::cuts)), the
-    /// others finish first. Needs `skiff.mid_pipeline_cuts`; without it this
-    /// is a draining pause.
+    /// others are aborted (see [`aborted_at_cut`](Self::aborted_at_cut)).
+    /// Needs `skiff.mid_pipeline_cuts`; without it this is a draining pause.
     pub fn cut_now(&self) {
         if let Some(control) = &self.cuts {
             control.request();
@@ -589,6 +598,11 @@ impl QueryExecution {
     /// [`execute`](Self::execute).
     pub fn cut_after_starts(&self, starts: usize) -> bool {
         self.cut_after_starts.store(starts, Ordering::SeqCst);
+        if starts == 0
+            && let Some(control) = &self.cuts
+        {
+            control.request();
+        }
         self.cuts.is_some()
     }
 

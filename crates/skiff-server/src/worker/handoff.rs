@@ -171,7 +171,10 @@ impl Control {
     /// After a snapshot at `finished`: pause at the next trigger (still
     /// this boundary when one fires here) or run free.
     fn rearm(&self, execution: &QueryExecution, finished: usize) {
-        if lock(&self.request).is_some() {
+        // Held until the execution is re-armed, so that a request coming
+        // meanwhile pauses it after this, never gets resumed away.
+        let request = lock(&self.request);
+        if request.is_some() {
             // A hand-off is pending; stay paused and take it next.
             return;
         }
@@ -187,6 +190,7 @@ impl Control {
             Some(k) => execution.pause_after(k),
             None => execution.resume(),
         }
+        drop(request);
     }
 
     /// What to do at a pause with `finished` pipelines done; `cut` when the
@@ -275,7 +279,7 @@ impl Control {
         });
         // With cut points an immediate hand-off keeps the running
         // pipelines' partial work: cut where they can be cut (the others
-        // finish first) instead of throwing it away.
+        // are aborted) instead of throwing it all away.
         if mode == PauseMode::Immediate && execution.can_cut() && !discard {
             execution.cut_now();
         } else {
