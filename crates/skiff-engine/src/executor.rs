@@ -9,8 +9,7 @@
 //!
 //! Dropping the result stream cancels everything still running.
 
-use std::collections::BTreeMap;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -263,10 +262,9 @@ impl QueryExecution {
             .map(|p| p.id)
             .collect();
         let mut running = JoinSet::new();
-        let mut running_ids: Vec<PipelineId> = Vec::new();
-        // Running pipelines' tasks, to abort those a cut cannot end.
+        // The running pipelines' tasks, to abort those a cut cannot end.
         let mut tasks: BTreeMap<PipelineId, AbortHandle> = BTreeMap::new();
-        let mut doomed: BTreeMap<tokio::task::Id, PipelineId> = BTreeMap::new();
+        let mut doomed: BTreeSet<PipelineId> = BTreeSet::new();
         let mut finished = 0;
         let mut started = 0;
         let mut point = self.pause_point.subscribe();
@@ -277,7 +275,6 @@ impl QueryExecution {
                     break;
                 }
                 ready.pop_front();
-                running_ids.push(next);
                 let this = Arc::clone(&self);
                 let task =
                     running.spawn(async move { this.run_pipeline(next).await.map(|o| (next, o)) });
@@ -296,11 +293,9 @@ impl QueryExecution {
                     // morsel; the others are aborted, as by an immediate
                     // pause, rather than waited for.
                     if let Some(control) = self.cuts.as_ref().filter(|c| c.requested()) {
-                        for id in running_ids.iter().filter(|id| !control.cuttable(**id)) {
-                            if let Some(task) = tasks.get(id) {
-                                task.abort();
-                                doomed.insert(task.id(), *id);
-                            }
+                        for (id, task) in tasks.iter().filter(|(id, _)| !control.cuttable(**id)) {
+                            task.abort();
+                            doomed.insert(*id);
                         }
                     }
                     continue;
@@ -314,11 +309,9 @@ impl QueryExecution {
                         // writes to the store once it is reset.
                         running.abort_all();
                         while running.join_next().await.is_some() {}
-                        tasks.clear();
                         doomed.clear();
                         self.aborted.store(true, Ordering::Relaxed);
-                        running_ids.sort();
-                        for id in running_ids.drain(..).rev() {
+                        while let Some((id, _)) = tasks.pop_last() {
                             self.store.abort(id)?;
                             reset_dynamic_filters(&self.graph.get(id).plan)?;
                             ready.push_front(id);
@@ -329,11 +322,14 @@ impl QueryExecution {
             };
             if let Some(Err(e)) = &next
                 && e.is_cancelled()
-                && let Some(&id) = doomed.get(&e.id())
+                && let Some(id) = doomed
+                    .iter()
+                    .copied()
+                    .find(|id| tasks.get(id).is_some_and(|t| t.id() == e.id()))
             {
                 // Gone, so it no longer writes to the store.
                 lock(&self.aborted_at_cut).push(id);
-                running_ids.retain(|&r| r != id);
+                doomed.remove(&id);
                 tasks.remove(&id);
                 self.aborted.store(true, Ordering::Relaxed);
                 self.store.abort(id)?;
@@ -358,8 +354,8 @@ impl QueryExecution {
                 return Ok(());
             };
             let (id, output) = done.map_err(join_error)??;
-            running_ids.retain(|&r| r != id);
             tasks.remove(&id);
+            doomed.remove(&id);
             if self.keep_cut(id, output)? {
                 continue;
             }
@@ -583,13 +579,8 @@ impl QueryExecution {
     /// Cut (as [`cut_now`](Self::cut_now)) once the gates have let `morsels`
     /// morsels through; false without cut points.
     pub fn cut_after_morsels(&self, morsels: u64) -> bool {
-        match &self.cuts {
-            Some(control) => {
-                control.cut_after_morsels(morsels);
-                true
-            }
-            None => false,
-        }
+        let control = self.cuts.as_ref();
+        control.inspect(|c| c.cut_after_morsels(morsels)).is_some()
     }
 
     /// Cut (as [`cut_now`](Self::cut_now)) right after the driver started
@@ -609,13 +600,8 @@ impl QueryExecution {
     /// Cut (as [`cut_now`](Self::cut_now)) once `ends` gate partitions have
     /// read their input whole; false without cut points.
     pub fn cut_after_gate_ends(&self, ends: u64) -> bool {
-        match &self.cuts {
-            Some(control) => {
-                control.cut_after_gate_ends(ends);
-                true
-            }
-            None => false,
-        }
+        let control = self.cuts.as_ref();
+        control.inspect(|c| c.cut_after_gate_ends(ends)).is_some()
     }
 
     /// The pipelines a cut ended in the middle, with their partial outputs

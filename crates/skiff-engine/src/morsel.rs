@@ -22,7 +22,9 @@
 //! Everything between the gates and the sink must treat each row on its
 //! own (filters, projections, exchanges, probes of joins whose build side is
 //! materialized), so that the sink over "read so far" plus "the rest" equals
-//! the sink over everything: [`cut_kind`] decides.
+//! the sink over everything: [`cut_kind`] decides. At a cut, the executor
+//! aborts the running pipelines without cut points (their work starts over
+//! wherever the query goes on), as an immediate pause does.
 
 use std::fmt;
 use std::pin::Pin;
@@ -107,47 +109,31 @@ fn sink_kind(pipeline: &Pipeline) -> Option<CutKind> {
 /// Whether an operator of `plan` other than a hash join produces a dynamic
 /// filter (a top-k's threshold, an aggregation's min or max so far).
 fn produces_dynamic_filter(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|node| {
-        found |= !node.is::<HashJoinExec>() && !node.dynamic_expressions_produced().is_empty();
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    });
-    found
+    plan.exists(|node| {
+        Ok(!node.is::<HashJoinExec>() && !node.dynamic_expressions_produced().is_empty())
+    })
+    .unwrap_or(false)
 }
 
 /// Whether an operator of `plan` other than the joins that produce them
 /// reads a dynamic filter (a scan it was pushed into).
 fn reads_dynamic_filter(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|node| {
+    plan.exists(|node| {
+        let mut found = false;
         if !node.is::<HashJoinExec>() {
-            let _ = node.apply_expressions(&mut |expr| {
-                let _ = expr.apply(|e| {
-                    found |= e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some();
-                    Ok(if found {
-                        TreeNodeRecursion::Stop
-                    } else {
-                        TreeNodeRecursion::Continue
-                    })
-                });
+            node.apply_expressions(&mut |expr| {
+                found =
+                    expr.exists(|e| Ok(e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()))?;
                 Ok(if found {
                     TreeNodeRecursion::Stop
                 } else {
                     TreeNodeRecursion::Continue
                 })
-            });
+            })?;
         }
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    });
-    found
+        Ok(found)
+    })
+    .unwrap_or(false)
 }
 
 /// The partial aggregation that feeds the final one at `root` through
@@ -245,6 +231,39 @@ struct Tap {
     withheld: bool,
 }
 
+/// Counts events and says when the count reaches the armed one.
+#[derive(Debug)]
+struct CountTrigger {
+    count: AtomicU64,
+    at: AtomicU64,
+}
+
+impl Default for CountTrigger {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            at: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl CountTrigger {
+    /// Fire at `at` events; true when that many have already happened.
+    fn arm(&self, at: u64) -> bool {
+        self.at.store(at, Ordering::SeqCst);
+        self.count.load(Ordering::SeqCst) >= at
+    }
+
+    fn disarm(&self) {
+        self.at.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// One more event; true when the armed count is reached.
+    fn count(&self) -> bool {
+        self.count.fetch_add(1, Ordering::SeqCst) + 1 >= self.at.load(Ordering::SeqCst)
+    }
+}
+
 /// The cut points of one query execution: a session-config extension the
 /// gates and taps report to.
 #[derive(Debug)]
@@ -252,12 +271,10 @@ pub struct CutControl {
     requested: AtomicBool,
     /// Tells the driver of a request (it aborts what cannot be cut).
     signal: watch::Sender<bool>,
-    /// Morsels the gates let through, and the count at which to cut.
-    morsels: AtomicU64,
-    cut_after: AtomicU64,
-    /// Gate partitions whose input ended, and the count at which to cut.
-    ends: AtomicU64,
-    cut_after_ends: AtomicU64,
+    /// Morsels the gates let through.
+    morsels: CountTrigger,
+    /// Gate partitions whose input ended.
+    ends: CountTrigger,
     /// Partial aggregation bytes a tap keeps at most.
     tap_max_bytes: usize,
     /// Pipelines whose tap overflowed: their partial work is not kept, so
@@ -278,10 +295,8 @@ impl CutControl {
         Self {
             requested: AtomicBool::new(false),
             signal: watch::Sender::new(false),
-            morsels: AtomicU64::new(0),
-            cut_after: AtomicU64::new(u64::MAX),
-            ends: AtomicU64::new(0),
-            cut_after_ends: AtomicU64::new(u64::MAX),
+            morsels: CountTrigger::default(),
+            ends: CountTrigger::default(),
             tap_max_bytes,
             overflowed: kinds.iter().map(|_| AtomicBool::new(false)).collect(),
             kinds,
@@ -311,8 +326,8 @@ impl CutControl {
     /// Take back a cut that ended no pipeline early (it came when every
     /// running pipeline's input was already read): the query may go on.
     pub fn withdraw(&self) {
-        self.cut_after.store(u64::MAX, Ordering::SeqCst);
-        self.cut_after_ends.store(u64::MAX, Ordering::SeqCst);
+        self.morsels.disarm();
+        self.ends.disarm();
         self.requested.store(false, Ordering::SeqCst);
         self.signal.send_replace(false);
     }
@@ -324,8 +339,7 @@ impl CutControl {
     /// Cut once the gates have let `morsels` morsels through (a
     /// deterministic trigger for tests and benchmarks).
     pub fn cut_after_morsels(&self, morsels: u64) {
-        self.cut_after.store(morsels, Ordering::SeqCst);
-        if self.morsels.load(Ordering::SeqCst) >= morsels {
+        if self.morsels.arm(morsels) {
             self.request();
         }
     }
@@ -334,22 +348,19 @@ impl CutControl {
     /// moments when a pipeline's sink may still be working on input that
     /// no gate will stop (a deterministic trigger for tests).
     pub fn cut_after_gate_ends(&self, ends: u64) {
-        self.cut_after_ends.store(ends, Ordering::SeqCst);
-        if self.ends.load(Ordering::SeqCst) >= ends {
+        if self.ends.arm(ends) {
             self.request();
         }
     }
 
     fn input_ended(&self) {
-        let ended = self.ends.fetch_add(1, Ordering::SeqCst) + 1;
-        if ended >= self.cut_after_ends.load(Ordering::SeqCst) {
+        if self.ends.count() {
             self.request();
         }
     }
 
     fn morsel_passed(&self) {
-        let passed = self.morsels.fetch_add(1, Ordering::SeqCst) + 1;
-        if passed >= self.cut_after.load(Ordering::SeqCst) {
+        if self.morsels.count() {
             self.request();
         }
     }
@@ -478,16 +489,9 @@ pub struct Cut {
 /// which DataFusion's work stealing between sibling partitions would shift.
 pub fn has_gates(graph: &PipelineGraph) -> bool {
     graph.pipelines().iter().any(|p| {
-        let mut found = false;
-        let _ = p.plan.apply(|node| {
-            found |= node.is::<MorselGateExec>();
-            Ok(if found {
-                TreeNodeRecursion::Stop
-            } else {
-                TreeNodeRecursion::Continue
-            })
-        });
-        found
+        p.plan
+            .exists(|node| Ok(node.is::<MorselGateExec>()))
+            .unwrap_or(false)
     })
 }
 

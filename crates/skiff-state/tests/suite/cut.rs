@@ -42,9 +42,9 @@ const BATCH_SIZE: usize = 512;
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Morsels let through before the cut.
 const MORSELS: [u64; 9] = [1, 2, 4, 7, 12, 20, 33, 55, 90];
-/// More gate partitions than any query has: the gate-end sweep stops at
-/// the first count the query finishes before.
-const MAX_GATE_ENDS: u64 = 400;
+/// More gate ends and pipeline starts than any query has: those sweeps
+/// stop at the first count the query finishes before.
+const MAX_EVENTS: u64 = 400;
 
 /// When to cut.
 #[derive(Clone, Copy, Debug)]
@@ -326,9 +326,9 @@ async fn tpcds_sf0_01_cuts_running_pipelines() {
         return;
     }
     let data = dataset(Benchmark::Tpcds, 0.01);
-    // Every gate end of 99 queries takes minutes: on demand only.
-    let gate_ends = std::env::var_os("SKIFF_CUT_GATE_ENDS").is_some();
-    let kinds = cut_sweep(&data, "tpcds", &[1, 6, 30], gate_ends, &[]).await;
+    // Every gate end and start of 99 queries takes minutes: on demand.
+    let every_event = std::env::var_os("SKIFF_CUT_GATE_ENDS").is_some();
+    let kinds = cut_sweep(&data, "tpcds", &[1, 6, 30], every_event, &[]).await;
     assert!(kinds.values().sum::<usize>() > 0, "nothing was cut");
 }
 
@@ -386,13 +386,13 @@ async fn tightening_filters_over_small_row_groups() {
 }
 
 /// Cut every query of `bench` after each of `morsels` morsels and, with
-/// `sweep_gate_ends`, right after every gate partition's input ended; the
-/// kinds of pipelines cut, counted.
+/// `sweep_every_event`, right after every gate partition's input ended and
+/// after every pipeline start; the kinds of pipelines cut, counted.
 async fn cut_sweep(
     data: &Path,
     name: &str,
     morsels: &[u64],
-    sweep_gate_ends: bool,
+    sweep_every_event: bool,
     settings: &[&str],
 ) -> BTreeMap<String, usize> {
     let source = cut_engine(data, settings).await;
@@ -423,16 +423,15 @@ async fn cut_sweep(
                 }
                 continue;
             };
-            let by_morsels = morsels.iter().map(|&m| Trigger::Morsels(m));
-            let by_ends = (1..=MAX_GATE_ENDS).map(Trigger::GateEnds);
-            let by_starts = (1..=MAX_GATE_ENDS as usize).map(Trigger::Starts);
-            let (mut ends_done, mut starts_done) = (false, false);
-            for trigger in by_morsels.chain(by_ends).chain(by_starts) {
-                let by_end = matches!(trigger, Trigger::GateEnds(_));
-                let by_start = matches!(trigger, Trigger::Starts(_));
-                if (by_end && (ends_done || !sweep_gate_ends))
-                    || (by_start && (starts_done || !sweep_gate_ends))
-                {
+            let every = (1..=MAX_EVENTS)
+                .flat_map(|n| [Trigger::GateEnds(n), Trigger::Starts(n as usize)])
+                .filter(|_| sweep_every_event);
+            // Event kinds the query finished before: later counts of them
+            // never come first either.
+            let mut past_the_end = Vec::new();
+            for trigger in morsels.iter().map(|&m| Trigger::Morsels(m)).chain(every) {
+                let kind = std::mem::discriminant(&trigger);
+                if past_the_end.contains(&kind) {
                     continue;
                 }
                 match cut_and_finish([&source, &target], statement, trigger, golden).await {
@@ -444,10 +443,9 @@ async fn cut_sweep(
                     }
                     Ok(None) => {
                         uncut += 1;
-                        // Later gate ends or starts never come before the
-                        // result.
-                        ends_done |= by_end;
-                        starts_done |= by_start;
+                        if !matches!(trigger, Trigger::Morsels(_)) {
+                            past_the_end.push(kind);
+                        }
                     }
                     Err(e) => failures.push(format!("{query} {trigger:?}: {e}")),
                 }

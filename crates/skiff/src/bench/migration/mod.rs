@@ -238,6 +238,7 @@ impl Bench {
             total.map_or("?".into(), |t| t.to_string())
         );
         for (i, (kind, _)) in configs.iter().enumerate().skip(1) {
+            let (rows_ok, wrong) = verdict(answers[i].as_ref(), local_rows.as_ref());
             out.push(Row {
                 kind,
                 query: name.into(),
@@ -245,11 +246,8 @@ impl Bench {
                 local_ms,
                 measured_ms: median(&times[i]),
                 rows: answers[i].as_ref().map(Answer::len),
-                rows_ok: rows_ok(answers[i].as_ref(), local_rows.as_ref()),
-                error: errors[i]
-                    .clone()
-                    .or_else(|| errors[0].clone())
-                    .or_else(|| mismatch(answers[i].as_ref(), local_rows.as_ref())),
+                rows_ok,
+                error: errors[i].clone().or_else(|| errors[0].clone()).or(wrong),
                 ..Row::default()
             });
         }
@@ -414,9 +412,10 @@ impl Bench {
                 Ok(run) => {
                     times.push(run.ms);
                     row.rows = Some(run.answer.len());
-                    row.rows_ok = rows_ok(Some(&run.answer), local_rows);
-                    if let Some(e) = mismatch(Some(&run.answer), local_rows) {
-                        row.error = Some(e);
+                    let (ok, wrong) = verdict(Some(&run.answer), local_rows);
+                    row.rows_ok = ok;
+                    if wrong.is_some() {
+                        row.error = wrong;
                     }
                     run.last_started_ms
                 }
@@ -727,16 +726,14 @@ fn median(values: &[f64]) -> Option<f64> {
     super::report::stats(values).map(|s| s.median_ms)
 }
 
-fn rows_ok(answer: Option<&Answer>, expected: Option<&Answer>) -> Option<bool> {
-    Some(answer?.check(expected?).is_ok())
-}
-
-/// What is wrong with `answer`, when it is not `expected`'s.
-fn mismatch(answer: Option<&Answer>, expected: Option<&Answer>) -> Option<String> {
-    answer?
-        .check(expected?)
-        .err()
-        .map(|e| format!("wrong answer: {e}"))
+/// Whether `answer` is `expected`'s (`rows_ok`), and what is wrong with it
+/// when not; nothing when either is missing.
+fn verdict(answer: Option<&Answer>, expected: Option<&Answer>) -> (Option<bool>, Option<String>) {
+    match answer.zip(expected).map(|(a, e)| a.check(e)) {
+        Some(Ok(())) => (Some(true), None),
+        Some(Err(e)) => (Some(false), Some(format!("wrong answer: {e}"))),
+        None => (None, None),
+    }
 }
 
 fn count(rows: &Rows) -> usize {
