@@ -61,6 +61,12 @@ impl CxlCounters {
         self.line_set_overflows += other.line_set_overflows;
     }
 
+    /// What was counted after `earlier` (a snapshot of the same counters).
+    pub(crate) fn since(&self, earlier: &CxlCounters) -> CxlCounters {
+        let (now, then) = (self.to_array(), earlier.to_array());
+        CxlCounters::from_array(std::array::from_fn(|i| now[i] - then[i]))
+    }
+
     pub(crate) fn to_array(self) -> [u64; 5] {
         [
             self.data_misses,
@@ -242,9 +248,17 @@ impl<'m> CxlAccess<'m> {
     /// The lock word at `off` in the coherent region; counts a coherent miss
     /// the first time the transaction touches its line.
     pub(crate) fn lock_word(&mut self, off: u64) -> &'m AtomicU64 {
+        self.touch_coherent(off);
+        self.pod.atomic_u64(off)
+    }
+
+    /// Counts a coherent miss the first time the transaction touches the
+    /// coherent-region line of `off` (an atomic there, such as a channel's
+    /// control word).
+    pub(crate) fn touch_coherent(&mut self, off: u64) {
         assert!(
             self.coherent.contains(&off),
-            "lock word {off} outside the coherent region"
+            "word {off} outside the coherent region"
         );
         let line = off / CACHE_LINE_BYTES;
         match self.lines.touch(line, LINE_READ) {
@@ -255,7 +269,6 @@ impl<'m> CxlAccess<'m> {
             }
             Touch::Seen(_) => {}
         }
-        self.pod.atomic_u64(off)
     }
 
     /// Counts the lines of `[off, off+len)` as read; `stale` forces a miss
@@ -342,6 +355,26 @@ impl<'m> CxlAccess<'m> {
     pub(crate) fn write_own(&mut self, off: u64, src: &[u8]) {
         self.stream_lines(off, src.len() as u64);
         self.pod.write_bytes(off, src);
+    }
+
+    /// Writes a message for another host into a channel buffer of the
+    /// shared region ((b)'s pod channels): streaming stores, as for
+    /// [`CxlAccess::write_own`], so the reader finds it in CXL memory.
+    pub(crate) fn write_message(&mut self, off: u64, src: &[u8]) {
+        if !src.is_empty() {
+            self.stream_lines(off, src.len() as u64);
+        }
+        self.pod.write_bytes(off, src);
+    }
+
+    /// Reads a message another host wrote into a channel buffer: every line
+    /// is stale (this host's copy is invalidated and the line loaded from
+    /// CXL memory), also when the transaction read the buffer before.
+    pub(crate) fn read_message(&mut self, off: u64, dst: &mut [u8]) {
+        if !dst.is_empty() {
+            self.touch_range(off, dst.len() as u64, LINE_READ, true);
+        }
+        self.pod.read_bytes(off, dst);
     }
 
     /// A word of this host's own area (see [`CxlAccess::write_own`]).
@@ -485,6 +518,33 @@ mod tests {
         a.lock_word(64);
         assert_eq!(a.counters().coherent_misses, 2);
         assert_eq!(a.counters().data_misses, 0);
+    }
+
+    #[test]
+    fn a_channel_message_is_written_back_and_read_from_cxl_every_time() {
+        let (_shm, map) = pod("cxl-msg");
+        let (mut sender, mut receiver) = (access(&map, 0), access(&map, 1));
+        sender.begin();
+        receiver.begin();
+        let message = [7u8; 100]; // two lines from the buffer's start
+        sender.write_message(4096, &message);
+        assert_eq!(sender.counters().writebacks, 2);
+        assert_eq!(
+            sender.counters().misses(),
+            0,
+            "streaming stores load nothing"
+        );
+        let mut got = [0u8; 100];
+        for round in 1..=2 {
+            receiver.read_message(4096, &mut got);
+            assert_eq!(got, message);
+            // A new message may sit in the same lines: never a hit.
+            assert_eq!(receiver.counters().data_misses, 2 * round);
+            assert_eq!(receiver.counters().flushes, 2 * round);
+        }
+        receiver.touch_coherent(16);
+        receiver.touch_coherent(20);
+        assert_eq!(receiver.counters().coherent_misses, 1, "one control line");
     }
 
     #[test]

@@ -307,10 +307,14 @@ fn participants<'s, 'm: 's>(
     }
     let p = mem.params();
     let failed = move |reason: String| PodError::HostFailed { host, reason };
-    // A link returns the CPU time its participant used while measuring.
-    let serve_one = move |link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's>| {
+    // A link returns the CPU time its participant used while measuring,
+    // and the CXL traffic of its channel.
+    type Served = Result<(u64, crate::cxl::CxlCounters), String>;
+    let serve_one = move |link: Box<dyn FnOnce() -> Served + Send + 's>| {
+        let (cpu_ns, cxl) = link().map_err(failed)?;
         Ok(WorkerStats {
-            cpu_ns: link().map_err(failed)?,
+            cpu_ns,
+            cxl,
             ..WorkerStats::default()
         })
     };
@@ -320,21 +324,19 @@ fn participants<'s, 'm: 's>(
             Some(l) => {
                 let stopped = || mem.control().state() != state::RUNNING;
                 while let Some(stream) = remote::accept(l, hard_stop, stopped).map_err(failed)? {
-                    let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
-                        Box::new(move || {
-                            remote::serve(mem, host, wal, gate, remote::TcpServe(stream))
-                        });
+                    let link: Box<dyn FnOnce() -> Served + Send + 's> = Box::new(move || {
+                        remote::serve(mem, host, wal, gate, remote::TcpServe(stream))
+                    });
                     handles.push(s.spawn(move || serve_one(link)));
                 }
             }
             None => {
                 for g in (0..p.hosts).filter(|&g| g != host) {
                     for k in 0..p.workers_per_host {
-                        let link: Box<dyn FnOnce() -> Result<u64, String> + Send + 's> =
-                            Box::new(move || {
-                                let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
-                                remote::serve(mem, host, wal, gate, ch)
-                            });
+                        let link: Box<dyn FnOnce() -> Served + Send + 's> = Box::new(move || {
+                            let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
+                            remote::serve(mem, host, wal, gate, ch)
+                        });
                         handles.push(s.spawn(move || serve_one(link)));
                     }
                 }

@@ -42,6 +42,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
+use crate::cxl::{CxlAccess, CxlCounters};
 use crate::futex;
 use crate::header::state;
 use crate::layout::{Array, LockTable};
@@ -171,9 +172,16 @@ impl<'a> Reader<'a> {
 }
 
 /// One synchronous request-reply connection from a coordinator worker to a
-/// participant.
+/// participant. `cxl` is the caller's window on pod memory: a pod channel
+/// counts what its buffers and control line cost there; TCP costs nothing
+/// in pod memory.
 pub(crate) trait Link {
-    fn call(&mut self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String>;
+    fn call(
+        &mut self,
+        cxl: &mut CxlAccess<'_>,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), String>;
 }
 
 /// What a participant's end received.
@@ -188,8 +196,8 @@ pub(crate) enum Received {
 
 /// The participant's end.
 pub(crate) trait Serve {
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String>;
-    fn reply(&mut self, reply: &[u8]) -> Result<(), String>;
+    fn recv(&mut self, cxl: &mut CxlAccess<'_>, request: &mut Vec<u8>) -> Result<Received, String>;
+    fn reply(&mut self, cxl: &mut CxlAccess<'_>, reply: &[u8]) -> Result<(), String>;
     /// Whether to keep serving after [`Received::CoordinatorGone`]: a pod
     /// channel is reused by the coordinator's next incarnation, a TCP
     /// connection is not.
@@ -237,7 +245,12 @@ fn read_frame(s: &mut TcpStream, body: &mut Vec<u8>) -> Result<bool, String> {
 }
 
 impl Link for TcpLink {
-    fn call(&mut self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
+    fn call(
+        &mut self,
+        _cxl: &mut CxlAccess<'_>,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), String> {
         write_frame(&mut self.0, request)?;
         if read_frame(&mut self.0, reply)? {
             Ok(())
@@ -250,7 +263,11 @@ impl Link for TcpLink {
 pub(crate) struct TcpServe(pub TcpStream);
 
 impl Serve for TcpServe {
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String> {
+    fn recv(
+        &mut self,
+        _cxl: &mut CxlAccess<'_>,
+        request: &mut Vec<u8>,
+    ) -> Result<Received, String> {
         // A broken connection is a dead coordinator: its process is gone,
         // and the kernel closed its sockets.
         Ok(match read_frame(&mut self.0, request) {
@@ -259,7 +276,7 @@ impl Serve for TcpServe {
             Err(_) => Received::CoordinatorGone,
         })
     }
-    fn reply(&mut self, reply: &[u8]) -> Result<(), String> {
+    fn reply(&mut self, _cxl: &mut CxlAccess<'_>, reply: &[u8]) -> Result<(), String> {
         // A reply the dead coordinator cannot read is the same as a reply
         // it never got; the next recv sees the connection broken.
         let _ = write_frame(&mut self.0, reply);
@@ -326,6 +343,8 @@ const CHANNEL_READY_MAX: Duration = Duration::from_secs(5);
 /// `MESSAGE_BYTES_MAX` in the shared region.
 pub(crate) struct PodChannel<'m> {
     mem: &'m PodMemory,
+    /// The control line's offset in the pod file.
+    control: u64,
     state: &'m AtomicU32,
     request_len: &'m AtomicU32,
     reply_len: &'m AtomicU32,
@@ -354,6 +373,7 @@ impl<'m> PodChannel<'m> {
         let (control, bufs) = mem.layout.channel(from, worker, to);
         PodChannel {
             mem,
+            control,
             state: mem.pod.atomic_u32(control),
             request_len: mem.pod.atomic_u32(control + 4),
             reply_len: mem.pod.atomic_u32(control + 8),
@@ -423,25 +443,39 @@ impl<'m> PodChannel<'m> {
         futex::wait_until(self.state, until, CHANNEL_SLICE, done)
     }
 
-    fn put(&self, buf: u64, len: &AtomicU32, body: &[u8]) -> Result<(), String> {
+    fn put(
+        &self,
+        cxl: &mut CxlAccess<'_>,
+        buf: u64,
+        len: &AtomicU32,
+        body: &[u8],
+    ) -> Result<(), String> {
         if body.len() as u64 > MESSAGE_BYTES_MAX {
             return Err(format!(
                 "a {}-byte message is over {MESSAGE_BYTES_MAX}",
                 body.len()
             ));
         }
-        self.mem.pod.write_bytes(buf, body);
+        cxl.write_message(buf, body);
+        cxl.touch_coherent(self.control);
         len.store(body.len() as u32, Release);
         Ok(())
     }
 
-    fn take(&self, buf: u64, len: &AtomicU32, body: &mut Vec<u8>) -> Result<(), String> {
+    fn take(
+        &self,
+        cxl: &mut CxlAccess<'_>,
+        buf: u64,
+        len: &AtomicU32,
+        body: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        cxl.touch_coherent(self.control);
         let n = len.load(Acquire) as u64;
         if n > MESSAGE_BYTES_MAX {
             return Err(format!("channel length {n} is over {MESSAGE_BYTES_MAX}"));
         }
         body.resize(n as usize, 0);
-        self.mem.pod.read_bytes(buf, body);
+        cxl.read_message(buf, body);
         Ok(())
     }
 
@@ -453,12 +487,18 @@ impl<'m> PodChannel<'m> {
 }
 
 impl Link for PodChannel<'_> {
-    fn call(&mut self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
+    fn call(
+        &mut self,
+        cxl: &mut CxlAccess<'_>,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        cxl.touch_coherent(self.control);
         let s = self.state.load(Acquire);
         if s != chan::IDLE {
             return Err(format!("channel in state {s}, not idle"));
         }
-        self.put(self.request_buf, self.request_len, request)?;
+        self.put(cxl, self.request_buf, self.request_len, request)?;
         self.coordinator_inc.store(self.from_inc, Relaxed);
         self.participant_inc.store(self.to_inc, Relaxed);
         self.state.store(chan::REQUEST, Release);
@@ -476,14 +516,14 @@ impl Link for PodChannel<'_> {
                 return Err(format!("host {} did not reply", self.to));
             }
         }
-        self.take(self.reply_buf, self.reply_len, reply)?;
+        self.take(cxl, self.reply_buf, self.reply_len, reply)?;
         self.state.store(chan::IDLE, Release);
         Ok(())
     }
 }
 
 impl Serve for PodChannel<'_> {
-    fn recv(&mut self, request: &mut Vec<u8>) -> Result<Received, String> {
+    fn recv(&mut self, cxl: &mut CxlAccess<'_>, request: &mut Vec<u8>) -> Result<Received, String> {
         let control = self.mem.control();
         loop {
             let slice = (Instant::now() + CHANNEL_SLICE).min(self.give_up);
@@ -508,7 +548,7 @@ impl Serve for PodChannel<'_> {
                             return Ok(Received::CoordinatorGone);
                         }
                     }
-                    self.take(self.request_buf, self.request_len, request)?;
+                    self.take(cxl, self.request_buf, self.request_len, request)?;
                     return Ok(Received::Request);
                 }
                 Some(_) => return Ok(Received::Closed),
@@ -529,8 +569,8 @@ impl Serve for PodChannel<'_> {
             }
         }
     }
-    fn reply(&mut self, reply: &[u8]) -> Result<(), String> {
-        self.put(self.reply_buf, self.reply_len, reply)?;
+    fn reply(&mut self, cxl: &mut CxlAccess<'_>, reply: &[u8]) -> Result<(), String> {
+        self.put(cxl, self.reply_buf, self.reply_len, reply)?;
         let swapped = self
             .state
             .compare_exchange(chan::REQUEST, chan::REPLY, AcqRel, Acquire);
@@ -549,18 +589,20 @@ impl Serve for PodChannel<'_> {
 
 /// Serves one coordinator worker until it closes the link: LOCK, PREPARE,
 /// COMMIT and ABORT on this host's partition. Returns the CPU time it used
-/// since measurement started (`Window`: it restarts its clock at the first
-/// request after the warm-up ended).
+/// and the CXL traffic its channel caused since measurement started
+/// (`Window`: it restarts its clock at the first request after the warm-up
+/// ended).
 pub(crate) fn serve<'m>(
     mem: &'m PodMemory,
     host: u16,
     wal: &'m crate::wal::Wal,
     gate: &crate::checkpoint::Gate,
     mut link: impl Serve,
-) -> Result<u64, String> {
+) -> Result<(u64, CxlCounters), String> {
     let mut window = crate::stats::Window::new(&mem.control());
     let mut cpu_start = crate::stats::thread_cpu_ns();
     let mut txn = Txn::for_worker(mem, host, 0);
+    let mut cxl_start = CxlCounters::default();
     // The owner logs what it writes for remote coordinators; shared nothing
     // writes only partitions, so no transaction slot.
     txn.attach_log(wal, false);
@@ -569,10 +611,11 @@ pub(crate) fn serve<'m>(
     // its end.
     let mut inside = false;
     loop {
-        match link.recv(&mut request)? {
+        match link.recv(txn.cxl_mut(), &mut request)? {
             Received::Request => {
                 if window.restarted() {
                     cpu_start = crate::stats::thread_cpu_ns();
+                    cxl_start = txn.cxl_counters();
                 }
                 if !inside {
                     gate.enter();
@@ -586,7 +629,7 @@ pub(crate) fn serve<'m>(
                     gate.leave();
                     inside = false;
                 }
-                link.reply(&reply.0)?;
+                link.reply(txn.cxl_mut(), &reply.0)?;
             }
             Received::Closed => break,
             Received::CoordinatorGone => {
@@ -609,7 +652,10 @@ pub(crate) fn serve<'m>(
     if inside {
         gate.leave();
     }
-    Ok(crate::stats::thread_cpu_ns() - cpu_start)
+    Ok((
+        crate::stats::thread_cpu_ns() - cpu_start,
+        txn.cxl_counters().since(&cxl_start),
+    ))
 }
 
 /// A prepared part (`prepared`, before the request) that is resolved now
@@ -900,9 +946,14 @@ impl<'m> Coordinator<'m> {
 
     /// One request and its reply. A transport failure is the host going
     /// down: the link is dropped, and made again once it is back.
-    fn call(&mut self, to: u16, request: &Msg) -> Result<Reader<'_>, RemoteError> {
+    fn call(
+        &mut self,
+        cxl: &mut CxlAccess<'_>,
+        to: u16,
+        request: &Msg,
+    ) -> Result<Reader<'_>, RemoteError> {
         let mut reply = std::mem::take(&mut self.reply);
-        let called = self.link(to)?.call(&request.0, &mut reply);
+        let called = self.link(to)?.call(cxl, &request.0, &mut reply);
         self.reply = reply;
         if called.is_err() {
             self.links[to as usize] = None;
@@ -917,6 +968,7 @@ impl<'m> Coordinator<'m> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lock(
         &mut self,
+        cxl: &mut CxlAccess<'_>,
         owner: u16,
         table: LockTable,
         w: u32,
@@ -930,7 +982,7 @@ impl<'m> Coordinator<'m> {
         if !self.participants.contains(&owner) {
             self.participants.push(owner);
         }
-        let mut r = self.call(owner, &m)?;
+        let mut r = self.call(cxl, owner, &m)?;
         match r.u32() {
             Some(op::OK) => {}
             Some(op::CONFLICT) => return Err(RemoteError::Conflict),
@@ -960,7 +1012,12 @@ impl<'m> Coordinator<'m> {
     /// Phase one of two-phase commit for distributed transaction `id` of
     /// this host's incarnation `incarnation`: every participant writes and
     /// logs its part, and votes.
-    pub(crate) fn prepare(&mut self, id: u64, incarnation: u32) -> Result<(), RemoteError> {
+    pub(crate) fn prepare(
+        &mut self,
+        cxl: &mut CxlAccess<'_>,
+        id: u64,
+        incarnation: u32,
+    ) -> Result<(), RemoteError> {
         for p in self.participants.clone() {
             let mut m = Msg::new(op::PREPARE);
             m.u64(id).u32(incarnation);
@@ -978,7 +1035,7 @@ impl<'m> Coordinator<'m> {
                 }
             }
             self.prepare_sent = true;
-            let mut r = self.call(p, &m)?;
+            let mut r = self.call(cxl, p, &m)?;
             if r.u32() != Some(op::YES) {
                 return Err(RemoteError::Fatal(format!("host {p} did not vote yes")));
             }
@@ -989,11 +1046,11 @@ impl<'m> Coordinator<'m> {
     /// Phase two, once the decision is durable: tells every participant
     /// to commit or to abort (undo) and release. A participant that went
     /// down follows the decision in this host's log when it restarts.
-    pub(crate) fn finish(&mut self, commit: bool) -> Result<(), String> {
+    pub(crate) fn finish(&mut self, cxl: &mut CxlAccess<'_>, commit: bool) -> Result<(), String> {
         let participants = std::mem::take(&mut self.participants);
         let m = Msg::new(if commit { op::COMMIT } else { op::ABORT });
         for &p in &participants {
-            match self.call(p, &m).map(|mut r| r.u32()) {
+            match self.call(cxl, p, &m).map(|mut r| r.u32()) {
                 Ok(Some(op::ACK)) | Err(RemoteError::Unreachable) => {}
                 Ok(_) | Err(RemoteError::Conflict) => {
                     return Err(format!("host {p} did not acknowledge"));

@@ -259,6 +259,11 @@ impl<'m> Txn<'m> {
         self.cxl.counters()
     }
 
+    /// This context's window on pod memory, for a participant's channel.
+    pub(crate) fn cxl_mut(&mut self) -> &mut CxlAccess<'m> {
+        &mut self.cxl
+    }
+
     /// Forgets what was counted so far (the warm-up ended); between
     /// transactions only.
     pub(crate) fn reset_counters(&mut self) {
@@ -326,7 +331,7 @@ impl<'m> Txn<'m> {
         if owner != self.host
             && let Some(c) = self.coordinator.as_mut()
         {
-            let i = match c.lock(owner, table, w, idx, mode, self.age) {
+            let i = match c.lock(&mut self.cxl, owner, table, w, idx, mode, self.age) {
                 Ok(i) => i,
                 Err(RemoteError::Conflict) => return Err(TxnError::Conflict),
                 Err(RemoteError::Unreachable) => return Err(TxnError::Unavailable),
@@ -682,7 +687,7 @@ impl<'m> Txn<'m> {
         assert!(self.active);
         let (id, incarnation) = (self.txn_id(), self.incarnation);
         let distributed = match self.coordinator.as_mut() {
-            Some(c) if c.has_participants() => match c.prepare(id, incarnation) {
+            Some(c) if c.has_participants() => match c.prepare(&mut self.cxl, id, incarnation) {
                 Ok(()) => true,
                 Err(RemoteError::Fatal(e)) => {
                     self.fatal = Some(e);
@@ -706,7 +711,7 @@ impl<'m> Txn<'m> {
         }
         if distributed
             && let Some(c) = self.coordinator.as_mut()
-            && let Err(e) = c.finish(true)
+            && let Err(e) = c.finish(&mut self.cxl, true)
         {
             self.fatal = Some(e);
         }
@@ -829,7 +834,7 @@ impl<'m> Txn<'m> {
             self.log_outcome(decided);
         }
         if let Some(c) = self.coordinator.as_mut()
-            && let Err(e) = c.finish(false)
+            && let Err(e) = c.finish(&mut self.cxl, false)
         {
             self.fatal.get_or_insert(e);
         }
