@@ -54,7 +54,7 @@ pub async fn serve_coordinator(
              (set SKIFF_USER and SKIFF_PASSWORD or pass --users FILE)"
         );
     }
-    let cluster = tonic::transport::Server::builder()
+    let cluster = skiff_flight::server_builder()
         .add_service(skiff_flight::flight_server(Arc::new(ClusterService {
             inner: Arc::clone(coordinator.inner()),
         })))

@@ -79,7 +79,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "Flight SQL listening");
     }
-    let server = tonic::transport::Server::builder()
+    let server = skiff_flight::server_builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(FlightServiceServer::new(door))

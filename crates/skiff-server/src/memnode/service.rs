@@ -230,7 +230,7 @@ pub async fn serve_cache(
     cache: Arc<StateCache>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let server = tonic::transport::Server::builder()
+    let server = skiff_flight::server_builder()
         .add_service(flight_server(Arc::new(MemnodeService::new(Arc::clone(
             &cache,
         )))))

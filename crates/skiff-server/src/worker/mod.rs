@@ -103,7 +103,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         let service = Arc::clone(&service);
         move || service.report()
     };
-    let server = tonic::transport::Server::builder()
+    let server = skiff_flight::server_builder()
         .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
