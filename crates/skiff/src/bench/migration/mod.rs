@@ -89,6 +89,10 @@ struct Row {
     vacate_ms: Option<f64>,
     /// Server-side vacate latency (`skiff.workers.vacate_ms`) when known.
     server_vacate_ms: Option<f64>,
+    /// From the drain request until the last of the vacated queries had
+    /// its last row: what the vacate mode costs the queries themselves
+    /// (work an immediate vacate threw away is redone in it).
+    finished_ms: Option<f64>,
     vacate_how: &'static str,
     rows: Option<u64>,
     /// The rows and values matched those of the local run.
@@ -649,12 +653,14 @@ impl Bench {
                     client.rows("SET skiff.mid_pipeline_cuts = true").await?;
                 }
                 let rows = tokio::time::timeout(timeout, client.rows(&script)).await;
+                let at = Instant::now();
                 ended.fetch_add(1, Ordering::SeqCst);
                 let rows = Answer(rows.map_err(|_| format!("{name} timed out"))??);
                 match expected {
                     Some(expected) => rows.check(&expected).map_err(|e| format!("{name}: {e}")),
                     None => Ok(()),
                 }
+                .map(|()| at)
             });
         }
         // All of them must be on the source before the target exists.
@@ -700,14 +706,19 @@ impl Bench {
             tokio::time::sleep(POLL).await;
         }
         let mut failures = Vec::new();
+        let mut last_row = None;
         while let Some(done) = clients.join_next().await {
             match done {
-                Ok(Ok(())) => {}
+                Ok(Ok(at)) => last_row = last_row.max(Some(at)),
                 Ok(Err(e)) => failures.push(e),
                 Err(e) => failures.push(format!("client task: {e}")),
             }
         }
         row.rows_ok = Some(failures.is_empty());
+        if failures.is_empty() {
+            row.finished_ms =
+                last_row.map(|at| at.saturating_duration_since(drained).as_secs_f64() * 1000.0);
+        }
         if let Some(first) = failures.into_iter().next() {
             row.error = row.error.or(Some(first));
         }
@@ -1114,9 +1125,13 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
     t.push_str("\n3. Vacating a worker (from the drain request until it holds no query)\n");
     t.push_str(
         "   skiff.drain(w, mode); client = polled skiff.queries, \
-         server = skiff.workers.vacate_ms\n",
+         server = skiff.workers.vacate_ms;\n   all done = from the drain request until \
+         the last vacated query had its last row (median)\n",
     );
-    t.push_str("mode       queries  reps  median ms  min ms  max ms  server median ms  rows ok\n");
+    t.push_str(
+        "mode       queries  reps  median ms  min ms  max ms  server median ms  \
+         all done ms  rows ok\n",
+    );
     for how in VACATE_MODES {
         for n in VACATE_CONCURRENCY {
             let group: Vec<&&Row> = vacate
@@ -1128,9 +1143,10 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
             }
             let ms: Vec<f64> = group.iter().filter_map(|r| r.vacate_ms).collect();
             let server: Vec<f64> = group.iter().filter_map(|r| r.server_vacate_ms).collect();
+            let done: Vec<f64> = group.iter().filter_map(|r| r.finished_ms).collect();
             let ok = group.iter().filter(|r| r.rows_ok == Some(true)).count();
             t.push_str(&format!(
-                "{:<10} {:>7} {:>5} {:>10} {:>7} {:>7} {:>17} {:>5}/{}\n",
+                "{:<10} {:>7} {:>5} {:>10} {:>7} {:>7} {:>17} {:>12} {:>5}/{}\n",
                 how,
                 n,
                 group.len(),
@@ -1138,6 +1154,7 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
                 fmt(ms.iter().copied().reduce(f64::min)),
                 fmt(ms.iter().copied().reduce(f64::max)),
                 fmt(median(&server)),
+                fmt(median(&done)),
                 ok,
                 group.len()
             ));
@@ -1233,7 +1250,7 @@ fn progress_table(groups: &BTreeMap<u32, (usize, f64, f64, usize)>, against: &st
 
 const CSV_HEADER: &str = "kind,query,k,pipelines_total,progress,state_bytes,local_ms,\
 time_at_k_ms,measured_ms,overhead_ms,overhead_pct,ratio,restart_ms,beats_restart,\
-concurrency,rep,vacate_ms,server_vacate_ms,vacate_how,rows,rows_ok,error,decision\n";
+concurrency,rep,vacate_ms,server_vacate_ms,vacate_how,rows,rows_ok,error,decision,finished_ms\n";
 
 fn csv(rows: &[Row]) -> String {
     let mut text = String::from(CSV_HEADER);
@@ -1272,6 +1289,7 @@ fn csv(rows: &[Row]) -> String {
             b(r.rows_ok),
             quote(r.error.as_deref().unwrap_or_default()),
             quote(&r.decision),
+            f(r.finished_ms),
         ];
         text.push_str(&fields.join(","));
         text.push('\n');
