@@ -21,6 +21,11 @@
 //!
 //! Immutable data (ITEM, the customer last-name index) has no validity bits:
 //! nobody writes it after load, so it only misses on first touch.
+//!
+//! (b)'s message channels: the writer writes every message back (streaming
+//! stores), the reader loads every line of every message, and each end's
+//! access to the channel's control line is a coherent miss (the other end
+//! wrote it since).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -253,9 +258,8 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Counts a coherent miss the first time the transaction touches the
-    /// coherent-region line of `off` (an atomic there, such as a channel's
-    /// control word).
-    pub(crate) fn touch_coherent(&mut self, off: u64) {
+    /// coherent-region line of `off`.
+    fn touch_coherent(&mut self, off: u64) {
         assert!(
             self.coherent.contains(&off),
             "word {off} outside the coherent region"
@@ -358,13 +362,29 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Writes a message for another host into a channel buffer of the
-    /// shared region ((b)'s pod channels): streaming stores, as for
-    /// [`CxlAccess::write_own`], so the reader finds it in CXL memory.
+    /// shared region ((b)'s pod channels): streaming stores, so the reader
+    /// finds it in CXL memory. Every message writes its lines back, also
+    /// lines an earlier message of the transaction wrote.
     pub(crate) fn write_message(&mut self, off: u64, src: &[u8]) {
         if !src.is_empty() {
-            self.stream_lines(off, src.len() as u64);
+            let end = off + src.len() as u64;
+            assert!(
+                off >= self.shared.start && end <= self.shared.end,
+                "message {off}..{end} outside the shared region"
+            );
+            self.counters.writebacks += (end - 1) / CACHE_LINE_BYTES - off / CACHE_LINE_BYTES + 1;
         }
         self.pod.write_bytes(off, src);
+    }
+
+    /// One access to a channel's control line (coherent region), whose
+    /// words the other end wrote since: a coherent miss every time.
+    pub(crate) fn channel_control(&mut self, off: u64) {
+        assert!(
+            self.coherent.contains(&off),
+            "control word {off} outside the coherent region"
+        );
+        self.counters.coherent_misses += 1;
     }
 
     /// Reads a message another host wrote into a channel buffer: every line
@@ -527,8 +547,11 @@ mod tests {
         sender.begin();
         receiver.begin();
         let message = [7u8; 100]; // two lines from the buffer's start
-        sender.write_message(4096, &message);
-        assert_eq!(sender.counters().writebacks, 2);
+        for round in 1..=2 {
+            // The same lines again: written back again.
+            sender.write_message(4096, &message);
+            assert_eq!(sender.counters().writebacks, 2 * round);
+        }
         assert_eq!(
             sender.counters().misses(),
             0,
@@ -542,9 +565,13 @@ mod tests {
             assert_eq!(receiver.counters().data_misses, 2 * round);
             assert_eq!(receiver.counters().flushes, 2 * round);
         }
-        receiver.touch_coherent(16);
-        receiver.touch_coherent(20);
-        assert_eq!(receiver.counters().coherent_misses, 1, "one control line");
+        receiver.channel_control(16);
+        receiver.channel_control(20);
+        assert_eq!(
+            receiver.counters().coherent_misses,
+            2,
+            "the other end wrote the control line before each access"
+        );
     }
 
     #[test]

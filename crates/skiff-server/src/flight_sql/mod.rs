@@ -79,7 +79,9 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "Flight SQL listening");
     }
-    let server = skiff_flight::server_builder()
+    // Not `skiff_flight::server_builder`: its large receive windows are for
+    // internal links; a client could make this public port buffer that much.
+    let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(FlightServiceServer::new(door))

@@ -715,9 +715,11 @@ impl Bench {
             }
         }
         row.rows_ok = Some(failures.is_empty());
-        if failures.is_empty() {
-            row.finished_ms =
-                last_row.map(|at| at.saturating_duration_since(drained).as_secs_f64() * 1000.0);
+        // Not when the drain failed, nor when every query ended before it.
+        if failures.is_empty() && row.error.is_none() {
+            row.finished_ms = last_row
+                .filter(|at| *at >= drained)
+                .map(|at| (at - drained).as_secs_f64() * 1000.0);
         }
         if let Some(first) = failures.into_iter().next() {
             row.error = row.error.or(Some(first));

@@ -34,7 +34,13 @@ pub(super) fn read(path: &Path) -> Result<Vec<Row>, BenchError> {
     }
     records
         .enumerate()
-        .map(|(i, fields)| row(&fields).map_err(|e| bad(format!("row {}: {e}", i + 1))))
+        .map(|(i, fields)| {
+            if fields.len() != header.len() {
+                let why = format!("{} fields, expected {}", fields.len(), header.len());
+                return Err(bad(format!("row {}: {why}", i + 1)));
+            }
+            row(&fields).map_err(|e| bad(format!("row {}: {e}", i + 1)))
+        })
         .collect()
 }
 
@@ -74,11 +80,6 @@ fn records(text: &str) -> Result<Vec<Vec<String>>, String> {
 }
 
 fn row(fields: &[String]) -> Result<Row, String> {
-    let columns = CSV_HEADER.trim_end().split(',').count();
-    // Files written before `finished_ms` (the last column) lack it.
-    if fields.len() != columns && fields.len() + 1 != columns {
-        return Err(format!("{} fields, expected {columns}", fields.len()));
-    }
     let text = |i: usize| fields[i].as_str();
     let number = |i: usize| parsed::<f64>(text(i));
     let whole = |i: usize| parsed::<u64>(text(i));
