@@ -1,4 +1,6 @@
-//! Connecting to a Flight peer and calling its actions.
+//! Connecting to a Flight peer and calling its actions, and the transport
+//! settings (HTTP/2 windows and frames) every internal link uses on both
+//! ends.
 
 use std::time::Duration;
 
@@ -15,17 +17,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// States and result streams run to hundreds of megabytes over loopback or
 /// a LAN; with hyper's defaults (1 MiB windows, 16 KiB frames) a 26 MB state
 /// moved at about 500 MB/s, stalled on window updates.
-pub const STREAM_WINDOW: u32 = 16 << 20;
+const STREAM_WINDOW: u32 = 16 << 20;
 /// See [`STREAM_WINDOW`]; one connection may carry several streams.
-pub const CONNECTION_WINDOW: u32 = 64 << 20;
+const CONNECTION_WINDOW: u32 = 64 << 20;
 /// See [`STREAM_WINDOW`].
-pub const MAX_FRAME: u32 = 1 << 20;
+const MAX_FRAME: u32 = 1 << 20;
 
-/// A server builder with Skiff's internal transport settings: no Nagle,
-/// large windows and frames.
+/// A server builder with Skiff's internal transport settings: large windows
+/// and frames. (No-delay is set on the listener's `TcpIncoming`, which
+/// overrides the builder's.)
 pub fn server_builder() -> tonic::transport::Server {
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
