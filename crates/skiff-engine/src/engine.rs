@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::common::Result;
+use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
@@ -74,8 +74,13 @@ impl Engine {
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));
         }
-        let mut runtime =
-            RuntimeEnvBuilder::new().with_memory_pool(memory_pool(config.memory_limit));
+        // No cache of directory listings: DataFusion's keeps them forever
+        // by default, so a table over a directory never saw files added
+        // after its first scan (a silent wrong answer). A listing per scan
+        // is what correctness costs until tables carry versions.
+        let mut runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(memory_pool(config.memory_limit))
+            .with_object_list_cache_limit(0);
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
         }
@@ -94,6 +99,7 @@ impl Engine {
 
     /// Plan one SQL statement. DDL and `SET` take effect here, as in DataFusion.
     pub async fn physical_plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+        crate::statement::check_complexity(sql).map_err(DataFusionError::Plan)?;
         self.ctx.sql(sql).await?.create_physical_plan().await
     }
 

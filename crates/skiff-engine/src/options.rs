@@ -26,6 +26,10 @@ extensions_options! {
         /// Snapshot the query's state to the state cache every this many
         /// finished pipelines; off when unset.
         pub snapshot_every_pipelines: Option<usize>, default = None
+        /// When the worker running the query dies before any row reached
+        /// the client and no snapshot can carry the query on, start it over
+        /// on another worker (at most `WORKER_LOSS_RESTARTS` times).
+        pub retry_on_worker_loss: bool, default = true
         /// Snapshot the query's state at the first pipeline boundary after
         /// every this many seconds of running; off when unset.
         pub snapshot_every_seconds: Option<f64>, default = None
@@ -55,6 +59,19 @@ extensions_options! {
         pub migrate_after_morsels: Option<u64>, default = None
     }
 }
+
+/// Settings that inject faults or act on a query at a chosen point, for
+/// tests and benches. Each fires once: a query that continues or restarts
+/// runs without them. A server refuses them unless it was started with
+/// `--fault-injection`.
+pub const TEST_HOOKS: [&str; 6] = [
+    "skiff.test_hold_after_pipelines",
+    "skiff.migrate_after_pipelines",
+    "skiff.migrate_after_morsels",
+    "skiff.suspend_after_pipelines",
+    "skiff.kill_worker_after_pipelines",
+    "skiff.test_corrupt_state",
+];
 
 impl ConfigExtension for SkiffOptions {
     const PREFIX: &'static str = "skiff";
@@ -112,7 +129,22 @@ impl ConfigField for StateCompression {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::common::config::ExtensionOptions;
+
     use super::*;
+
+    #[test]
+    fn every_test_hook_is_a_setting() {
+        let options = SkiffOptions::default();
+        let keys: Vec<String> = options.entries().into_iter().map(|e| e.key).collect();
+        for hook in TEST_HOOKS {
+            let name = hook.strip_prefix("skiff.").expect(hook);
+            assert!(
+                keys.iter().any(|k| k == name),
+                "{hook} is not a skiff setting"
+            );
+        }
+    }
 
     #[test]
     fn state_compression_parses_its_three_names_and_refuses_others() {

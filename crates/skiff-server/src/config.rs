@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use crate::auth::Users;
 
+/// Times a query starts over because the worker running it died
+/// (`skiff.retry_on_worker_loss`); a query that loses this many workers in
+/// a row is likely what kills them.
+pub const WORKER_LOSS_RESTARTS: u32 = 3;
+
 /// Limits the coordinator enforces, each with a clear error when hit.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -15,7 +20,18 @@ pub struct Limits {
     pub statement_timeout: Option<Duration>,
     /// Memory one query may use on its worker, in bytes.
     pub query_memory_limit: Option<u64>,
+    /// How long a query waits for a worker when none is alive (all
+    /// restarting, drained or not yet registered) before it fails.
+    pub worker_wait: Duration,
 }
+
+/// The longest statement the coordinator plans, in bytes. Parsing takes
+/// several times a statement's size in memory; data belongs in `COPY` or
+/// Flight SQL ingest, not in statement text.
+pub const MAX_STATEMENT_BYTES: usize = 64 << 20;
+
+/// Default of [`Limits::worker_wait`] (`--worker-wait-timeout`).
+pub const WORKER_WAIT: Duration = Duration::from_secs(30);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -23,6 +39,7 @@ impl Default for Limits {
             max_connections: 100,
             statement_timeout: None,
             query_memory_limit: None,
+            worker_wait: WORKER_WAIT,
         }
     }
 }
@@ -50,4 +67,7 @@ pub struct CoordinatorConfig {
     pub limits: Limits,
     pub users: Users,
     pub tls: Option<TlsFiles>,
+    /// Accept the test hooks (`skiff_engine::options::TEST_HOOKS`); off
+    /// for users, on for test suites and benches.
+    pub fault_injection: bool,
 }

@@ -30,6 +30,17 @@ pub enum SqlState {
     ProtocolViolation,
     Internal,
     DataCorrupted,
+    /// The caller may not do this: a non-admin asked for an admin
+    /// operation, or a test hook on a server without `--fault-injection`.
+    InsufficientPrivilege,
+    /// `PREPARE` of a name already prepared in the session.
+    DuplicatePreparedStatement,
+    /// `EXECUTE` or `DEALLOCATE` of a name nothing was prepared under.
+    InvalidStatementName,
+    /// A statement longer than the server plans.
+    ProgramLimitExceeded,
+    /// A statement whose expressions nest deeper than the server plans.
+    StatementTooComplex,
 }
 
 impl SqlState {
@@ -56,6 +67,11 @@ impl SqlState {
             SqlState::ProtocolViolation => "08P01",
             SqlState::Internal => "XX000",
             SqlState::DataCorrupted => "XX001",
+            SqlState::InsufficientPrivilege => "42501",
+            SqlState::DuplicatePreparedStatement => "42P05",
+            SqlState::InvalidStatementName => "26000",
+            SqlState::ProgramLimitExceeded => "54000",
+            SqlState::StatementTooComplex => "54001",
         }
     }
 }
@@ -127,7 +143,15 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
                 return server.state;
             }
         }
-        DataFusionError::SQL(..) => return SqlState::SyntaxError,
+        DataFusionError::SQL(parse, _) => {
+            // The parser's own depth limit (`sql_parser.recursion_limit`).
+            return match **parse {
+                datafusion::sql::sqlparser::parser::ParserError::RecursionLimitExceeded => {
+                    SqlState::StatementTooComplex
+                }
+                _ => SqlState::SyntaxError,
+            };
+        }
         DataFusionError::NotImplemented(_) => return SqlState::FeatureNotSupported,
         DataFusionError::ResourcesExhausted(_) => return SqlState::OutOfMemory,
         _ => {}
@@ -164,6 +188,7 @@ pub fn to_status(error: &ServerError) -> tonic::Status {
     let code = match error.state {
         SqlState::QueryCanceled => tonic::Code::Cancelled,
         SqlState::InvalidPassword | SqlState::InvalidAuthorization => tonic::Code::Unauthenticated,
+        SqlState::InsufficientPrivilege => tonic::Code::PermissionDenied,
         SqlState::OutOfMemory | SqlState::TooManyConnections => tonic::Code::ResourceExhausted,
         SqlState::FeatureNotSupported => tonic::Code::Unimplemented,
         SqlState::CannotConnectNow | SqlState::ConnectionFailure => tonic::Code::Unavailable,
@@ -194,7 +219,7 @@ pub fn from_status(status: &tonic::Status) -> ServerError {
 }
 
 impl SqlState {
-    const ALL: [SqlState; 21] = [
+    const ALL: [SqlState; 26] = [
         SqlState::SyntaxError,
         SqlState::UndefinedTable,
         SqlState::UndefinedColumn,
@@ -216,6 +241,11 @@ impl SqlState {
         SqlState::ProtocolViolation,
         SqlState::Internal,
         SqlState::DataCorrupted,
+        SqlState::InsufficientPrivilege,
+        SqlState::DuplicatePreparedStatement,
+        SqlState::InvalidStatementName,
+        SqlState::ProgramLimitExceeded,
+        SqlState::StatementTooComplex,
     ];
 
     pub fn from_code(code: &str) -> Option<SqlState> {

@@ -23,6 +23,9 @@ use skiff_engine::statement::split_statements;
 
 use cli::{Cli, Command, SessionArgs};
 
+/// Stack of each runtime thread.
+const THREAD_STACK_BYTES: usize = 8 << 20;
+
 /// Scale factor of the demo data set.
 const DEMO_SF: f64 = 0.1;
 
@@ -33,6 +36,11 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // Plans are trees walked by recursion (DataFusion's and ours); a deeper
+    // stack than tokio's 2 MiB is margin beyond the statement checks
+    // (`statement::MAX_OPERATOR_CHAIN`, measured on 2 MiB). Untouched
+    // stack pages cost no memory.
+    builder.thread_stack_size(THREAD_STACK_BYTES);
     // A worker given --partitions N computes on N threads: plans are
     // re-partitioned for N, but scans keep the file groups the coordinator
     // planned, and would otherwise still run on every core.

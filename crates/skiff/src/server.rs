@@ -36,8 +36,9 @@ pub struct FrontArgs {
     /// Prometheus metrics endpoint (`/metrics`); off unless given.
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
-    /// Users file, one `name:password` per line. SKIFF_USER/SKIFF_PASSWORD
-    /// add one more. Without any user only loopback clients may connect.
+    /// Users file, one `name:password` or `name:role:password` per line
+    /// (role `admin` or `user`, the default). SKIFF_USER/SKIFF_PASSWORD add
+    /// an admin. Without any user only loopback clients may connect.
     #[arg(long)]
     pub users: Option<PathBuf>,
     /// Most client connections open at once.
@@ -46,6 +47,10 @@ pub struct FrontArgs {
     /// Cancel statements running longer than this many seconds.
     #[arg(long)]
     pub statement_timeout: Option<f64>,
+    /// Seconds a query waits for a worker when none is alive before it
+    /// fails.
+    #[arg(long, default_value_t = skiff_server::config::WORKER_WAIT.as_secs_f64())]
+    pub worker_wait_timeout: f64,
     /// Memory one query may use on its worker, e.g. 2G.
     #[arg(long, value_parser = parse_bytes)]
     pub query_memory_limit: Option<usize>,
@@ -55,6 +60,11 @@ pub struct FrontArgs {
     /// TLS private key (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Accept the test hooks (`SET skiff.kill_worker_after_pipelines`, ...)
+    /// that make queries migrate, suspend or fail and workers die at chosen
+    /// points. For test suites and benches; never on a server users reach.
+    #[arg(long)]
+    pub fault_injection: bool,
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +172,9 @@ fn coordinator_config(
                 .filter(|s| *s > 0.0)
                 .map(Duration::from_secs_f64),
             query_memory_limit: front.query_memory_limit.map(|b| b as u64),
+            worker_wait: Duration::try_from_secs_f64(front.worker_wait_timeout).map_err(|e| {
+                DataFusionError::Configuration(format!("--worker-wait-timeout: {e}"))
+            })?,
         },
         users,
         tls: match (&front.tls_cert, &front.tls_key) {
@@ -171,6 +184,7 @@ fn coordinator_config(
             }),
             _ => None,
         },
+        fault_injection: front.fault_injection,
     })
 }
 

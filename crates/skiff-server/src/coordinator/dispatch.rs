@@ -82,7 +82,8 @@ pub(crate) async fn run_on_worker(
 }
 
 /// A config entry's full key: extension entries come without their
-/// namespace, and Skiff's are the only extension.
+/// namespace, and Skiff's settings are the only extension with entries
+/// (the session's caller has none: it never travels to a worker).
 fn qualified(key: String) -> String {
     if key.starts_with("datafusion.") {
         key

@@ -26,7 +26,9 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan, Statement};
+use datafusion::logical_expr::simplify::SimplifyContext;
+use datafusion::logical_expr::{DdlStatement, Execute, Expr, LogicalPlan, Statement};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
@@ -37,6 +39,7 @@ use tracing::{info, warn};
 pub use catalog_store::{CatalogEntry, CatalogStore};
 pub use membership::{Membership, Node, NodeState, Placement};
 pub use queries::{QueryEntry, QueryInfo, QueryRegistry, QueryStatus};
+use session::Caller;
 pub use session::ClientSession;
 
 use crate::auth::Users;
@@ -53,7 +56,10 @@ pub struct StatementResult {
     pub command: Option<String>,
 }
 
-/// A statement planned once and run many times with parameters.
+/// A statement described once and run many times with parameters. Each
+/// execution plans it afresh: what it reads may have changed since it was
+/// prepared (system tables, a table dropped and created again, new files),
+/// and a plan kept from then would answer from that moment.
 #[derive(Clone, Debug)]
 pub struct PreparedStatement {
     pub sql: String,
@@ -61,7 +67,9 @@ pub struct PreparedStatement {
     pub param_types: Vec<Option<DataType>>,
     /// Columns of the result (empty for commands).
     pub schema: SchemaRef,
-    plan: Option<LogicalPlan>,
+    /// The statement with its placeholders numbered, as it is planned;
+    /// `None` for statements [`Coordinator::execute`] runs whole.
+    numbered: Option<String>,
 }
 
 /// The coordinator role. Cheap to clone.
@@ -77,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) queries: QueryRegistry,
     limits: Limits,
     users: Users,
+    /// Whether the test hooks are accepted (`--fault-injection`).
+    fault_injection: bool,
     open_sessions: Arc<AtomicUsize>,
     next_session: AtomicU64,
     clients: Mutex<HashMap<String, dispatch::WorkerClient>>,
@@ -106,6 +116,7 @@ impl Coordinator {
                 queries: QueryRegistry::default(),
                 limits: config.limits.clone(),
                 users: config.users.clone(),
+                fault_injection: config.fault_injection,
                 open_sessions: Arc::new(AtomicUsize::new(0)),
                 next_session: AtomicU64::new(0),
                 clients: Mutex::new(HashMap::new()),
@@ -164,12 +175,18 @@ impl Coordinator {
             ));
         }
         crate::metrics::sessions(open.load(Ordering::SeqCst));
-        let state =
+        let role = self.inner.users.role(user);
+        let mut state =
             SessionStateBuilder::new_from_existing(self.inner.engine.context().state()).build();
+        state.config_mut().options_mut().extensions.insert(Caller {
+            user: user.to_string(),
+            role,
+        });
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed) + 1;
         Ok(ClientSession::new(
             id,
             user,
+            role,
             peer,
             SessionContext::new_with_state(state),
             Arc::clone(open),
@@ -182,6 +199,7 @@ impl Coordinator {
 
     /// Run one statement (no trailing semicolon needed).
     pub async fn execute(&self, session: &ClientSession, sql: &str) -> Result<StatementResult> {
+        check_bounds(sql)?;
         let entry = self.inner.queries.begin(session.user(), sql);
         let outcome = match classify(sql) {
             StatementKind::ExplainPipelines { analyze, query } => {
@@ -198,17 +216,22 @@ impl Coordinator {
 
     /// Plan `sql` without running it.
     pub async fn prepare(&self, session: &ClientSession, sql: &str) -> Result<PreparedStatement> {
+        check_bounds(sql)?;
         if let StatementKind::ExplainPipelines { analyze, .. } = classify(sql) {
             return Ok(PreparedStatement {
                 sql: sql.to_string(),
                 param_types: Vec::new(),
                 schema: explain::schema(analyze),
-                plan: None,
+                numbered: None,
             });
         }
         let numbered = skiff_engine::statement::number_placeholders(sql);
         let plan = session.ctx.state().create_logical_plan(&numbered).await?;
-        let types = plan.get_parameter_types()?;
+        // The placeholders of `PREPARE name AS ...` are bound by `EXECUTE`.
+        let types = match &plan {
+            LogicalPlan::Statement(Statement::Prepare(_)) => Default::default(),
+            plan => plan.get_parameter_types()?,
+        };
         let mut param_types = Vec::with_capacity(types.len());
         for n in 1..=types.len() {
             match types.get(&format!("${n}")) {
@@ -221,16 +244,12 @@ impl Coordinator {
                 }
             }
         }
-        let schema = if returns_rows(&plan) {
-            Arc::new(plan.schema().as_arrow().clone())
-        } else {
-            Arc::new(Schema::empty())
-        };
+        let described = self.resolve_named(session, plan).await?;
         Ok(PreparedStatement {
             sql: sql.to_string(),
             param_types,
-            schema,
-            plan: Some(plan),
+            schema: result_schema(&described),
+            numbered: Some(numbered.into_owned()),
         })
     }
 
@@ -241,7 +260,7 @@ impl Coordinator {
         prepared: &PreparedStatement,
         params: Vec<ScalarValue>,
     ) -> Result<StatementResult> {
-        let Some(plan) = &prepared.plan else {
+        let Some(numbered) = &prepared.numbered else {
             return self.execute(session, &prepared.sql).await;
         };
         if params.len() != prepared.param_types.len() {
@@ -255,12 +274,27 @@ impl Coordinator {
             ));
         }
         let entry = self.inner.queries.begin(session.user(), &prepared.sql);
-        let outcome = match plan.clone().with_param_values(ParamValues::List(
-            params.into_iter().map(Into::into).collect(),
-        )) {
-            Ok(plan) => self.run_logical(session, &entry, &prepared.sql, plan).await,
-            Err(e) => Err(e.into()),
+        let outcome = async {
+            let plan = session.ctx.state().create_logical_plan(numbered).await?;
+            let plan = self.resolve_named(session, plan).await?;
+            if !same_columns(&result_schema(&plan), &prepared.schema) {
+                // The client decodes rows by the columns it was told at
+                // prepare time (PostgreSQL refuses the same way).
+                return Err(ServerError::new(
+                    SqlState::FeatureNotSupported,
+                    "cached plan must not change result type: what the statement reads \
+                     changed since it was prepared; prepare it again",
+                ));
+            }
+            let plan = if params.is_empty() {
+                plan
+            } else {
+                let values = ParamValues::List(params.into_iter().map(Into::into).collect());
+                plan.with_param_values(values)?
+            };
+            self.run_logical(session, &entry, &prepared.sql, plan).await
         };
+        let outcome = outcome.await;
         self.finish_start(session, entry, outcome)
     }
 
@@ -314,6 +348,24 @@ impl Coordinator {
         sql: &str,
         plan: LogicalPlan,
     ) -> Result<Output> {
+        let plan = match plan {
+            LogicalPlan::Statement(Statement::Prepare(prepare)) => {
+                if !session.name_statement(&prepare.name, sql) {
+                    return Err(ServerError::new(
+                        SqlState::DuplicatePreparedStatement,
+                        format!("prepared statement \"{}\" already exists", prepare.name),
+                    ));
+                }
+                return Ok(Output::command("PREPARE"));
+            }
+            LogicalPlan::Statement(Statement::Deallocate(deallocate)) => {
+                if !session.deallocate(Some(&deallocate.name)) {
+                    return Err(unknown_statement(&deallocate.name));
+                }
+                return Ok(Output::command("DEALLOCATE"));
+            }
+            plan => self.resolve_named(session, plan).await?,
+        };
         if let Some(tag) = command_tag(&plan) {
             return self.run_command(session, sql, plan, tag).await;
         }
@@ -341,6 +393,9 @@ impl Coordinator {
         plan: LogicalPlan,
         tag: &'static str,
     ) -> Result<Output> {
+        if let LogicalPlan::Statement(Statement::SetVariable(set)) = &plan {
+            self.check_setting(&set.variable)?;
+        }
         let persisted = persisted_change(&plan);
         let frame = session.ctx.execute_logical_plan(plan).await?;
         let batches = frame.collect().await?;
@@ -361,6 +416,95 @@ impl Coordinator {
             command: Some(tag.to_string()),
             worker: None,
         })
+    }
+
+    /// `EXECUTE name(args)` as the plan it runs; any other plan as it is.
+    async fn resolve_named(
+        &self,
+        session: &ClientSession,
+        plan: LogicalPlan,
+    ) -> Result<LogicalPlan> {
+        match plan {
+            LogicalPlan::Statement(Statement::Execute(execute)) => {
+                self.bind_named(session, &execute).await
+            }
+            plan => Ok(plan),
+        }
+    }
+
+    /// The plan of `EXECUTE name(args)`: the statement prepared as `name`
+    /// planned afresh, with the arguments bound (literals, or expressions
+    /// that fold to one, cast to the declared types).
+    async fn bind_named(&self, session: &ClientSession, execute: &Execute) -> Result<LogicalPlan> {
+        let Some(text) = session.named_statement(&execute.name) else {
+            return Err(unknown_statement(&execute.name));
+        };
+        let state = session.ctx.state();
+        let LogicalPlan::Statement(Statement::Prepare(prepare)) =
+            state.create_logical_plan(&text).await?
+        else {
+            return Err(ServerError::internal(format!(
+                "prepared statement \"{}\" is no longer a PREPARE",
+                execute.name
+            )));
+        };
+        let wanted = if prepare.fields.is_empty() {
+            prepare.input.get_parameter_names()?.len()
+        } else {
+            prepare.fields.len()
+        };
+        if execute.parameters.len() != wanted {
+            return Err(ServerError::new(
+                SqlState::UndefinedParameter,
+                format!(
+                    "wrong number of parameters for prepared statement \"{}\": \
+                     expected {wanted}, got {}",
+                    execute.name,
+                    execute.parameters.len()
+                ),
+            ));
+        }
+        let context = SimplifyContext::builder()
+            .with_schema(Arc::clone(prepare.input.schema()))
+            .with_config_options(Arc::clone(state.config_options()))
+            .build();
+        let simplifier = ExprSimplifier::new(context);
+        let mut values = Vec::with_capacity(wanted);
+        for (n, parameter) in execute.parameters.iter().enumerate() {
+            let Expr::Literal(value, _) = simplifier.simplify(parameter.clone())? else {
+                return Err(ServerError::new(
+                    SqlState::FeatureNotSupported,
+                    format!(
+                        "EXECUTE parameter {} must be a constant: {parameter}",
+                        n + 1
+                    ),
+                ));
+            };
+            let value = match prepare.fields.get(n) {
+                Some(field) => value.cast_to(field.data_type())?,
+                None => value,
+            };
+            values.push(value.into());
+        }
+        let input = Arc::unwrap_or_clone(prepare.input);
+        Ok(input.with_param_values(ParamValues::List(values))?)
+    }
+
+    /// Test hooks make queries move or fail and workers die on demand:
+    /// only a server started for tests accepts them.
+    fn check_setting(&self, variable: &str) -> Result<()> {
+        let name = variable.trim().to_ascii_lowercase();
+        if self.inner.fault_injection || !skiff_engine::options::TEST_HOOKS.contains(&name.as_str())
+        {
+            return Ok(());
+        }
+        Err(ServerError::new(
+            SqlState::InsufficientPrivilege,
+            format!(
+                "{name} is a test hook: it is accepted only by a server started with \
+                 --fault-injection"
+            ),
+        ))
     }
 
     async fn explain_pipelines(
@@ -444,6 +588,45 @@ impl Output {
             worker: None,
         }
     }
+
+    fn command(tag: &str) -> Self {
+        let schema = Arc::new(Schema::empty());
+        Self {
+            stream: Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::empty(),
+            )),
+            command: Some(tag.to_string()),
+            worker: None,
+        }
+    }
+}
+
+/// Statements too long or too deep are refused before they are parsed:
+/// parsing takes memory in proportion, and a tree deeper than a thread's
+/// stack would crash the process in whatever walks it first.
+fn check_bounds(sql: &str) -> Result<()> {
+    let max = crate::config::MAX_STATEMENT_BYTES;
+    if sql.len() > max {
+        return Err(ServerError::new(
+            SqlState::ProgramLimitExceeded,
+            format!(
+                "statement is {} bytes, more than the {} MiB the server plans; \
+                 load data with COPY or Flight SQL ingest",
+                sql.len(),
+                max >> 20
+            ),
+        ));
+    }
+    skiff_engine::statement::check_complexity(sql)
+        .map_err(|message| ServerError::new(SqlState::StatementTooComplex, message))
+}
+
+fn unknown_statement(name: &str) -> ServerError {
+    ServerError::new(
+        SqlState::InvalidStatementName,
+        format!("prepared statement \"{name}\" does not exist"),
+    )
 }
 
 /// The command tag of a plan that returns no rows to a client, or `None`
@@ -481,6 +664,24 @@ fn returns_rows(plan: &LogicalPlan) -> bool {
     command_tag(plan).is_none()
 }
 
+/// The columns a plan gives a client (none for commands).
+fn result_schema(plan: &LogicalPlan) -> SchemaRef {
+    if returns_rows(plan) {
+        Arc::new(plan.schema().as_arrow().clone())
+    } else {
+        Arc::new(Schema::empty())
+    }
+}
+
+/// Same column names and types, in order; nullability may differ.
+fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+}
+
 enum Change {
     Put(String),
     Remove(String),
@@ -501,22 +702,30 @@ fn persisted_change(plan: &LogicalPlan) -> Option<Change> {
 
 /// Queries over tables that only the coordinator has (system tables, the
 /// information schema), and queries that read no table at all (constants,
-/// admin functions such as `skiff.cancel`), run on the coordinator.
+/// admin functions such as `skiff.cancel`), run on the coordinator. A view
+/// counts as the tables it reads.
 fn runs_on_coordinator(plan: &LogicalPlan) -> bool {
-    let mut scans = 0;
-    let mut local = false;
+    let (mut scans, mut local) = (0, false);
+    count_scans(plan, &mut scans, &mut local);
+    local || scans == 0
+}
+
+fn count_scans(plan: &LogicalPlan, scans: &mut usize, local: &mut bool) {
     let _ = plan.apply_with_subqueries(|node| {
         if let LogicalPlan::TableScan(scan) = node {
-            scans += 1;
-            if matches!(
-                scan.table_name.schema(),
-                Some(system_tables::SCHEMA) | Some("information_schema")
-            ) {
-                local = true;
+            if let Some(view) = scan.source.get_logical_plan() {
+                count_scans(&view, scans, local);
+            } else {
+                *scans += 1;
+                *local |= matches!(
+                    scan.table_name.schema(),
+                    Some(system_tables::SCHEMA) | Some("information_schema")
+                );
+            }
+            if *local {
                 return Ok(TreeNodeRecursion::Stop);
             }
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    local || scans == 0
 }

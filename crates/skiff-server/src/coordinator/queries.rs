@@ -76,6 +76,10 @@ pub struct QueryInfo {
     pub snapshot_elapsed_ms: f64,
     /// The cost model chose to continue from the snapshot.
     pub use_snapshot: bool,
+    /// Start over when the worker dies and no snapshot carries the query
+    /// on (`skiff.retry_on_worker_loss`); how often it did.
+    pub retry_on_loss: bool,
+    pub loss_restarts: u32,
 }
 
 /// One query.
@@ -146,11 +150,14 @@ impl QueryEntry {
         }
     }
 
-    /// A snapshot can carry the query on elsewhere: one exists and no row
-    /// reached the client yet (rows come only after the last boundary).
+    /// The query can go on elsewhere when its worker dies: no row reached
+    /// the client yet (rows come only after the last boundary), and a
+    /// snapshot carries it on or it may start over.
     pub fn recoverable(&self) -> bool {
         let info = lock(&self.info);
-        info.snapshot.is_some() && info.rows_sent == 0
+        info.rows_sent == 0
+            && (info.snapshot.is_some()
+                || (info.retry_on_loss && info.loss_restarts < crate::config::WORKER_LOSS_RESTARTS))
     }
 
     pub fn cancel_reason(&self) -> ServerError {
@@ -204,6 +211,8 @@ impl QueryRegistry {
                 snapshot: None,
                 snapshot_elapsed_ms: 0.0,
                 use_snapshot: false,
+                retry_on_loss: false,
+                loss_restarts: 0,
             }),
             resumed: Notify::new(),
             lost: Notify::new(),
@@ -259,8 +268,8 @@ impl QueryRegistry {
         }
     }
 
-    /// Move every live query assigned to `worker` on from its snapshot, or
-    /// fail it when it has none.
+    /// Move every live query assigned to `worker` on (from its snapshot,
+    /// or from the start), or fail it when it cannot go on.
     pub fn worker_lost(&self, worker: u64, reason: &ServerError) {
         for entry in self.live() {
             if entry

@@ -26,17 +26,6 @@ use super::membership::Placement;
 use super::{Inner, QueryEntry, QueryStatus};
 use crate::error::{Result, ServerError, SqlState};
 
-/// Session settings that fire once: a continued or restarted query runs
-/// without them.
-const ONE_SHOT_TRIGGERS: [&str; 6] = [
-    "skiff.test_hold_after_pipelines",
-    "skiff.migrate_after_pipelines",
-    "skiff.migrate_after_morsels",
-    "skiff.suspend_after_pipelines",
-    "skiff.kill_worker_after_pipelines",
-    "skiff.test_corrupt_state",
-];
-
 /// One run of (part of) the query on one worker.
 struct Attempt {
     worker: u64,
@@ -60,6 +49,11 @@ impl Relay {
         entry: Arc<QueryEntry>,
         ticket: RunQuery,
     ) -> Result<(Self, (u64, String))> {
+        let retry = ticket
+            .options
+            .get("skiff.retry_on_worker_loss")
+            .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
+        entry.update(|info| info.retry_on_loss = retry);
         let attempt = dispatch(&inner, &entry, &ticket, Placement::Any).await?;
         let worker = (attempt.worker, address(&entry));
         let mut original = ticket;
@@ -234,23 +228,37 @@ impl Relay {
         }
     }
 
-    /// The worker's stream broke: continue from the latest snapshot when
-    /// the query has one and nothing was sent yet, else fail.
+    /// The worker's stream broke. When the worker is lost and no row was
+    /// sent yet, continue from the latest snapshot, or else start over on
+    /// another worker (`skiff.retry_on_worker_loss`, a bounded number of
+    /// times); otherwise fail.
     async fn after_failure(&mut self, worker: u64, error: ServerError) -> Result<()> {
         let lost = matches!(
             error.state,
             SqlState::CannotConnectNow | SqlState::ConnectionFailure
         );
-        let snapshot = self.entry.info().snapshot;
-        let Some(snapshot) = snapshot.filter(|_| lost && self.entry.recoverable()) else {
+        if !lost || !self.entry.recoverable() {
             return Err(error);
-        };
+        }
         self.current = None;
         self.inner.membership.release(worker);
         // Its stream broke: do not wait for its heartbeats to stop.
         if self.inner.membership.mark_dead(worker) {
             self.inner.node_lost(worker);
         }
+        let Some(snapshot) = self.entry.info().snapshot else {
+            self.entry.update(|info| {
+                info.worker = None;
+                info.loss_restarts += 1;
+            });
+            warn!(
+                query = self.entry.id,
+                worker, "worker lost before any row was sent; starting the query over"
+            );
+            let why = format!("worker {worker} was lost before any row was sent");
+            self.current = Some(self.restart(Placement::Avoid(worker), &why).await?);
+            return Ok(());
+        };
         self.entry.update(|info| {
             info.worker = None;
             info.migrations += 1;
@@ -293,13 +301,17 @@ fn address(entry: &QueryEntry) -> String {
 fn without_triggers(options: &HashMap<String, String>) -> HashMap<String, String> {
     options
         .iter()
-        .filter(|(k, _)| !ONE_SHOT_TRIGGERS.contains(&k.as_str()))
+        .filter(|(k, _)| !skiff_engine::options::TEST_HOOKS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
 
-/// Ship `ticket` to a worker chosen by `placement`; the worker is assigned
-/// until the caller releases it.
+/// How often a query waiting for a worker looks for one.
+const WORKER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Ship `ticket` to a worker chosen by `placement`, waiting up to
+/// [`Limits::worker_wait`](crate::config::Limits) for one to be alive; the
+/// worker is assigned until the caller releases it.
 async fn dispatch(
     inner: &Arc<Inner>,
     entry: &QueryEntry,
@@ -308,12 +320,28 @@ async fn dispatch(
 ) -> Result<Attempt> {
     let mut ticket = ticket.clone();
     ticket.state_cache = inner.membership.memory_node().unwrap_or_default();
+    let wait = inner.limits.worker_wait;
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         let Some((worker, addr)) = inner.membership.assign_to(placement) else {
-            return Err(ServerError::new(
-                SqlState::CannotConnectNow,
-                "no worker is available to run the query",
-            ));
+            // Workers restart, register late or come back from a drain:
+            // wait for one rather than fail at once.
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServerError::new(
+                    SqlState::CannotConnectNow,
+                    format!(
+                        "no worker is available to run the query (waited {:.1} s, \
+                         --worker-wait-timeout)",
+                        wait.as_secs_f64()
+                    ),
+                ));
+            }
+            let token = entry.token().clone();
+            tokio::select! {
+                () = token.cancelled() => return Err(entry.cancel_reason()),
+                () = tokio::time::sleep(WORKER_POLL) => {}
+            }
+            continue;
         };
         match ship(inner, entry, &ticket, worker, &addr).await {
             // A worker that cannot be reached is gone (killed, restarting):

@@ -1,14 +1,15 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`) and admin
-//! functions (`skiff.cancel(id)`). Each scan snapshots the state at
-//! planning time.
+//! functions (`skiff.cancel(id)`, `skiff.migrate`, ...). Each scan
+//! snapshots the state at planning time. Everyone may cancel their own
+//! queries; the rest of the functions are for admins.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use arrow::array::{
-    ArrayRef, BooleanArray, BooleanBuilder, Float64Builder, Int32Builder, Int64Array, Int64Builder,
-    RecordBatch, StringArray, StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BooleanBuilder, Float64Builder, Int32Builder, Int64Array, Int64Builder, RecordBatch,
+    StringArray, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -21,6 +22,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use skiff_flight::protocol::HandoffReason;
 
+use super::session::Caller;
 use super::vacate::{self, Vacate};
 use super::{Inner, relay};
 use crate::error::{ServerError, SqlState};
@@ -363,20 +365,36 @@ impl ScalarUDFImpl for CancelFunction {
         let Some(ids) = ids.as_any().downcast_ref::<Int64Array>() else {
             return exec_err!("skiff.cancel takes a BIGINT query id");
         };
-        let canceled: BooleanArray = ids
-            .iter()
-            .map(|id| {
-                id.map(|id| {
-                    u64::try_from(id).is_ok_and(|id| {
-                        inner.queries.cancel(
-                            id,
-                            ServerError::canceled("canceling statement due to user request"),
-                        )
-                    })
-                })
-            })
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(canceled)))
+        let caller = Caller::of(&args.config_options);
+        let mut canceled = BooleanBuilder::with_capacity(ids.len());
+        for id in ids {
+            let Some(id) = id else {
+                canceled.append_null();
+                continue;
+            };
+            let Ok(id) = u64::try_from(id) else {
+                canceled.append_value(false);
+                continue;
+            };
+            if let Some(entry) = inner.queries.get(id)
+                && entry.user != caller.user
+                && !caller.is_admin()
+            {
+                return Err(ServerError::new(
+                    SqlState::InsufficientPrivilege,
+                    format!(
+                        "permission denied to cancel query {id}: it belongs to another user \
+                         (only admins cancel others' queries)"
+                    ),
+                )
+                .into());
+            }
+            canceled.append_value(inner.queries.cancel(
+                id,
+                ServerError::canceled("canceling statement due to user request"),
+            ));
+        }
+        Ok(ColumnarValue::Array(Arc::new(canceled.finish())))
     }
 }
 
@@ -532,6 +550,16 @@ impl ScalarUDFImpl for AdminFunction {
         let Some(inner) = self.coordinator.0.upgrade() else {
             return exec_err!("the coordinator is shutting down");
         };
+        if !Caller::of(&args.config_options).is_admin() {
+            return Err(ServerError::new(
+                SqlState::InsufficientPrivilege,
+                format!(
+                    "permission denied for {}: only admin users may call it",
+                    self.name
+                ),
+            )
+            .into());
+        }
         if args.args.is_empty() {
             return exec_err!("{}", self.usage());
         }

@@ -70,6 +70,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         limits,
         users,
         tls: None,
+        fault_injection: false,
     };
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
@@ -252,6 +253,13 @@ async fn errors_carry_their_sqlstate() {
     assert!(syntax.contains("[42601]"), "{syntax}");
     let column = query(&mut client, "SELECT nope FROM t").await.unwrap_err();
     assert!(column.contains("[42703]"), "{column}");
+    // Statements too deep to plan: refused before they are parsed.
+    let deep = format!("SELECT {}", vec!["1"; 5000].join(" + "));
+    let deep = query(&mut client, &deep).await.unwrap_err();
+    assert!(deep.contains("[54001]"), "{deep}");
+    let nested = format!("SELECT {}1{}", "(".repeat(400), ")".repeat(400));
+    let nested = query(&mut client, &nested).await.unwrap_err();
+    assert!(nested.contains("[54001]"), "{nested}");
     // The session still works after errors.
     assert_eq!(
         int_column(&query(&mut client, "SELECT 1").await.unwrap(), 0),
@@ -497,7 +505,14 @@ async fn vanishing_clients_and_garbage_do_not_hurt() {
 
 fn session(id: u64) -> ClientSession {
     let open = Arc::new(AtomicUsize::new(1));
-    ClientSession::new(id, "skiff", None, SessionContext::new(), open)
+    ClientSession::new(
+        id,
+        "skiff",
+        crate::auth::Role::Admin,
+        None,
+        SessionContext::new(),
+        open,
+    )
 }
 
 #[test]

@@ -59,7 +59,7 @@ pub(super) enum Parsed {
 }
 
 /// Statements the front door answers itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Local {
     Begin,
     Commit,
@@ -69,14 +69,15 @@ pub(super) enum Local {
     /// A `SET` DataFusion rejected.
     IgnoredSet,
     Discard,
-    /// `DEALLOCATE [PREPARE] name|ALL` (psycopg sends it on rollback):
-    /// protocol-level statements are the client's to reuse or replace, so
-    /// there is nothing to free here.
-    Deallocate(&'static str),
+    /// `DEALLOCATE [PREPARE] name|ALL` (`None`: all; psycopg sends it on
+    /// rollback): protocol-level statements are the client's to reuse or
+    /// replace, so only statements of SQL `PREPARE` are forgotten, and an
+    /// unknown name is no error.
+    Deallocate(Option<String>),
 }
 
 impl Local {
-    fn tag(self) -> &'static str {
+    fn tag(&self) -> &'static str {
         match self {
             Local::Begin => "BEGIN",
             Local::Commit => "COMMIT",
@@ -84,12 +85,13 @@ impl Local {
             Local::Savepoint(tag) => tag,
             Local::IgnoredSet => "SET",
             Local::Discard => "DISCARD ALL",
-            Local::Deallocate(tag) => tag,
+            Local::Deallocate(Some(_)) => "DEALLOCATE",
+            Local::Deallocate(None) => "DEALLOCATE ALL",
         }
     }
 
     /// The transaction status after this statement.
-    fn status(self, before: TransactionStatus) -> TransactionStatus {
+    fn status(&self, before: TransactionStatus) -> TransactionStatus {
         match self {
             Local::Begin => before.to_in_transaction_state(),
             Local::Commit | Local::Rollback => before.to_idle_state(),
@@ -133,9 +135,9 @@ pub(super) fn classify(sql: &str) -> Kind {
                 name = words.next().unwrap_or_default();
             }
             if name.eq_ignore_ascii_case("ALL") {
-                Kind::Local(Local::Deallocate("DEALLOCATE ALL"))
+                Kind::Local(Local::Deallocate(None))
             } else {
-                Kind::Local(Local::Deallocate("DEALLOCATE"))
+                Kind::Local(Local::Deallocate(Some(name.to_string())))
             }
         }
         "SET" | "RESET" => {
@@ -297,7 +299,10 @@ impl Queries {
     {
         let conn = connection(client)?;
         let lenient = match classify(sql) {
-            Kind::Local(local) => return local_command(client, local).await.map(|()| None),
+            Kind::Local(local) => {
+                forget(&conn, &local);
+                return local_command(client, local).await.map(|()| None);
+            }
             Kind::Set { lenient } => lenient,
             Kind::Sql => false,
         };
@@ -344,6 +349,13 @@ impl Queries {
             .feed(PgWireBackendMessage::CommandComplete(tag.into()))
             .await?;
         Ok(None)
+    }
+}
+
+/// `DEALLOCATE` forgets the session's SQL-prepared statements it names.
+fn forget(conn: &Connection, local: &Local) {
+    if let Local::Deallocate(name) = local {
+        conn.session().deallocate(name.as_deref());
     }
 }
 
@@ -545,7 +557,8 @@ impl Queries {
     {
         let (prepared, lenient) = match portal.statement.statement.as_ref() {
             Parsed::Local(local) => {
-                local_command(client, *local).await?;
+                forget(&*connection(client)?, local);
+                local_command(client, local.clone()).await?;
                 return Ok(Started::Done);
             }
             Parsed::Planned { prepared, lenient } => (prepared, *lenient),
@@ -710,11 +723,11 @@ mod tests {
         assert_eq!(classify("ROLLBACK"), Kind::Local(Local::Rollback));
         assert_eq!(
             classify("DEALLOCATE ALL"),
-            Kind::Local(Local::Deallocate("DEALLOCATE ALL"))
+            Kind::Local(Local::Deallocate(None))
         );
         assert_eq!(
             classify("deallocate prepare _pg3_0"),
-            Kind::Local(Local::Deallocate("DEALLOCATE"))
+            Kind::Local(Local::Deallocate(Some("_pg3_0".into())))
         );
         assert_eq!(
             classify("rollback to savepoint a"),

@@ -65,6 +65,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         limits,
         users,
         tls: None,
+        fault_injection: false,
     };
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
@@ -320,7 +321,7 @@ async fn pg_errors_leave_the_connection_usable() {
         .unwrap_err();
     assert!(bad_set.code().is_some(), "{bad_set:?}");
     let bad_skiff = client
-        .simple_query("SET skiff.migrate_after_pipelines = 'soon'")
+        .simple_query("SET skiff.store_memory_max = 'soon'")
         .await
         .unwrap_err();
     assert!(bad_skiff.code().is_some(), "{bad_skiff:?}");
@@ -462,4 +463,269 @@ async fn pg_garbage_and_vanishing_clients_leave_the_server_up() {
     .await;
     let client = connect(cluster.pg).await;
     assert_eq!(texts(&client, "SELECT 4").await, vec![vec![s("4")]]);
+}
+
+/// A count from the first column of the first row.
+async fn count(client: &Client, sql: &str) -> i64 {
+    texts(client, sql).await[0][0]
+        .as_deref()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count from {sql}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_over_system_tables_see_every_change() {
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    // What psycopg does from a statement's fifth execution on: Parse once,
+    // then Bind and Execute with parameters.
+    let by_state = client
+        .prepare("SELECT count(*) FROM skiff.queries WHERE state = $1")
+        .await
+        .unwrap();
+    // SQL PREPARE and EXECUTE.
+    client
+        .simple_query(
+            "PREPARE finished_count(VARCHAR) AS \
+             SELECT count(*) FROM skiff.queries WHERE state = $1",
+        )
+        .await
+        .unwrap();
+    let mut last = (-1, -1);
+    for round in 0..6 {
+        let protocol: i64 = client
+            .query_one(&by_state, &[&"finished"])
+            .await
+            .unwrap()
+            .get(0);
+        let sql = count(&client, "EXECUTE finished_count('finished')").await;
+        // Each round finishes at least its own two statements and a third.
+        assert!(
+            protocol > last.0,
+            "round {round}: {protocol} after {}",
+            last.0
+        );
+        assert!(sql > last.1, "round {round}: {sql} after {}", last.1);
+        assert!(sql > protocol, "round {round}: the EXECUTE ran later");
+        last = (protocol, sql);
+        texts(&client, "SELECT 1").await;
+    }
+    let workers: i64 = client
+        .query_one(
+            "SELECT count(*) FROM skiff.workers WHERE role = $1",
+            &[&"worker"],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(workers, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_see_tables_dropped_created_and_grown() {
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    let files = tempfile::tempdir().unwrap();
+    let two = files.path().join("two.csv");
+    let three = files.path().join("three.csv");
+    let other = files.path().join("other.csv");
+    std::fs::write(&two, "a,b\n1,x\n2,y\n").unwrap();
+    std::fs::write(&three, "a,b\n1,x\n2,y\n3,z\n").unwrap();
+    std::fs::write(&other, "c\n1.5\n").unwrap();
+    let create = |path: &std::path::Path| {
+        format!(
+            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '{}' \
+             OPTIONS ('format.has_header' 'true')",
+            path.display()
+        )
+    };
+    client.simple_query(&create(&two)).await.unwrap();
+    let counted = client.prepare("SELECT count(*) FROM t").await.unwrap();
+    let rows = client.prepare("SELECT * FROM t ORDER BY 1").await.unwrap();
+    client
+        .simple_query("PREPARE t_count AS SELECT count(*) FROM t")
+        .await
+        .unwrap();
+    let n: i64 = client.query_one(&counted, &[]).await.unwrap().get(0);
+    assert_eq!(n, 2);
+    assert_eq!(count(&client, "EXECUTE t_count").await, 2);
+
+    client.simple_query("DROP TABLE t").await.unwrap();
+    client.simple_query(&create(&three)).await.unwrap();
+    let n: i64 = client.query_one(&counted, &[]).await.unwrap().get(0);
+    assert_eq!(n, 3, "the table created again, not the dropped one");
+    assert_eq!(count(&client, "EXECUTE t_count").await, 3);
+    assert_eq!(client.query(&rows, &[]).await.unwrap().len(), 3);
+
+    // Different columns: the client was told the old ones.
+    client.simple_query("DROP TABLE t").await.unwrap();
+    client.simple_query(&create(&other)).await.unwrap();
+    let changed = client.query(&rows, &[]).await.unwrap_err();
+    assert_eq!(
+        code(&changed),
+        Some(&PgState::FEATURE_NOT_SUPPORTED),
+        "{changed:?}"
+    );
+    let n: i64 = client.query_one(&counted, &[]).await.unwrap().get(0);
+    assert_eq!(n, 1);
+    let error = client.simple_query("DROP TABLE t").await;
+    assert!(error.is_ok(), "{error:?}");
+    let gone = client.query(&counted, &[]).await.unwrap_err();
+    assert_eq!(code(&gone), Some(&PgState::UNDEFINED_TABLE), "{gone:?}");
+
+    // A table over a directory sees files added after it was prepared.
+    let dir = files.path().join("grows");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("1.csv"), "a,b\n1,x\n").unwrap();
+    client
+        .simple_query(&format!(
+            "CREATE EXTERNAL TABLE g STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            dir.display()
+        ))
+        .await
+        .unwrap();
+    let grown = client.prepare("SELECT count(*) FROM g").await.unwrap();
+    let n: i64 = client.query_one(&grown, &[]).await.unwrap().get(0);
+    assert_eq!(n, 1);
+    std::fs::write(dir.join("2.csv"), "a,b\n2,y\n3,z\n").unwrap();
+    let n: i64 = client.query_one(&grown, &[]).await.unwrap().get(0);
+    assert_eq!(n, 3, "a file added to the table's directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_prepare_execute_and_deallocate() {
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    client
+        .simple_query(
+            "PREPARE cheap(DOUBLE) AS SELECT name FROM items WHERE price < $1 ORDER BY id",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&client, "EXECUTE cheap(2)").await,
+        vec![vec![s("apple")]]
+    );
+    assert_eq!(
+        texts(&client, "EXECUTE cheap(1 + 2)").await,
+        vec![vec![s("apple")], vec![s("pear")]]
+    );
+    // Through the extended protocol too (the client describes it first).
+    let rows = client.query("EXECUTE cheap(3)", &[]).await.unwrap();
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(names, ["apple", "pear"]);
+    let again = client
+        .simple_query("PREPARE cheap AS SELECT 1")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&again),
+        Some(&PgState::DUPLICATE_PSTATEMENT),
+        "{again:?}"
+    );
+    let arity = client
+        .simple_query("EXECUTE cheap(1, 2)")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&arity),
+        Some(&PgState::UNDEFINED_PARAMETER),
+        "{arity:?}"
+    );
+    let unknown = client.simple_query("EXECUTE nothing(1)").await.unwrap_err();
+    assert_eq!(
+        code(&unknown),
+        Some(&PgState::INVALID_SQL_STATEMENT_NAME),
+        "{unknown:?}"
+    );
+    client.simple_query("DEALLOCATE cheap").await.unwrap();
+    let gone = client.simple_query("EXECUTE cheap(2)").await.unwrap_err();
+    assert_eq!(
+        code(&gone),
+        Some(&PgState::INVALID_SQL_STATEMENT_NAME),
+        "{gone:?}"
+    );
+    client
+        .simple_query("PREPARE cheap AS SELECT count(*) FROM items")
+        .await
+        .unwrap();
+    assert_eq!(count(&client, "EXECUTE cheap").await, 3);
+    client.simple_query("DEALLOCATE ALL").await.unwrap();
+    assert!(client.simple_query("EXECUTE cheap").await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_wide_and_deep_statements_get_an_answer_or_an_error() {
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    // Over the statement size limit: a clear error, the connection stays.
+    let huge = format!("SELECT 1 -- {}", "x".repeat(100 << 20));
+    let error = client.simple_query(&huge).await.unwrap_err();
+    assert_eq!(
+        code(&error),
+        Some(&PgState::PROGRAM_LIMIT_EXCEEDED),
+        "{error:?}"
+    );
+    drop(huge);
+    assert_eq!(texts(&client, "SELECT 7").await, vec![vec![s("7")]]);
+
+    // A list of 100,000 literals is planned and run.
+    let list: Vec<String> = (0..100_000).map(|n| n.to_string()).collect();
+    let sql = format!(
+        "SELECT count(*) FROM items WHERE id IN ({})",
+        list.join(",")
+    );
+    assert_eq!(count(&client, &sql).await, 3);
+
+    // Deep nesting of every kind: an answer or an error with a SQLSTATE,
+    // never a crash.
+    let depth = 500;
+    let parens = format!("SELECT {}1{}", "(".repeat(depth), ")".repeat(depth));
+    let subqueries = format!(
+        "SELECT count(*) FROM {}items{}",
+        "(SELECT * FROM ".repeat(depth),
+        ") AS t".repeat(depth)
+    );
+    // A chain as long as the server plans answers; a longer one is refused.
+    let planned = vec!["id"; 1001].join(" + ");
+    let sum = count(&client, &format!("SELECT sum({planned}) FROM items")).await;
+    assert_eq!(sum, 6 * 1001);
+    let ors: Vec<String> = (0..500).map(|n| format!("id = {n}")).collect();
+    let sql = format!("SELECT count(*) FROM items WHERE {}", ors.join(" OR "));
+    assert_eq!(count(&client, &sql).await, 3);
+    let chain = format!("SELECT {} FROM items", vec!["id"; 20_000].join(" + "));
+    let error = client.simple_query(&chain).await.unwrap_err();
+    assert_eq!(
+        code(&error),
+        Some(&PgState::STATEMENT_TOO_COMPLEX),
+        "{error:?}"
+    );
+    let calls = format!(
+        "SELECT {}id{} FROM items",
+        "abs(".repeat(300),
+        ")".repeat(300)
+    );
+    for (what, sql) in [
+        ("parentheses", &parens),
+        ("subqueries", &subqueries),
+        ("a chain of additions", &chain),
+        ("nested calls", &calls),
+    ] {
+        match client.simple_query(sql).await {
+            Ok(_) => {}
+            Err(e) => assert_eq!(
+                code(&e),
+                Some(&PgState::STATEMENT_TOO_COMPLEX),
+                "{what}: {e:?}"
+            ),
+        }
+        assert_eq!(
+            texts(&client, "SELECT 7").await,
+            vec![vec![s("7")]],
+            "after {what}"
+        );
+    }
+    // The worker is still there too.
+    assert_eq!(count(&client, "SELECT count(*) FROM items").await, 3);
 }

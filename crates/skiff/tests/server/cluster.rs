@@ -56,7 +56,12 @@ async fn killed_worker_fails_only_its_query_and_cancel_stops_the_other() {
     let mut server = Server::start(&data, Options::default());
     let admin = server.pg().await;
     // Two long queries: least-loaded assignment puts them on both workers.
+    // The victim opts out of starting over on another worker, so that it
+    // fails as a query that already sent rows would.
     let victim_client = server.pg().await;
+    simple_rows(&victim_client, "SET skiff.retry_on_worker_loss = false")
+        .await
+        .expect("set");
     let other_client = server.pg().await;
     let victim = tokio::runtime::Handle::current()
         .spawn(async move { victim_client.simple_query(LONG_QUERY).await.map(|_| ()) });

@@ -5,6 +5,7 @@
 mod cluster;
 mod golden;
 mod migration_bench;
+mod privileges;
 mod slt;
 mod state;
 mod support;

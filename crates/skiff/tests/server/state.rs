@@ -376,6 +376,14 @@ fn spawn_query(client: &Arc<tokio_postgres::Client>, sql: &str) -> QueryTask {
     tokio::runtime::Handle::current().spawn(async move { run_pg(&client, &sql).await })
 }
 
+/// Wait (30 s at most) until `n` workers are alive: killed ones restart.
+async fn await_workers(client: &tokio_postgres::Client, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while live_workers(client).await < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Live workers in `skiff.workers`.
 async fn live_workers(client: &tokio_postgres::Client) -> usize {
     simple_rows(
@@ -432,10 +440,7 @@ async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
         for k in (2..MAX_BOUNDARIES).step_by(stride) {
             // A script of two statements (TPC-DS q14, q23, q24, q39) kills
             // two workers, and the second continuation needs a third.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while live_workers(&client).await < 3 && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            await_workers(&client, 3).await;
             set(&client, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
             let outcome = check_in(bench_name(bench), &query, run_pg(&client, &sql).await);
             let record = last_query(&client).await;
@@ -460,6 +465,50 @@ async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
     assert_none(&failures, &server);
     println!("{kills} queries continued from snapshots after their worker died");
     kills
+}
+
+/// Without snapshots, a query whose worker dies before it sent a row
+/// starts over on another worker (`skiff.retry_on_worker_loss`, on by
+/// default) and answers correctly: every TPC-H query, its worker killed
+/// after each of its first boundaries in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_starts_over_when_its_worker_dies_without_a_snapshot() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(3),
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let client = server.pg().await;
+    let mut failures = Vec::new();
+    let mut kills = 0;
+    for (query, sql) in answerable(Benchmark::Tpch) {
+        for k in [1, 3] {
+            await_workers(&client, 2).await;
+            let killer = server.pg().await;
+            set(&killer, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
+            let outcome = check(&query, run_pg(&killer, &sql).await);
+            let record = last_query(&client).await;
+            if record.restarts == 0 {
+                // Past the last boundary: nobody died.
+                if let Err(e) = outcome {
+                    failures.push(format!("{query} k={k}: {e}"));
+                }
+                continue;
+            }
+            kills += 1;
+            if let Err(e) = outcome {
+                failures.push(format!("{query} k={k}: {e} {record:?}"));
+            } else if record.restarts != 1
+                || record.migrations != 0
+                || !record.decision.contains("lost before any row was sent")
+            {
+                failures.push(format!("{query} k={k}: {record:?}"));
+            }
+        }
+    }
+    assert_none(&failures, &server);
+    assert!(kills >= 30, "only {kills} workers killed");
 }
 
 /// Snapshots by time (`skiff.snapshot_every_seconds`): with a period far
@@ -494,10 +543,7 @@ async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
         let Some(k) = record.pipelines_total.checked_sub(1).filter(|&k| k >= 1) else {
             continue;
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while live_workers(&client).await < 2 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        await_workers(&client, 2).await;
         // A session of its own: the kill trigger must not outlive this run.
         let killer = server.pg().await;
         set(&killer, "skiff.snapshot_every_seconds = 0.000001").await;

@@ -26,6 +26,9 @@ pub struct Server {
 #[derive(Default, Clone)]
 pub struct Options {
     pub workers: Option<u32>,
+    /// Start the server as users do, without `--fault-injection` (test
+    /// servers accept the test hooks unless this is set).
+    pub as_users_run_it: bool,
     pub extra: Vec<String>,
     pub env: Vec<(String, String)>,
 }
@@ -61,6 +64,7 @@ impl Server {
             .args(["--partitions", "2"])
             .arg("--workers")
             .arg(options.workers.unwrap_or(2).to_string())
+            .args((!options.as_users_run_it).then_some("--fault-injection"))
             .args(&options.extra)
             .env_remove("SKIFF_USER")
             .env_remove("SKIFF_PASSWORD")

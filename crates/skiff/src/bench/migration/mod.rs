@@ -805,6 +805,8 @@ impl Cluster {
             .arg(data)
             .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
             .args(["--cluster-addr", "127.0.0.1:0"])
+            // The experiments migrate queries with the test hooks.
+            .arg("--fault-injection")
             .stdout(Stdio::piped());
         let mut coordinator = Owned(command.spawn().map_err(|e| fail(e.to_string()))?);
         let stdout = coordinator
