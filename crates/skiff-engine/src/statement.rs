@@ -115,6 +115,22 @@ pub fn number_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The highest `$n` placeholder outside quotes and comments; 0 for none.
+pub fn highest_placeholder(sql: &str) -> usize {
+    let bytes = sql.as_bytes();
+    top_level(sql, b'$')
+        .into_iter()
+        .filter_map(|at| {
+            let digits = bytes[at + 1..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            sql.get(at + 1..at + 1 + digits)?.parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Byte offsets of `wanted` outside quotes and comments.
 fn top_level(script: &str, wanted: u8) -> Vec<usize> {
     let bytes = script.as_bytes();
@@ -283,6 +299,14 @@ fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_highest_placeholder_outside_quotes() {
+        assert_eq!(highest_placeholder("SELECT 1"), 0);
+        assert_eq!(highest_placeholder("SELECT $2, $10, $3"), 10);
+        assert_eq!(highest_placeholder("SELECT '$7', $1 -- $9"), 1);
+        assert_eq!(highest_placeholder("SELECT $$ $5 $$, $"), 0);
+    }
 
     #[test]
     fn operator_chains_are_counted_per_level_outside_quotes() {

@@ -116,6 +116,11 @@ impl Users {
         self.accounts.get(user).map(|a| a.password.as_str())
     }
 
+    /// The configured user names.
+    pub fn names(&self) -> Vec<String> {
+        self.accounts.keys().cloned().collect()
+    }
+
     /// The role of an authenticated `user`. Without configured users every
     /// (loopback) client is trusted, and so an admin.
     pub fn role(&self, user: &str) -> Role {

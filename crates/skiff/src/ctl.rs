@@ -17,6 +17,7 @@ use crate::remote::{Credentials, FlightConn};
   skiff ctl migrate 42 --to 127.0.0.1:40067 --immediate
   skiff ctl suspend 42 && skiff ctl resume 42
   skiff ctl drain 2 && skiff ctl drain 3 --immediate
+  skiff ctl undrain 2
   skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
 
 Credentials come from SKIFF_USER and SKIFF_PASSWORD when the server requires them.")]
@@ -69,6 +70,12 @@ pub enum CtlCommand {
         #[arg(long)]
         immediate: bool,
     },
+    /// Let a drained worker take queries again (queries suspended because
+    /// no worker was left resume on it).
+    Undrain {
+        /// The worker's id or address.
+        worker: String,
+    },
     /// A spot notice: vacate a worker that goes away in SECONDS; migrations
     /// turn immediate when half the notice has passed.
     SpotNotice {
@@ -109,6 +116,7 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
                 mode(*immediate)
             )
         }
+        CtlCommand::Undrain { worker } => format!("SELECT skiff.undrain({})", quote(worker)),
         CtlCommand::SpotNotice { worker, seconds } => {
             format!("SELECT skiff.spot_notice({}, '{seconds}')", quote(worker))
         }
@@ -136,6 +144,10 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
         CtlCommand::Suspend { id, .. } => {
             println!("query {id}: suspension asked; it stops at its next pipeline boundary");
         }
+        CtlCommand::Undrain { worker } => match first_bool(&batches) {
+            Some(true) => println!("worker {worker} takes queries again"),
+            _ => return Err(fail(format!("worker {worker} is not draining"))),
+        },
         CtlCommand::Resume { id } => match first_bool(&batches) {
             Some(true) => println!("query {id} resumed"),
             _ => return Err(fail(format!("query {id} is not suspended"))),

@@ -184,6 +184,25 @@ impl Membership {
         }
     }
 
+    /// Let a drained worker take queries again; false when no such live
+    /// worker is draining.
+    pub fn stop_draining(&self, id: u64) -> bool {
+        match lock(&self.nodes).get_mut(&id) {
+            Some(node) if node.role == Role::Worker && node.draining => {
+                node.draining = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether some live worker takes new queries.
+    pub fn any_usable_worker(&self) -> bool {
+        lock(&self.nodes)
+            .values()
+            .any(|n| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining)
+    }
+
     pub fn vacated(&self, id: u64, ms: u64) {
         if let Some(node) = lock(&self.nodes).get_mut(&id) {
             node.vacate_ms = Some(ms);

@@ -8,6 +8,7 @@ pub mod cost;
 pub(crate) use cluster_service::ClusterService;
 mod dispatch;
 mod membership;
+pub(crate) mod pg_catalog;
 mod queries;
 mod relay;
 pub(crate) use queries::lock;
@@ -92,6 +93,8 @@ pub(crate) struct Inner {
     clients: Mutex<HashMap<String, dispatch::WorkerClient>>,
     /// Measured state hand-off bandwidth, for the migration decision.
     pub(crate) bandwidth: cost::Bandwidth,
+    /// Rewrites of the catalog queries PostgreSQL tools send.
+    catalog_sql: pg_catalog::CatalogSql,
 }
 
 impl Coordinator {
@@ -107,6 +110,7 @@ impl Coordinator {
         let found = engine.register_data_dir(&config.data_dir).await?;
         info!(tables = found.len(), dir = %config.data_dir.display(), "data directory registered");
         let catalog = CatalogStore::open(&config.data_dir)?;
+        pg_catalog::install(engine.context(), &config.users)?;
         let inner = Arc::new_cyclic(|weak| {
             system_tables::install(engine.context(), weak.clone());
             Inner {
@@ -121,6 +125,7 @@ impl Coordinator {
                 next_session: AtomicU64::new(0),
                 clients: Mutex::new(HashMap::new()),
                 bandwidth: cost::Bandwidth::default(),
+                catalog_sql: pg_catalog::CatalogSql::new(),
             }
         });
         let coordinator = Self { inner };
@@ -206,9 +211,9 @@ impl Coordinator {
                 self.explain_pipelines(session, &entry, query, analyze)
                     .await
             }
-            StatementKind::Sql(sql) => match session.ctx.state().create_logical_plan(sql).await {
+            StatementKind::Sql(sql) => match self.plan_sql(session, sql).await {
                 Ok(plan) => self.run_logical(session, &entry, sql, plan).await,
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             },
         };
         self.finish_start(session, entry, outcome)
@@ -226,24 +231,30 @@ impl Coordinator {
             });
         }
         let numbered = skiff_engine::statement::number_placeholders(sql);
-        let plan = session.ctx.state().create_logical_plan(&numbered).await?;
+        let plan = self.plan_sql(session, &numbered).await?;
         // The placeholders of `PREPARE name AS ...` are bound by `EXECUTE`.
         let types = match &plan {
             LogicalPlan::Statement(Statement::Prepare(_)) => Default::default(),
             plan => plan.get_parameter_types()?,
         };
-        let mut param_types = Vec::with_capacity(types.len());
-        for n in 1..=types.len() {
-            match types.get(&format!("${n}")) {
-                Some(t) => param_types.push(t.clone()),
+        let mut count = skiff_engine::statement::highest_placeholder(&numbered);
+        for name in types.keys() {
+            match name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) => count = count.max(n),
                 None => {
                     return Err(ServerError::new(
                         SqlState::UndefinedParameter,
-                        format!("parameters must be numbered $1..${}", types.len()),
+                        format!("parameters must be numbered $1, $2, ...: {name}"),
                     ));
                 }
             }
         }
+        // A placeholder the plan does not use (a catalog query's rewrite
+        // dropped it, or the statement skips a number) has no known type;
+        // the client still sends a value for it.
+        let param_types = (1..=count)
+            .map(|n| types.get(&format!("${n}")).cloned().flatten())
+            .collect();
         let described = self.resolve_named(session, plan).await?;
         Ok(PreparedStatement {
             sql: sql.to_string(),
@@ -275,7 +286,7 @@ impl Coordinator {
         }
         let entry = self.inner.queries.begin(session.user(), &prepared.sql);
         let outcome = async {
-            let plan = session.ctx.state().create_logical_plan(numbered).await?;
+            let plan = self.plan_sql(session, numbered).await?;
             let plan = self.resolve_named(session, plan).await?;
             if !same_columns(&result_schema(&plan), &prepared.schema) {
                 // The client decodes rows by the columns it was told at
@@ -418,6 +429,21 @@ impl Coordinator {
         })
     }
 
+    /// The logical plan of one statement: `SHOW` of a PostgreSQL parameter
+    /// as its value, catalog queries through their rewrites, the rest as
+    /// DataFusion plans it.
+    async fn plan_sql(&self, session: &ClientSession, sql: &str) -> Result<LogicalPlan> {
+        let state = session.ctx.state();
+        if let Some(select) = pg_catalog::show_as_select(sql) {
+            return Ok(state.create_logical_plan(&select).await?);
+        }
+        if pg_catalog::CatalogSql::is_catalog_query(sql) {
+            let statement = self.inner.catalog_sql.parse(sql)?;
+            return Ok(state.statement_to_plan(statement).await?);
+        }
+        Ok(state.create_logical_plan(sql).await?)
+    }
+
     /// `EXECUTE name(args)` as the plan it runs; any other plan as it is.
     async fn resolve_named(
         &self,
@@ -440,8 +466,9 @@ impl Coordinator {
             return Err(unknown_statement(&execute.name));
         };
         let state = session.ctx.state();
+        let numbered = skiff_engine::statement::number_placeholders(&text);
         let LogicalPlan::Statement(Statement::Prepare(prepare)) =
-            state.create_logical_plan(&text).await?
+            self.plan_sql(session, &numbered).await?
         else {
             return Err(ServerError::internal(format!(
                 "prepared statement \"{}\" is no longer a PREPARE",
@@ -514,7 +541,7 @@ impl Coordinator {
         query: &str,
         analyze: bool,
     ) -> Result<Output> {
-        let plan = session.ctx.state().create_logical_plan(query).await?;
+        let plan = self.plan_sql(session, query).await?;
         if !returns_rows(&plan) {
             return Err(ServerError::new(
                 SqlState::FeatureNotSupported,
@@ -701,7 +728,7 @@ fn persisted_change(plan: &LogicalPlan) -> Option<Change> {
 }
 
 /// Queries over tables that only the coordinator has (system tables, the
-/// information schema), and queries that read no table at all (constants,
+/// information schema, `pg_catalog`), and queries that read no table at all (constants,
 /// admin functions such as `skiff.cancel`), run on the coordinator. A view
 /// counts as the tables it reads.
 fn runs_on_coordinator(plan: &LogicalPlan) -> bool {
@@ -719,7 +746,7 @@ fn count_scans(plan: &LogicalPlan, scans: &mut usize, local: &mut bool) {
                 *scans += 1;
                 *local |= matches!(
                     scan.table_name.schema(),
-                    Some(system_tables::SCHEMA) | Some("information_schema")
+                    Some(system_tables::SCHEMA | pg_catalog::SCHEMA | "information_schema")
                 );
             }
             if *local {

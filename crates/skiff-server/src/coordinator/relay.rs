@@ -200,6 +200,7 @@ impl Relay {
     /// Start the remaining plan of `handoff` on a worker; start over when
     /// that fails (the state is gone, damaged or unreachable).
     async fn continue_from(&mut self, handoff: &Handoff, placement: Placement) -> Result<Attempt> {
+        self.hold_until_a_worker().await?;
         let ticket = RunQuery {
             plan: handoff.plan.clone(),
             state_key: handoff.state_key.clone(),
@@ -279,7 +280,39 @@ impl Relay {
         Ok(())
     }
 
+    /// With no worker to run it (the last one was drained or lost), a
+    /// query that is moving on (its state in the cache, or starting over)
+    /// is suspended until a worker can take it: one registers, restarts or
+    /// is undrained. Only a cancel or the
+    /// statement timeout end the wait; the client just waits longer.
+    async fn hold_until_a_worker(&mut self) -> Result<()> {
+        if self.inner.membership.any_usable_worker() {
+            return Ok(());
+        }
+        let id = self.entry.id;
+        warn!(
+            query = id,
+            "no worker takes queries; suspended until one does"
+        );
+        self.entry.update(|info| {
+            info.status = QueryStatus::Suspended;
+            info.suspensions += 1;
+            info.decision = "suspended: no worker takes queries; resumes when one does".into();
+        });
+        let token = self.entry.token().clone();
+        while !self.inner.membership.any_usable_worker() {
+            tokio::select! {
+                () = token.cancelled() => return Err(self.entry.cancel_reason()),
+                () = tokio::time::sleep(WORKER_POLL) => {}
+            }
+        }
+        self.entry.update(|info| info.status = QueryStatus::Running);
+        info!(query = id, "a worker takes queries again; resuming");
+        Ok(())
+    }
+
     async fn restart(&mut self, placement: Placement, why: &str) -> Result<Attempt> {
+        self.hold_until_a_worker().await?;
         self.entry.update(|info| {
             info.restarts += 1;
             info.snapshot = None;

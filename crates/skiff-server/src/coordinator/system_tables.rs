@@ -47,6 +47,7 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         Admin::Suspend,
         Admin::Resume,
         Admin::Drain,
+        Admin::Undrain,
         Admin::SpotNotice,
     ] {
         ctx.register_udf(ScalarUDF::from(AdminFunction::new(op, coordinator.clone())));
@@ -409,6 +410,8 @@ enum Admin {
     Resume,
     /// `skiff.drain(worker [, 'drain' | 'immediate'])`
     Drain,
+    /// `skiff.undrain(worker)`: a drained worker takes queries again.
+    Undrain,
     /// `skiff.spot_notice(worker, seconds)`
     SpotNotice,
 }
@@ -447,6 +450,7 @@ impl AdminFunction {
             Admin::Suspend => "skiff.suspend",
             Admin::Resume => "skiff.resume",
             Admin::Drain => "skiff.drain",
+            Admin::Undrain => "skiff.undrain",
             Admin::SpotNotice => "skiff.spot_notice",
         };
         Self {
@@ -463,6 +467,7 @@ impl AdminFunction {
             Admin::Suspend => "skiff.suspend(id [, 'drain' | 'immediate'])",
             Admin::Resume => "skiff.resume(id)",
             Admin::Drain => "skiff.drain(worker [, 'drain' | 'immediate'])",
+            Admin::Undrain => "skiff.undrain(worker)",
             Admin::SpotNotice => "skiff.spot_notice(worker, seconds)",
         }
     }
@@ -501,7 +506,8 @@ impl AdminFunction {
                 vacate::vacate(inner, worker(first)?, Vacate::Notice(notice))?;
                 return Ok(true);
             }
-            (Admin::Drain | Admin::SpotNotice, _) => return Err(usage().into()),
+            (Admin::Undrain, []) => return Ok(inner.membership.stop_draining(worker(first)?)),
+            (Admin::Drain | Admin::Undrain | Admin::SpotNotice, _) => return Err(usage().into()),
             _ => {}
         }
         let id: u64 = first.trim().parse().map_err(|_| usage())?;

@@ -111,7 +111,11 @@ impl Startup {
 /// `ISO` for JDBC; dates, times and zones are written in those styles.
 fn server_parameters() -> DefaultServerParameterProvider {
     let mut parameters = DefaultServerParameterProvider::default();
-    parameters.server_version = format!("16.6 (Skiff {})", env!("CARGO_PKG_VERSION"));
+    parameters.server_version = format!(
+        "{} (Skiff {})",
+        crate::coordinator::pg_catalog::SERVER_VERSION,
+        env!("CARGO_PKG_VERSION")
+    );
     parameters.date_style = "ISO, MDY".to_string();
     parameters.interval_style = "postgres".to_string();
     parameters.time_zone = super::types::TIME_ZONE.to_string();

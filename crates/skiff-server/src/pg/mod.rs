@@ -18,6 +18,7 @@
 mod auth;
 mod handler;
 mod types;
+pub(crate) use types::TIME_ZONE;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -35,7 +35,7 @@ const MICROS_PER_DAY: i64 = 86_400_000_000;
 const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS as i64 * MICROS_PER_DAY;
 /// Time zone timestamps with a zone are shown in; the `TimeZone` the server
 /// reports at startup.
-pub(super) const TIME_ZONE: &str = "UTC";
+pub(crate) const TIME_ZONE: &str = "UTC";
 
 /// The PostgreSQL type a column of `data_type` is described with, and its
 /// type modifier (`-1` for none; `numeric(p, s)` carries its precision and

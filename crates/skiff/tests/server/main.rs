@@ -2,6 +2,7 @@
 //! (coordinator plus worker and memory-node child processes) and reached
 //! only through its ports, as clients reach it.
 
+mod clients;
 mod cluster;
 mod golden;
 mod migration_bench;

@@ -105,6 +105,7 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
         "SELECT skiff.suspend(1)",
         "SELECT skiff.resume(1)",
         "SELECT skiff.drain('1')",
+        "SELECT skiff.undrain('1')",
         "SELECT skiff.spot_notice('1', 5)",
     ];
     for call in steering {
@@ -138,7 +139,8 @@ async fn users_cancel_their_own_queries_and_admins_anyones() {
 
     // Bob cancels his own query from another connection.
     let bob_runner = login(&server, "bob", "bobpw").await;
-    let bobs = tokio::spawn(async move { bob_runner.simple_query(LONG_QUERY).await });
+    let bobs = tokio::runtime::Handle::current()
+        .spawn(async move { bob_runner.simple_query(LONG_QUERY).await });
     let id = running_id(&bob, "bob", LONG_QUERY).await;
     let cancel = format!("SELECT skiff.cancel({id})");
     assert_eq!(
@@ -155,12 +157,14 @@ async fn users_cancel_their_own_queries_and_admins_anyones() {
 
     // Root's query: bob may not cancel it, root may cancel anyone's.
     let root_runner = login(&server, "root", "rootpw").await;
-    let roots = tokio::spawn(async move { root_runner.simple_query(LONG_QUERY).await });
+    let roots = tokio::runtime::Handle::current()
+        .spawn(async move { root_runner.simple_query(LONG_QUERY).await });
     let id = running_id(&root, "root", LONG_QUERY).await;
     let cancel = format!("SELECT skiff.cancel({id})");
     assert_eq!(outcome(&bob, &cancel).await, "42501", "bob cancels root's");
     let bob_runner = login(&server, "bob", "bobpw").await;
-    let bobs = tokio::spawn(async move { bob_runner.simple_query(LONG_QUERY).await });
+    let bobs = tokio::runtime::Handle::current()
+        .spawn(async move { bob_runner.simple_query(LONG_QUERY).await });
     let bobs_id = running_id(&root, "bob", LONG_QUERY).await;
     let rows = simple_rows(&root, &format!("SELECT skiff.cancel({bobs_id})"))
         .await

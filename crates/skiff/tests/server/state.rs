@@ -977,3 +977,69 @@ async fn spot_notice_vacates_a_worker() {
     finish_held(&admin, &moved, tasks).await;
     assert!(migrations_of(&admin, &moved).await.iter().all(|&m| m == 1));
 }
+
+/// Draining the only worker suspends its queries (their state waits in the
+/// cache) instead of failing them; a new query waits for a worker and,
+/// past `--worker-wait-timeout`, fails with a clear message; after
+/// `skiff.undrain` the suspended queries resume and answer correctly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_the_last_worker_suspends_its_queries_until_undrained() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(1),
+        extra: vec!["--worker-wait-timeout".into(), "1".into()],
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let admin = server.pg().await;
+    let tasks = start_held(&server, &admin, &["q03", "q05"], 2).await;
+    let worker = on_workers(&admin).await[0].1.clone();
+    let drained = simple_rows(&admin, &format!("SELECT skiff.drain('{worker}')"))
+        .await
+        .expect("drain");
+    assert_eq!(drained[0][0].as_deref(), Some("t"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let suspended = simple_rows(
+            &admin,
+            "SELECT count(*) FROM skiff.queries WHERE state = 'suspended' \
+             AND decision LIKE 'suspended: no worker%'",
+        )
+        .await
+        .expect("skiff.queries");
+        if suspended[0][0].as_deref() == Some("2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "queries were not suspended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A new query finds no worker: it waits a second, then fails clearly.
+    let started = Instant::now();
+    let error = admin
+        .simple_query("SELECT count(*) FROM nation")
+        .await
+        .expect_err("no worker");
+    assert_eq!(crate::support::sqlstate(&error), "57P03", "{error:?}");
+    let message = error.as_db_error().map(|e| e.message().to_string());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("no worker is available")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "it did not wait"
+    );
+    let undrained = simple_rows(&admin, &format!("SELECT skiff.undrain('{worker}')"))
+        .await
+        .expect("undrain");
+    assert_eq!(undrained[0][0].as_deref(), Some("t"));
+    for (name, task) in tasks {
+        check(&name, task.await.expect("task")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let again = simple_rows(&admin, &format!("SELECT skiff.undrain('{worker}')"))
+        .await
+        .expect("undrain again");
+    assert_eq!(again[0][0].as_deref(), Some("f"), "it no longer drains");
+}

@@ -1,0 +1,120 @@
+//! The tools users bring read the catalog: psql's `\d` commands, and
+//! SQLAlchemy, pandas and psycopg (in a Python environment the testkit
+//! makes on first use), against a real `skiff serve`.
+
+use std::process::Command;
+
+use skiff_gen::Benchmark;
+use skiff_testkit::dataset;
+
+use crate::support::{Options, Server};
+
+/// Run one psql meta-command against `server`; its output, or a panic
+/// with what psql said.
+fn psql(server: &Server, command: &str) -> String {
+    let output = Command::new("psql")
+        .args(["-h", &server.pg.ip().to_string()])
+        .args(["-p", &server.pg.port().to_string()])
+        .args(["-U", "skiff", "-d", "skiff", "-X", "-v", "ON_ERROR_STOP=1"])
+        .args(["-c", command])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("run psql (the PostgreSQL client must be installed)");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stderr.trim().is_empty(),
+        "psql -c '{command}' failed:\n{stdout}{stderr}\nserver log:\n{}",
+        server.log_text()
+    );
+    stdout
+}
+
+#[test]
+fn psql_meta_commands_describe_the_catalog() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let tables = psql(&server, "\\dt");
+    for table in ["nation", "lineitem", "orders"] {
+        assert!(tables.contains(table), "\\dt lacks {table}:\n{tables}");
+    }
+    let nation = psql(&server, "\\d nation");
+    for column in ["n_nationkey", "n_name", "n_regionkey", "n_comment"] {
+        assert!(
+            nation.contains(column),
+            "\\d nation lacks {column}:\n{nation}"
+        );
+    }
+    let schemas = psql(&server, "\\dn");
+    assert!(schemas.contains("public"), "\\dn:\n{schemas}");
+    assert!(schemas.contains("skiff"), "\\dn:\n{schemas}");
+    let databases = psql(&server, "\\l");
+    assert!(databases.contains("datafusion"), "\\l:\n{databases}");
+    psql(&server, "\\df");
+    // A table created later shows at once.
+    psql(
+        &server,
+        "CREATE VIEW cheap_parts AS SELECT p_partkey FROM part WHERE p_retailprice < 1000",
+    );
+    let tables = psql(&server, "\\dv");
+    assert!(tables.contains("cheap_parts"), "\\dv:\n{tables}");
+    let version = psql(&server, "SELECT version()");
+    assert!(version.contains("PostgreSQL 16"), "{version}");
+}
+
+#[test]
+fn sqlalchemy_pandas_and_psycopg_read_the_server() {
+    let python = skiff_testkit::python::client_python();
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let script = skiff_testkit::repo_root().join("tests/clients/pg_clients.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg(server.pg.ip().to_string())
+        .arg(server.pg.port().to_string())
+        .output()
+        .expect("run the client script");
+    assert!(
+        output.status.success(),
+        "{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    let seen: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+    assert_eq!(seen["server_version_info"][0], 16, "{seen}");
+    assert_eq!(seen["select"], 42, "{seen}");
+    let tables: Vec<&str> = seen["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for table in ["customer", "lineitem", "nation", "orders", "part", "region"] {
+        assert!(tables.contains(&table), "get_table_names: {tables:?}");
+    }
+    let columns: Vec<&str> = seen["nation_columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["n_nationkey", "n_name", "n_regionkey", "n_comment"],
+        "{seen}"
+    );
+    assert_eq!(seen["pandas_rows"], 25, "{seen}");
+    assert_eq!(seen["pandas_first"][0], 0, "{seen}");
+    let counts: Vec<i64> = seen["prepared_counts"]
+        .as_array()
+        .expect("counts")
+        .iter()
+        .filter_map(|c| c.as_i64())
+        .collect();
+    assert_eq!(counts.len(), 10, "{seen}");
+    assert!(
+        counts.windows(2).all(|w| w[1] > w[0]),
+        "a prepared statement returned a stale count: {counts:?}"
+    );
+}
