@@ -1,13 +1,13 @@
 //! Test support shared by the test suites of several crates: benchmark
 //! datasets generated once per machine, query files, and the DuckDB golden
-//! answers with the comparison rules that judge a result against them, a
-//! Python environment with the client libraries the client tests drive, and
+//! answers with the comparison rules that judge a result against them, the
+//! client libraries the client tests drive (Python's, JDBC), and
 //! the switch for the slow tests (`SKIFF_SLOW_TESTS`).
 //! Used only from tests; it panics on broken fixtures, never on results.
 
+pub mod clients;
 pub mod data;
 pub mod golden;
-pub mod python;
 pub mod slt;
 
 pub use data::{bench_name, dataset, files_with_extension, queries, repo_root};

@@ -1,6 +1,7 @@
-//! The tools users bring read the catalog: psql's `\d` commands, and
+//! The tools users bring read the catalog: psql's `\d` commands,
 //! SQLAlchemy, pandas and psycopg (in a Python environment the testkit
-//! makes on first use), against a real `skiff serve`.
+//! makes on first use) and JDBC's `DatabaseMetaData` (the driver fetched
+//! on first use), against a real `skiff serve`.
 
 use std::process::Command;
 
@@ -64,7 +65,7 @@ fn psql_meta_commands_describe_the_catalog() {
 
 #[test]
 fn sqlalchemy_pandas_and_psycopg_read_the_server() {
-    let python = skiff_testkit::python::client_python();
+    let python = skiff_testkit::clients::python();
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let script = skiff_testkit::repo_root().join("tests/clients/pg_clients.py");
@@ -117,4 +118,51 @@ fn sqlalchemy_pandas_and_psycopg_read_the_server() {
         counts.windows(2).all(|w| w[1] > w[0]),
         "a prepared statement returned a stale count: {counts:?}"
     );
+}
+
+#[test]
+fn jdbc_metadata_lists_tables_and_columns() {
+    let jar = skiff_testkit::clients::jdbc_driver();
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let program = skiff_testkit::repo_root().join("tests/clients/JdbcMetadata.java");
+    let output = Command::new("java")
+        .arg("-cp")
+        .arg(&jar)
+        .arg(&program)
+        .arg(server.pg.ip().to_string())
+        .arg(server.pg.port().to_string())
+        .output()
+        .expect("run java (a JDK must be installed)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.contains(&"product PostgreSQL 16"), "{stdout}");
+    for table in ["customer", "lineitem", "nation", "orders", "region"] {
+        let line = format!("table public.{table}");
+        assert!(
+            lines.contains(&line.as_str()),
+            "getTables lacks {table}:\n{stdout}"
+        );
+    }
+    let columns: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("column "))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "n_nationkey int8",
+            "n_name text",
+            "n_regionkey int8",
+            "n_comment text"
+        ],
+        "{stdout}"
+    );
+    assert!(lines.contains(&"row GERMANY"), "{stdout}");
 }

@@ -1043,3 +1043,25 @@ async fn draining_the_last_worker_suspends_its_queries_until_undrained() {
         .expect("undrain again");
     assert_eq!(again[0][0].as_deref(), Some("f"), "it no longer drains");
 }
+
+/// Losing the only worker is no error either: the query that ran there
+/// waits, suspended, until `skiff serve` has restarted the worker, then
+/// starts over on it and answers correctly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_only_worker_waits_for_its_restart() {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(1),
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let client = server.pg().await;
+    set(&client, "skiff.kill_worker_after_pipelines = 1").await;
+    check("q03", run_pg(&client, &tpch_query("q03")).await).expect("q03 after the restart");
+    let record = last_query(&client).await;
+    assert_eq!(record.restarts, 1, "{record:?}");
+    assert!(
+        record.decision.contains("lost before any row was sent"),
+        "{record:?}"
+    );
+}
