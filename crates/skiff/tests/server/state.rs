@@ -1065,3 +1065,122 @@ async fn losing_the_only_worker_waits_for_its_restart() {
         "{record:?}"
     );
 }
+
+/// Seed of the kill loops: the same kills at the same moments on every run
+/// (as far as the machine's timing lets).
+const KILL_SEED: u64 = 0x5eed_6b11;
+
+/// A query stream while a seeded loop SIGKILLs a random live worker every
+/// 0.1-0.6 s, with default settings (no snapshots): every query answers
+/// correctly, or fails with 57P03 only where a retry was impossible because
+/// rows had already reached the client. The stream repeats until `kills`
+/// workers died (two minutes at most). Returns the number of kills.
+async fn kill_loop_stream(bench: Benchmark, kills: usize) -> usize {
+    use rand::{Rng, SeedableRng};
+    let data = dataset(bench, 0.01);
+    let options = Options {
+        workers: Some(3),
+        ..Options::default()
+    };
+    let server = Server::start(&data, options);
+    let admin = server.pg().await;
+    let client = server.pg().await;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer_done = Arc::clone(&done);
+    let killed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let killer_count = Arc::clone(&killed);
+    let killer_client = server.pg().await;
+    let killer = tokio::runtime::Handle::current().spawn(async move {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(KILL_SEED);
+        while !killer_done.load(std::sync::atomic::Ordering::Relaxed) {
+            let pause = rng.random_range(100..600);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            // The victim: a worker running a query of the stream right now,
+            // found within a second; one worker stays alive at least.
+            let mut victim = None;
+            for _ in 0..200 {
+                let alive = live_workers(&killer_client).await;
+                let busy = simple_rows(
+                    &killer_client,
+                    "SELECT w.pid FROM skiff.workers w JOIN skiff.queries q \
+                     ON q.worker = w.address WHERE q.state = 'running' \
+                     AND w.state = 'alive' AND q.sql NOT LIKE '%skiff.%'",
+                )
+                .await
+                .unwrap_or_default();
+                let pids: Vec<i32> = busy
+                    .iter()
+                    .filter_map(|r| r[0].as_deref()?.parse().ok())
+                    .collect();
+                if alive >= 2 && !pids.is_empty() {
+                    victim = Some(pids[rng.random_range(0..pids.len())]);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let Some(victim) = victim else {
+                continue;
+            };
+            // SAFETY: kill(2) on a worker process this test's server started.
+            if unsafe { libc::kill(victim, libc::SIGKILL) } == 0 {
+                killer_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    let mut failures = Vec::new();
+    let mut lost = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut round = 0;
+    while round == 0
+        || (killed.load(std::sync::atomic::Ordering::Relaxed) < kills && Instant::now() < deadline)
+    {
+        round += 1;
+        for (query, sql) in answerable(bench) {
+            match run_pg(&client, &sql).await {
+                Err(e) if e.contains("E57P03") => lost += 1,
+                outcome => {
+                    if let Err(e) = check_in(bench_name(bench), &query, outcome) {
+                        failures.push(format!("round {round} {query}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    killer.await.expect("killer");
+    let kills = killed.load(std::sync::atomic::Ordering::Relaxed);
+    // A query that failed on a lost worker must have sent rows already.
+    let unretried = simple_rows(
+        &admin,
+        "SELECT id, sql, rows_sent, restarts, error FROM skiff.queries \
+         WHERE state = 'failed' AND error LIKE '%was lost%' AND rows_sent = 0",
+    )
+    .await
+    .expect("skiff.queries");
+    for row in unretried {
+        failures.push(format!("failed although no row was sent: {row:?}"));
+    }
+    assert_none(&failures, &server);
+    println!(
+        "{kills} workers killed in {round} rounds; {} queries started over; \
+         {lost} lost after sending rows",
+        server.log_text().matches("starting the query over").count()
+    );
+    kills
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_stream_survives_a_seeded_kill_loop() {
+    let kills = kill_loop_stream(Benchmark::Tpch, 20).await;
+    assert!(kills >= 20, "only {kills} workers killed");
+}
+
+/// The same under a TPC-DS stream (SKIFF_SLOW_TESTS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_stream_survives_a_seeded_kill_loop() {
+    if !skiff_testkit::slow_tests("tpcds kill-loop stream") {
+        return;
+    }
+    let kills = kill_loop_stream(Benchmark::Tpcds, 20).await;
+    assert!(kills >= 20, "only {kills} workers killed");
+}
