@@ -232,6 +232,32 @@ pub fn longest_operator_chain(sql: &str) -> usize {
     longest
 }
 
+/// Whether `f` holds for a word of `sql` (a run of ASCII letters, digits
+/// and `_`) outside quotes and comments.
+pub fn any_word(sql: &str, mut f: impl FnMut(&str) -> bool) -> bool {
+    let bytes = sql.as_bytes();
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(end) = skip_literal(bytes, i) {
+            i = end;
+            continue;
+        }
+        if !is_word(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_word(bytes[i]) {
+            i += 1;
+        }
+        if f(&sql[start..i]) {
+            return true;
+        }
+    }
+    false
+}
+
 /// True when `text` holds nothing but whitespace and comments.
 pub fn is_blank(text: &str) -> bool {
     let bytes = text.as_bytes();
@@ -299,6 +325,16 @@ fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_are_found_outside_quotes_and_comments() {
+        let pg = |sql: &str| any_word(sql, |w| w.starts_with("pg_"));
+        assert!(pg("SELECT * FROM pg_catalog.pg_class"));
+        assert!(!pg(
+            "SELECT 'pg_class', \"pg_x\" -- pg_y\n/* pg_z */ FROM t"
+        ));
+        assert!(!pg("SELECT apg_b FROM t"));
+    }
 
     #[test]
     fn the_highest_placeholder_outside_quotes() {

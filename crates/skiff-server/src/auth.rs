@@ -17,7 +17,7 @@ pub enum Role {
     /// Runs statements and cancels their own queries.
     User,
     /// Also migrates, suspends, resumes and cancels anyone's queries,
-    /// drains workers and sends spot notices.
+    /// drains and undrains workers and sends spot notices.
     Admin,
 }
 

@@ -2,8 +2,9 @@
 //!
 //! - the **coordinator** ([`coordinator`], [`server`]): front doors
 //!   ([`pg`] for the PostgreSQL wire protocol, [`flight_sql`] for Arrow
-//!   Flight SQL), users ([`auth`]), the persistent catalog, planning,
-//!   membership, the `skiff` system tables, shipping plans to workers, and
+//!   Flight SQL), users and their roles ([`auth`]), the persistent catalog,
+//!   PostgreSQL's `pg_catalog` for client tools, planning, membership, the
+//!   `skiff` system tables and admin functions, shipping plans to workers, and
 //!   relaying a query's result across migrations, suspensions and restarts;
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   and hands queries off at pipeline boundaries;

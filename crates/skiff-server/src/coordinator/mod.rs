@@ -191,7 +191,6 @@ impl Coordinator {
         Ok(ClientSession::new(
             id,
             user,
-            role,
             peer,
             SessionContext::new_with_state(state),
             Arc::clone(open),
@@ -728,9 +727,9 @@ fn persisted_change(plan: &LogicalPlan) -> Option<Change> {
 }
 
 /// Queries over tables that only the coordinator has (system tables, the
-/// information schema, `pg_catalog`), and queries that read no table at all (constants,
-/// admin functions such as `skiff.cancel`), run on the coordinator. A view
-/// counts as the tables it reads.
+/// information schema, `pg_catalog`), and queries that read no table at
+/// all (constants, admin functions such as `skiff.cancel`), run on the
+/// coordinator. A view counts as the tables it reads.
 fn runs_on_coordinator(plan: &LogicalPlan) -> bool {
     let (mut scans, mut local) = (0, false);
     count_scans(plan, &mut scans, &mut local);

@@ -46,12 +46,7 @@ const SERVER_VERSION_NUM: &str = "160006";
 /// coordinator's shared context, which every session copies).
 pub(crate) fn install(ctx: &SessionContext, users: &Users) -> Result<(), ServerError> {
     let roles = Roles {
-        names: users.names(),
-        admins: users
-            .names()
-            .into_iter()
-            .filter(|n| users.role(n) == auth::Role::Admin)
-            .collect(),
+        users: users.clone(),
     };
     datafusion_pg_catalog::setup_pg_catalog(ctx, "datafusion", roles)
         .map_err(|e| ServerError::internal(format!("cannot install pg_catalog: {e}")))?;
@@ -98,21 +93,20 @@ pub(crate) fn install(ctx: &SessionContext, users: &Users) -> Result<(), ServerE
 /// Users as PostgreSQL roles (`pg_roles`); admins are superusers.
 #[derive(Clone, Debug)]
 struct Roles {
-    names: Vec<String>,
-    admins: Vec<String>,
+    users: Users,
 }
 
 #[async_trait]
 impl PgCatalogContextProvider for Roles {
     async fn roles(&self) -> Vec<String> {
-        self.names.clone()
+        self.users.names()
     }
 
     async fn role(&self, name: &str) -> Option<Role> {
-        let known = self.names.iter().any(|n| n == name);
+        let known = self.users.password(name).is_some();
         known.then(|| Role {
             name: name.to_string(),
-            is_superuser: self.admins.iter().any(|a| a == name),
+            is_superuser: self.users.role(name) == auth::Role::Admin,
             can_login: true,
             can_create_db: false,
             can_create_role: false,
@@ -123,6 +117,20 @@ impl PgCatalogContextProvider for Roles {
         })
     }
 }
+
+/// Words besides `pg_...` that make a statement a catalog query.
+const CATALOG_WORDS: [&str; 10] = [
+    "regclass",
+    "regtype",
+    "regproc",
+    "regnamespace",
+    "regrole",
+    "current_user",
+    "session_user",
+    "current_catalog",
+    "current_schema",
+    "current_schemas",
+];
 
 /// The catalog-query side: which statements are rewritten, and how.
 pub(crate) struct CatalogSql {
@@ -142,22 +150,15 @@ impl CatalogSql {
         }
     }
 
-    /// A query a tool sends to read the catalog: it names a `pg_` object
-    /// or an OID type, or asks who or where the session is. PostgreSQL
-    /// reserves the `pg_` prefix for its catalog, so a user's own query
-    /// does not match.
+    /// A query a tool sends to read the catalog: outside quotes and
+    /// comments it names a `pg_` object or an OID type, or asks who or
+    /// where the session is. PostgreSQL reserves the `pg_` prefix for its
+    /// catalog, so a user's own query does not match.
     pub(crate) fn is_catalog_query(sql: &str) -> bool {
-        let lower = sql.to_ascii_lowercase();
-        lower.contains("pg_")
-            || lower.contains("::reg")
-            || [
-                "current_user",
-                "session_user",
-                "current_catalog",
-                "current_schema",
-            ]
-            .iter()
-            .any(|word| lower.contains(word))
+        skiff_engine::statement::any_word(sql, |word| {
+            word.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("pg_"))
+                || CATALOG_WORDS.iter().any(|w| word.eq_ignore_ascii_case(w))
+        })
     }
 
     /// Parse and rewrite one catalog query.
@@ -410,6 +411,9 @@ mod tests {
         assert!(CatalogSql::is_catalog_query("select current_schema()"));
         assert!(!CatalogSql::is_catalog_query(
             "SELECT (SELECT max(x) FROM t WHERE t.k = u.k) FROM u"
+        ));
+        assert!(!CatalogSql::is_catalog_query(
+            "SELECT (SELECT max(x) FROM t WHERE t.k = u.k) FROM u WHERE u.name = 'pg_x'"
         ));
     }
 

@@ -283,8 +283,8 @@ impl Relay {
     /// With no worker to run it (the last one was drained or lost), a
     /// query that is moving on (its state in the cache, or starting over)
     /// is suspended until a worker can take it: one registers, restarts or
-    /// is undrained. Only a cancel or the
-    /// statement timeout end the wait; the client just waits longer.
+    /// is undrained. Only a cancel, the statement timeout or the client
+    /// going away end the wait; the client just waits longer.
     async fn hold_until_a_worker(&mut self) -> Result<()> {
         if self.inner.membership.any_usable_worker() {
             return Ok(());

@@ -1,6 +1,6 @@
-//! A client's session: its user and role, its own settings (`SET` changes
-//! only this session) over the shared catalog, and the statement it is
-//! running.
+//! A client's session: its user, its own settings (`SET` changes only this
+//! session) over the shared catalog, with the caller's role in them, and
+//! the statement it is running.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -76,7 +76,6 @@ impl ExtensionOptions for Caller {
 pub struct ClientSession {
     id: u64,
     user: String,
-    role: Role,
     peer: Option<SocketAddr>,
     pub(crate) ctx: SessionContext,
     current: Mutex<Option<u64>>,
@@ -91,7 +90,6 @@ impl ClientSession {
     pub(crate) fn new(
         id: u64,
         user: &str,
-        role: Role,
         peer: Option<SocketAddr>,
         ctx: SessionContext,
         open: Arc<AtomicUsize>,
@@ -99,7 +97,6 @@ impl ClientSession {
         Self {
             id,
             user: user.to_string(),
-            role,
             peer,
             ctx,
             current: Mutex::new(None),
@@ -114,10 +111,6 @@ impl ClientSession {
 
     pub fn user(&self) -> &str {
         &self.user
-    }
-
-    pub fn role(&self) -> Role {
-        self.role
     }
 
     pub fn peer(&self) -> Option<SocketAddr> {
@@ -168,7 +161,6 @@ impl std::fmt::Debug for ClientSession {
         f.debug_struct("ClientSession")
             .field("id", &self.id)
             .field("user", &self.user)
-            .field("role", &self.role)
             .field("peer", &self.peer)
             .finish_non_exhaustive()
     }

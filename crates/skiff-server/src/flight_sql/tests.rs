@@ -505,14 +505,7 @@ async fn vanishing_clients_and_garbage_do_not_hurt() {
 
 fn session(id: u64) -> ClientSession {
     let open = Arc::new(AtomicUsize::new(1));
-    ClientSession::new(
-        id,
-        "skiff",
-        crate::auth::Role::Admin,
-        None,
-        SessionContext::new(),
-        open,
-    )
+    ClientSession::new(id, "skiff", None, SessionContext::new(), open)
 }
 
 #[test]

@@ -301,7 +301,7 @@ impl Queries {
         let lenient = match classify(sql) {
             Kind::Local(local) => {
                 forget(&conn, &local);
-                return local_command(client, local).await.map(|()| None);
+                return local_command(client, &local).await.map(|()| None);
             }
             Kind::Set { lenient } => lenient,
             Kind::Sql => false,
@@ -310,7 +310,7 @@ impl Queries {
             Ok(result) => result,
             Err(e) if lenient => {
                 debug!(error = %e, sql, "SET ignored");
-                return local_command(client, Local::IgnoredSet)
+                return local_command(client, &Local::IgnoredSet)
                     .await
                     .map(|()| None);
             }
@@ -360,7 +360,7 @@ fn forget(conn: &Connection, local: &Local) {
 }
 
 /// Answer a statement the front door handles itself.
-async fn local_command<C>(client: &mut C, local: Local) -> PgWireResult<()>
+async fn local_command<C>(client: &mut C, local: &Local) -> PgWireResult<()>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
     C::Error: Debug,
@@ -558,7 +558,7 @@ impl Queries {
         let (prepared, lenient) = match portal.statement.statement.as_ref() {
             Parsed::Local(local) => {
                 forget(&*connection(client)?, local);
-                local_command(client, local.clone()).await?;
+                local_command(client, local).await?;
                 return Ok(Started::Done);
             }
             Parsed::Planned { prepared, lenient } => (prepared, *lenient),
@@ -573,7 +573,7 @@ impl Queries {
             Ok(result) => result,
             Err(e) if lenient => {
                 debug!(error = %e, sql = %prepared.sql, "SET ignored");
-                local_command(client, Local::IgnoredSet).await?;
+                local_command(client, &Local::IgnoredSet).await?;
                 return Ok(Started::Done);
             }
             Err(e) => return Err(error(e)),

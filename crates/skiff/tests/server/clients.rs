@@ -31,6 +31,25 @@ fn psql(server: &Server, command: &str) -> String {
     stdout
 }
 
+/// Run a client program with the server's host and port as its last two
+/// arguments; its standard output, or a panic with what it and the server
+/// said.
+fn run_client(server: &Server, command: &mut Command) -> String {
+    let output = command
+        .arg(server.pg.ip().to_string())
+        .arg(server.pg.port().to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{stdout}{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    stdout
+}
+
 #[test]
 fn psql_meta_commands_describe_the_catalog() {
     let data = dataset(Benchmark::Tpch, 0.01);
@@ -69,20 +88,8 @@ fn sqlalchemy_pandas_and_psycopg_read_the_server() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let script = skiff_testkit::repo_root().join("tests/clients/pg_clients.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(server.pg.ip().to_string())
-        .arg(server.pg.port().to_string())
-        .output()
-        .expect("run the client script");
-    assert!(
-        output.status.success(),
-        "{}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.log_text()
-    );
-    let seen: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+    let stdout = run_client(&server, Command::new(&python).arg(&script));
+    let seen: serde_json::Value = serde_json::from_str(&stdout).expect("the script prints JSON");
     assert_eq!(seen["server_version_info"][0], 16, "{seen}");
     assert_eq!(seen["select"], 42, "{seen}");
     let tables: Vec<&str> = seen["tables"]
@@ -126,20 +133,9 @@ fn jdbc_metadata_lists_tables_and_columns() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let program = skiff_testkit::repo_root().join("tests/clients/JdbcMetadata.java");
-    let output = Command::new("java")
-        .arg("-cp")
-        .arg(&jar)
-        .arg(&program)
-        .arg(server.pg.ip().to_string())
-        .arg(server.pg.port().to_string())
-        .output()
-        .expect("run java (a JDK must be installed)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.log_text()
+    let stdout = run_client(
+        &server,
+        Command::new("java").arg("-cp").arg(&jar).arg(&program),
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines.contains(&"product PostgreSQL 16"), "{stdout}");
