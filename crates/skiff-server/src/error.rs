@@ -209,10 +209,14 @@ pub fn from_status(status: &tonic::Status) -> ServerError {
     {
         return ServerError::new(state, text);
     }
+    // Skiff's own cancels carry their SQLSTATE (above); a bare Cancelled is
+    // the transport's: hyper cancels a call whose connection closed, as
+    // when the peer was killed ("operation was canceled").
     let state = match status.code() {
-        tonic::Code::Cancelled => SqlState::QueryCanceled,
         tonic::Code::Unauthenticated => SqlState::InvalidPassword,
-        tonic::Code::Unavailable | tonic::Code::Unknown => SqlState::ConnectionFailure,
+        tonic::Code::Cancelled | tonic::Code::Unavailable | tonic::Code::Unknown => {
+            SqlState::ConnectionFailure
+        }
         _ => SqlState::Internal,
     };
     ServerError::new(state, one_line(message))
@@ -283,5 +287,7 @@ mod tests {
         }
         let lost = from_status(&tonic::Status::unavailable("connection reset"));
         assert_eq!(lost.state, SqlState::ConnectionFailure);
+        let closed = from_status(&tonic::Status::cancelled("operation was canceled"));
+        assert_eq!(closed.state, SqlState::ConnectionFailure);
     }
 }
