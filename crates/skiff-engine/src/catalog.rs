@@ -12,6 +12,13 @@ use datafusion::common::Result;
 use datafusion::error::DataFusionError;
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 
+/// The database's name: the default catalog, which PostgreSQL clients see
+/// as `current_database()` and in `pg_database`.
+pub const DATABASE: &str = "skiff";
+
+/// The schema unqualified names resolve in.
+pub const DEFAULT_SCHEMA: &str = "public";
+
 /// Why a data directory could not be registered.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {

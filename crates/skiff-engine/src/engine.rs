@@ -70,6 +70,7 @@ impl Engine {
     pub fn new(config: &EngineConfig) -> Result<Self> {
         let mut session = SessionConfig::new()
             .with_information_schema(true)
+            .with_default_catalog_and_schema(catalog::DATABASE, catalog::DEFAULT_SCHEMA)
             .with_option_extension(SkiffOptions::default());
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));

@@ -32,6 +32,7 @@ use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role}
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::auth::{self, Users};
+use crate::coordinator::session::Caller;
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
@@ -48,7 +49,7 @@ pub(crate) fn install(ctx: &SessionContext, users: &Users) -> Result<(), ServerE
     let roles = Roles {
         users: users.clone(),
     };
-    datafusion_pg_catalog::setup_pg_catalog(ctx, "datafusion", roles)
+    datafusion_pg_catalog::setup_pg_catalog(ctx, skiff_engine::catalog::DATABASE, roles)
         .map_err(|e| ServerError::internal(format!("cannot install pg_catalog: {e}")))?;
     let version = format!(
         "PostgreSQL {SERVER_VERSION} (Skiff {}, on Apache DataFusion {})",
@@ -79,6 +80,7 @@ pub(crate) fn install(ctx: &SessionContext, users: &Users) -> Result<(), ServerE
         ctx.register_udf(Constant::udf(name, ScalarValue::Utf8(Some(String::new()))));
     }
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
+    ctx.register_udf(ScalarUDF::from(SessionUser::new()));
     for name in [
         "pg_function_is_visible",
         "pg_type_is_visible",
@@ -395,6 +397,40 @@ impl ScalarUDFImpl for Constant {
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         Ok(ColumnarValue::Scalar(self.value.clone()))
+    }
+}
+
+/// `session_user` (and `current_user`, which the rewrites turn into it):
+/// the connected user, read from the statement's caller.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionUser {
+    signature: Signature,
+}
+
+impl SessionUser {
+    fn new() -> Self {
+        Self {
+            signature: Signature::nullary(Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SessionUser {
+    fn name(&self) -> &str {
+        "session_user"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let caller = Caller::of(&args.config_options);
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(caller.user))))
     }
 }
 

@@ -37,7 +37,7 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
     let schema = Arc::new(SystemSchema {
         coordinator: coordinator.clone(),
     });
-    if let Some(catalog) = ctx.catalog("datafusion") {
+    if let Some(catalog) = ctx.catalog(skiff_engine::catalog::DATABASE) {
         // Only fails for a schema of the same name, which nothing else makes.
         let _ = catalog.register_schema(SCHEMA, schema);
     }

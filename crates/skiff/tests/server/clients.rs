@@ -1,7 +1,7 @@
 //! The tools users bring read the catalog: psql's `\d` commands,
 //! SQLAlchemy, pandas and psycopg (in a Python environment the testkit
-//! makes on first use) and JDBC's `DatabaseMetaData` (the driver fetched
-//! on first use), against a real `skiff serve`.
+//! makes on first use), JDBC's `DatabaseMetaData` and DBeaver's statements
+//! (the driver fetched on first use), against a real `skiff serve`.
 
 use std::process::Command;
 
@@ -69,7 +69,7 @@ fn psql_meta_commands_describe_the_catalog() {
     assert!(schemas.contains("public"), "\\dn:\n{schemas}");
     assert!(schemas.contains("skiff"), "\\dn:\n{schemas}");
     let databases = psql(&server, "\\l");
-    assert!(databases.contains("datafusion"), "\\l:\n{databases}");
+    assert!(databases.contains(" skiff "), "\\l:\n{databases}");
     psql(&server, "\\df");
     // A table created later shows at once.
     psql(
@@ -161,4 +161,43 @@ fn jdbc_metadata_lists_tables_and_columns() {
         "{stdout}"
     );
     assert!(lines.contains(&"row GERMANY"), "{stdout}");
+}
+
+/// DBeaver's connect and navigator statements, replayed as its PostgreSQL
+/// plugin sends them (tests/clients/DbeaverConnect.java says from where).
+#[test]
+fn dbeaver_connects_and_browses_a_table() {
+    let jar = skiff_testkit::clients::jdbc_driver();
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let server = Server::start(&data, Options::default());
+    let program = skiff_testkit::repo_root().join("tests/clients/DbeaverConnect.java");
+    let stdout = run_client(
+        &server,
+        Command::new("java").arg("-cp").arg(&jar).arg(&program),
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    for expected in [
+        "database skiff",
+        "current_database skiff",
+        "version PostgreSQL",
+        "types true",
+        "defaults public skiff",
+        "schema pg_catalog",
+        "schema public",
+        "table nation r",
+        "table lineitem r",
+        "row GERMANY",
+        "done",
+    ] {
+        assert!(lines.contains(&expected), "no '{expected}' in:\n{stdout}");
+    }
+    let columns: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("column "))
+        .collect();
+    assert_eq!(
+        columns,
+        ["1 n_nationkey", "2 n_name", "3 n_regionkey", "4 n_comment"],
+        "{stdout}"
+    );
 }
