@@ -1,9 +1,10 @@
 //! Registering a data directory: every Parquet or CSV table found in it
 //! becomes a table of the session.
 //!
-//! A table is either a subdirectory holding `*.parquet` (or `*.csv`) files —
-//! the layout `skiff gen` writes — or a single `NAME.parquet` / `NAME.csv`
-//! file. Hidden entries (a leading `.`) are skipped: `skiff gen` writes
+//! A table is a subdirectory holding a Delta table (a `_delta_log`: a
+//! managed table, see `skiff_tables`), a subdirectory holding `*.parquet`
+//! (or `*.csv`) files — the layout `skiff gen` writes — or a single
+//! `NAME.parquet` / `NAME.csv` file. Hidden entries (a leading `.`) are skipped: `skiff gen` writes
 //! tables there before renaming them into place.
 
 use std::path::{Path, PathBuf};
@@ -58,6 +59,8 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>> {
 pub enum TableFormat {
     Parquet,
     Csv,
+    /// A managed table: a Delta table Skiff writes.
+    Delta,
 }
 
 /// A table found in a data directory.
@@ -81,7 +84,9 @@ pub fn discover(dir: &Path) -> Result<Vec<FoundTable>> {
         if name.starts_with('.') {
             continue;
         }
-        let found = if path.is_dir() {
+        let found = if path.is_dir() && skiff_tables::is_delta_table(&path) {
+            Some((name.to_string(), TableFormat::Delta))
+        } else if path.is_dir() {
             directory_format(&path)?.map(|format| (name.to_string(), format))
         } else {
             file_format(&path).and_then(|format| {
@@ -143,6 +148,14 @@ pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<F
                     .has_header(true)
                     .file_extension(".csv");
                 ctx.register_csv(name.as_str(), path, options).await?
+            }
+            TableFormat::Delta => {
+                let url = std::fs::canonicalize(&table.path)
+                    .ok()
+                    .and_then(|p| url::Url::from_directory_path(p).ok())
+                    .ok_or_else(|| CatalogError::NotUtf8(table.path.clone()))?;
+                let managed = skiff_tables::ManagedTable::open(&table.name, url).await?;
+                ctx.register_table(name.as_str(), std::sync::Arc::new(managed))?;
             }
         }
     }

@@ -3,7 +3,9 @@
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use arrow::datatypes::Schema;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::SQLOptions;
@@ -11,10 +13,12 @@ use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
+use skiff_tables::TableStore;
 
 use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
@@ -64,6 +68,8 @@ pub struct QueryOutput {
 #[derive(Clone)]
 pub struct Engine {
     ctx: SessionContext,
+    /// Managed tables, once a data directory is registered.
+    tables: Arc<OnceLock<TableStore>>,
 }
 
 impl Engine {
@@ -86,22 +92,47 @@ impl Engine {
             runtime = runtime.with_temp_file_path(dir);
         }
         let ctx = SessionContext::new_with_config_rt(session, runtime.build_arc()?);
-        Ok(Self { ctx })
+        Ok(Self {
+            ctx,
+            tables: Arc::new(OnceLock::new()),
+        })
     }
 
     pub fn context(&self) -> &SessionContext {
         &self.ctx
     }
 
-    /// Register every table found in `dir` (see [`catalog::discover`]).
+    /// Register every table found in `dir` (see [`catalog::discover`]);
+    /// `CREATE TABLE` makes managed tables there from now on.
     pub async fn register_data_dir(&self, dir: &Path) -> Result<Vec<FoundTable>> {
-        catalog::register_data_dir(&self.ctx, dir).await
+        let found = catalog::register_data_dir(&self.ctx, dir).await?;
+        if self.tables.get().is_none() {
+            let _ = self.tables.set(TableStore::open(dir)?);
+        }
+        Ok(found)
     }
 
-    /// Plan one SQL statement. DDL and `SET` take effect here, as in DataFusion.
+    /// Where managed tables are made; `None` before a data directory is
+    /// registered.
+    pub fn tables(&self) -> Option<&TableStore> {
+        self.tables.get()
+    }
+
+    /// Plan one SQL statement. DDL and `SET` take effect here, as in
+    /// DataFusion; creating and dropping managed tables too.
     pub async fn physical_plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
         crate::statement::check_complexity(sql).map_err(DataFusionError::Plan)?;
-        self.ctx.sql(sql).await?.create_physical_plan().await
+        let plan = self.ctx.state().create_logical_plan(sql).await?;
+        if let Some(tables) = self.tables.get()
+            && tables.execute_ddl(&self.ctx, &plan).await?
+        {
+            return Ok(Arc::new(EmptyExec::new(Arc::new(Schema::empty()))));
+        }
+        self.ctx
+            .execute_logical_plan(plan)
+            .await?
+            .create_physical_plan()
+            .await
     }
 
     /// Run one statement on the pipeline executor.

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use datafusion::error::DataFusionError;
+use skiff_tables::TableError;
 
 /// SQLSTATE codes Skiff reports (PostgreSQL appendix A).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,11 @@ pub enum SqlState {
     ProgramLimitExceeded,
     /// A statement whose expressions nest deeper than the server plans.
     StatementTooComplex,
+    /// A write lost a race with another commit to the same table; nothing
+    /// was written and it may be retried.
+    SerializationFailure,
+    /// A NULL into a column declared NOT NULL.
+    NotNullViolation,
 }
 
 impl SqlState {
@@ -72,6 +78,8 @@ impl SqlState {
             SqlState::InvalidStatementName => "26000",
             SqlState::ProgramLimitExceeded => "54000",
             SqlState::StatementTooComplex => "54001",
+            SqlState::SerializationFailure => "40001",
+            SqlState::NotNullViolation => "23502",
         }
     }
 }
@@ -137,12 +145,21 @@ impl From<ServerError> for DataFusionError {
 /// DataFusion's errors carry no SQLSTATE; derive one from the variant and,
 /// where one variant covers several cases, from the text.
 fn classify(error: &DataFusionError, message: &str) -> SqlState {
-    match error.find_root() {
-        DataFusionError::External(inner) => {
-            if let Some(server) = inner.downcast_ref::<ServerError>() {
-                return server.state;
-            }
+    if let DataFusionError::External(inner) = error.find_root()
+        && let Some(server) = inner.downcast_ref::<ServerError>()
+    {
+        return server.state;
+    }
+    if let Some(table) = skiff_tables::error::find(error) {
+        match table {
+            TableError::Conflict { .. } => return SqlState::SerializationFailure,
+            TableError::Exists(_) => return SqlState::DuplicateTable,
+            TableError::Unsupported(_) => return SqlState::FeatureNotSupported,
+            // Told by their text below.
+            TableError::Delta { .. } | TableError::Io(_) => {}
         }
+    }
+    match error.find_root() {
         DataFusionError::SQL(parse, _) => {
             // The parser's own depth limit (`sql_parser.recursion_limit`).
             return match **parse {
@@ -161,6 +178,8 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
         SqlState::DivisionByZero
     } else if lower.contains("table") && lower.contains("not found") {
         SqlState::UndefinedTable
+    } else if lower.contains("non-nullable") || lower.contains("not null") {
+        SqlState::NotNullViolation
     } else if lower.contains("already exists") {
         SqlState::DuplicateTable
     } else if lower.contains("no field named") || lower.contains("schema error") {

@@ -28,7 +28,7 @@ use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::simplify::SimplifyContext;
-use datafusion::logical_expr::{DdlStatement, Execute, Expr, LogicalPlan, Statement};
+use datafusion::logical_expr::{DdlStatement, Execute, Expr, LogicalPlan, Statement, WriteOp};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
@@ -407,8 +407,16 @@ impl Coordinator {
             self.check_setting(&set.variable)?;
         }
         let persisted = persisted_change(&plan);
-        let frame = session.ctx.execute_logical_plan(plan).await?;
-        let batches = frame.collect().await?;
+        let managed = match self.inner.engine.tables() {
+            Some(tables) => tables.execute_ddl(&session.ctx, &plan).await?,
+            None => false,
+        };
+        let batches = if managed {
+            Vec::new()
+        } else {
+            let frame = session.ctx.execute_logical_plan(plan).await?;
+            frame.collect().await?
+        };
         match persisted {
             Some(Change::Put(name)) => self.inner.catalog.put(&name, sql)?,
             Some(Change::Remove(name)) => {
@@ -681,7 +689,16 @@ fn command_tag(plan: &LogicalPlan) -> Option<&'static str> {
             Statement::Deallocate(_) => "DEALLOCATE",
             Statement::Execute(_) => return None,
         },
-        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => "INSERT",
+        LogicalPlan::Dml(dml) => match dml.op {
+            WriteOp::Insert(_) | WriteOp::Ctas => "INSERT",
+            WriteOp::Update => "UPDATE",
+            WriteOp::Delete => "DELETE",
+            WriteOp::Truncate => "TRUNCATE TABLE",
+            WriteOp::MergeInto(_) => "MERGE",
+            // A write DataFusion adds later: its result rows show as rows.
+            _ => return None,
+        },
+        LogicalPlan::Copy(_) => "COPY",
         _ => return None,
     })
 }

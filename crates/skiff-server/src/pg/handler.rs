@@ -270,10 +270,11 @@ fn row_stream(stream: SendableRecordBatchStream, formats: Vec<FieldFormat>) -> S
     Box::pin(rows)
 }
 
-/// The command tag of a finished command; `INSERT` reports its row count.
+/// The command tag of a finished command; those that change rows report
+/// how many (`INSERT 0 n`, `UPDATE n`, `DELETE n`, `COPY n`).
 async fn command_tag(tag: &str, stream: SendableRecordBatchStream) -> Tag {
     let batches: Vec<_> = stream.collect().await;
-    if tag != "INSERT" {
+    if !matches!(tag, "INSERT" | "UPDATE" | "DELETE" | "COPY" | "MERGE") {
         return Tag::new(tag);
     }
     let count = batches
@@ -284,7 +285,13 @@ async fn command_tag(tag: &str, stream: SendableRecordBatchStream) -> Tag {
         .map(|c| arrow::compute::sum(c.as_any().downcast_ref::<arrow::array::UInt64Array>()?))
         .map(|n| n.unwrap_or(0))
         .sum::<u64>();
-    Tag::new(tag).with_oid(0).with_rows(count as usize)
+    let counted = Tag::new(tag).with_rows(count as usize);
+    // Only INSERT's tag carries an OID (always 0).
+    if tag == "INSERT" {
+        counted.with_oid(0)
+    } else {
+        counted
+    }
 }
 
 impl Queries {

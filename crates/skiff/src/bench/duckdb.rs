@@ -85,6 +85,7 @@ pub fn command(
                 format: match table.format {
                     TableFormat::Parquet => "parquet",
                     TableFormat::Csv => "csv",
+                    TableFormat::Delta => "delta",
                 },
             })
         })

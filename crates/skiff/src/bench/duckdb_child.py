@@ -31,6 +31,9 @@ def quote_literal(text):
 
 def source(table):
     path = table["path"]
+    if table["format"] == "delta":
+        # DuckDB's delta extension reads the table's latest commit.
+        return "delta_scan(" + quote_literal(path) + ")"
     if table["is_dir"]:
         path = path.rstrip("/") + ("/*.parquet" if table["format"] == "parquet" else "/*.csv")
     if table["format"] == "parquet":

@@ -8,28 +8,7 @@ use std::process::Command;
 use skiff_gen::Benchmark;
 use skiff_testkit::dataset;
 
-use crate::support::{Options, Server};
-
-/// Run one psql meta-command against `server`; its output, or a panic
-/// with what psql said.
-fn psql(server: &Server, command: &str) -> String {
-    let output = Command::new("psql")
-        .args(["-h", &server.pg.ip().to_string()])
-        .args(["-p", &server.pg.port().to_string()])
-        .args(["-U", "skiff", "-d", "skiff", "-X", "-v", "ON_ERROR_STOP=1"])
-        .args(["-c", command])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()
-        .expect("run psql (the PostgreSQL client must be installed)");
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stderr.trim().is_empty(),
-        "psql -c '{command}' failed:\n{stdout}{stderr}\nserver log:\n{}",
-        server.log_text()
-    );
-    stdout
-}
+use crate::support::{Options, Server, psql};
 
 /// Run a client program with the server's host and port as its last two
 /// arguments; its standard output, or a panic with what it and the server

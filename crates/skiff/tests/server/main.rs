@@ -10,3 +10,4 @@ mod privileges;
 mod slt;
 mod state;
 mod support;
+mod tables;

@@ -33,19 +33,25 @@ pub struct Options {
     pub env: Vec<(String, String)>,
 }
 
+/// A data directory of its own whose tables are links to `data`'s.
+pub fn linked_data_dir(data: &Path) -> tempfile::TempDir {
+    let own = tempfile::tempdir().expect("data dir");
+    for entry in std::fs::read_dir(data).expect("dataset") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("name").to_owned();
+        if !name.to_string_lossy().starts_with('.') {
+            std::os::unix::fs::symlink(&path, own.path().join(name)).expect("link table");
+        }
+    }
+    own
+}
+
 impl Server {
     /// A server over the tables of `data`, in a data directory of its own
     /// (links to those tables): one coordinator per data directory, and
     /// tests run many servers at once.
     pub fn start(data: &Path, options: Options) -> Server {
-        let own = tempfile::tempdir().expect("data dir");
-        for entry in std::fs::read_dir(data).expect("dataset") {
-            let path = entry.expect("entry").path();
-            let name = path.file_name().expect("name").to_owned();
-            if !name.to_string_lossy().starts_with('.') {
-                std::os::unix::fs::symlink(&path, own.path().join(name)).expect("link table");
-            }
-        }
+        let own = linked_data_dir(data);
         let mut server = Server::start_in(own.path(), options);
         server._data_dir = Some(own);
         server
@@ -175,4 +181,25 @@ pub fn sqlstate(error: &tokio_postgres::Error) -> String {
     error
         .code()
         .map_or_else(|| format!("none ({error})"), |c| c.code().to_string())
+}
+
+/// Run one psql command (SQL or a meta-command) against `server`; its output, or a panic
+/// with what psql said.
+pub fn psql(server: &Server, command: &str) -> String {
+    let output = Command::new("psql")
+        .args(["-h", &server.pg.ip().to_string()])
+        .args(["-p", &server.pg.port().to_string()])
+        .args(["-U", "skiff", "-d", "skiff", "-X", "-v", "ON_ERROR_STOP=1"])
+        .args(["-c", command])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("run psql (the PostgreSQL client must be installed)");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stderr.trim().is_empty(),
+        "psql -c '{command}' failed:\n{stdout}{stderr}\nserver log:\n{}",
+        server.log_text()
+    );
+    stdout
 }

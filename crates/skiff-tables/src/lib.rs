@@ -1,0 +1,20 @@
+//! Managed tables: the tables Skiff owns, each a Delta Lake table (a
+//! directory of Parquet files and a `_delta_log` of JSON commits) under
+//! the data directory.
+//!
+//! Owns: creating and dropping them ([`TableStore`]), reading a snapshot
+//! as a plain Parquet scan a worker can run ([`ManagedTable`]'s `scan`),
+//! and the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS), each
+//! one Delta commit made by `deltalake-core`. Knows nothing of pipelines,
+//! workers or clients: the engine and the coordinator register these
+//! tables and hand their DDL here.
+
+mod command;
+pub mod error;
+mod scan;
+mod store;
+mod table;
+
+pub use error::TableError;
+pub use store::{TableStore, is_delta_table};
+pub use table::ManagedTable;

@@ -1,0 +1,182 @@
+//! Reading a Delta snapshot as a plain Parquet scan.
+//!
+//! deltalake's own scan (`DeltaScanExec`) has no physical codec, so a plan
+//! holding it cannot travel to a worker. The files of a snapshot are
+//! ordinary Parquet files, though: this builds DataFusion's own Parquet
+//! `DataSourceExec` over exactly the snapshot's active files, which
+//! datafusion-proto ships like any other scan. Table features that change
+//! how a file's rows are read (deletion vectors, column mapping) are
+//! refused rather than misread.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Result, ScalarValue, Statistics};
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::table_schema::TableSchemaBuilder;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use deltalake_core::DeltaTable;
+use url::Url;
+
+use crate::error::TableError;
+
+/// How a snapshot's columns reach a scan: the files' columns, then the
+/// partition columns (DataFusion appends those after the file columns).
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub(crate) file_schema: SchemaRef,
+    pub(crate) partition_fields: Vec<FieldRef>,
+    /// What the table reports: file columns, then partition columns.
+    pub(crate) table_schema: SchemaRef,
+}
+
+impl Layout {
+    pub(crate) fn of(table: &DeltaTable) -> Result<Layout, TableError> {
+        let state = table
+            .snapshot()
+            .map_err(|e| TableError::delta(&table_name(table), e))?;
+        let schema = state.snapshot().arrow_schema();
+        let partitions = state.metadata().partition_columns();
+        let (parts, files): (Vec<FieldRef>, Vec<FieldRef>) = schema
+            .fields()
+            .iter()
+            .cloned()
+            .partition(|f| partitions.contains(f.name()));
+        let file_schema = Arc::new(Schema::new_with_metadata(
+            files.clone(),
+            schema.metadata().clone(),
+        ));
+        let table_schema = Arc::new(Schema::new_with_metadata(
+            files
+                .into_iter()
+                .chain(parts.iter().cloned())
+                .collect::<Vec<_>>(),
+            schema.metadata().clone(),
+        ));
+        Ok(Layout {
+            file_schema,
+            partition_fields: parts,
+            table_schema,
+        })
+    }
+}
+
+/// The name a table's errors carry: the last part of its location.
+pub(crate) fn table_name(table: &DeltaTable) -> String {
+    table
+        .table_url()
+        .path_segments()
+        .and_then(|mut s| s.rfind(|p| !p.is_empty()).map(str::to_string))
+        .unwrap_or_else(|| table.table_url().to_string())
+}
+
+/// A Parquet scan over the active files of `table`'s loaded snapshot.
+pub(crate) async fn plan(
+    table: &DeltaTable,
+    state: &dyn Session,
+    projection: Option<&Vec<usize>>,
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let name = table_name(table);
+    let snapshot = table.snapshot().map_err(|e| TableError::delta(&name, e))?;
+    let mapping = snapshot
+        .metadata()
+        .configuration()
+        .get("delta.columnMapping.mode");
+    if mapping.is_some_and(|mode| mode != "none") {
+        return Err(TableError::Unsupported(format!(
+            "table \"{name}\" uses Delta column mapping, which Skiff does not read yet"
+        ))
+        .into());
+    }
+    let layout = Layout::of(table)?;
+    let root = table.table_url();
+    let store_url = store_url(root)?;
+    let root_path = root.path().trim_end_matches('/').to_string();
+    let mut files = Vec::new();
+    let mut rows = 0usize;
+    for file in snapshot.log_data() {
+        if file.deletion_vector_descriptor().is_some() {
+            return Err(TableError::Unsupported(format!(
+                "table \"{name}\" has deletion vectors, which Skiff does not read yet"
+            ))
+            .into());
+        }
+        let values = file.partition_values_map();
+        let partition_values = layout
+            .partition_fields
+            .iter()
+            .map(|field| partition_value(&values, field))
+            .collect::<Result<Vec<_>>>()?;
+        let path = format!("{root_path}/{}", file.object_store_path());
+        let size = u64::try_from(file.size()).unwrap_or(0);
+        let mut part = PartitionedFile::new(path, size).with_partition_values(partition_values);
+        if let Some(n) = file.num_records() {
+            rows += n;
+            let mut stats = Statistics::new_unknown(&layout.file_schema);
+            stats.num_rows = Precision::Exact(n);
+            part = part.with_statistics(Arc::new(stats));
+        }
+        files.push(part);
+    }
+    if files.is_empty() {
+        let schema = match projection {
+            Some(p) => Arc::new(layout.table_schema.project(p)?),
+            None => Arc::clone(&layout.table_schema),
+        };
+        return Ok(Arc::new(EmptyExec::new(schema)));
+    }
+    let groups = spread(files, state.config().target_partitions());
+    let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+    let source = format.file_source(
+        TableSchemaBuilder::from(&layout.file_schema)
+            .with_table_partition_cols(layout.partition_fields.clone())
+            .build(),
+    );
+    let mut stats = Statistics::new_unknown(&layout.table_schema);
+    stats.num_rows = Precision::Exact(rows);
+    let config = FileScanConfigBuilder::new(store_url, source)
+        .with_file_groups(groups)
+        .with_statistics(stats)
+        .with_projection_indices(projection.cloned())?
+        .with_limit(limit)
+        .build();
+    format.create_physical_plan(state, config).await
+}
+
+/// The object store a table's files are read through: scheme and bucket.
+fn store_url(root: &Url) -> Result<ObjectStoreUrl> {
+    ObjectStoreUrl::parse(format!("{}://{}", root.scheme(), root.authority()))
+}
+
+fn partition_value(values: &HashMap<String, Option<String>>, field: &Field) -> Result<ScalarValue> {
+    match values.get(field.name()).cloned().flatten() {
+        Some(text) => ScalarValue::try_from_string(text, field.data_type()),
+        None => ScalarValue::try_from(field.data_type()),
+    }
+}
+
+/// Files dealt into `n` groups, largest first onto the lightest group.
+fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
+    let n = n.max(1).min(files.len().max(1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for file in files {
+        if let Some(lightest) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+            lightest.0 += file.object_meta.size;
+            lightest.1.push(file);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, files)| FileGroup::new(files))
+        .collect()
+}

@@ -1,0 +1,243 @@
+//! Where managed tables live and how they are made and removed: one Delta
+//! table per directory under the data directory, named as the table.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema};
+use datafusion::common::{Result, TableReference};
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, LogicalPlan};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::unparser::expr_to_sql;
+use deltalake_core::DeltaTable;
+use deltalake_core::kernel::StructType;
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::operations::write::WriteBuilder;
+use deltalake_core::protocol::SaveMode;
+use tracing::{info, warn};
+use url::Url;
+
+use crate::error::TableError;
+use crate::table::{DEFAULT_KEY, ManagedTable};
+
+/// The catalog and schema managed tables are created in.
+pub const CATALOG: &str = "skiff";
+pub const SCHEMA: &str = "public";
+
+/// Prefix of a dropped table's directory while it is being removed; hidden
+/// (a leading `.`), so a crash mid-removal never shows a partial table.
+const DROPPED_PREFIX: &str = ".dropped-";
+
+/// The directory managed tables are created in.
+#[derive(Clone, Debug)]
+pub struct TableStore {
+    root: PathBuf,
+}
+
+/// True for a directory holding a Delta table (it has a `_delta_log`).
+pub fn is_delta_table(dir: &Path) -> bool {
+    dir.join("_delta_log").is_dir()
+}
+
+impl TableStore {
+    /// Tables under `root` (an existing directory). Finishes removing
+    /// tables whose `DROP` a crash interrupted.
+    pub fn open(root: &Path) -> Result<Self, TableError> {
+        let root = root.canonicalize().map_err(|e| {
+            TableError::Io(format!(
+                "cannot open data directory {}: {e}",
+                root.display()
+            ))
+        })?;
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name.to_string_lossy().starts_with(DROPPED_PREFIX) {
+                    remove_dir(&entry.path());
+                }
+            }
+        }
+        Ok(Self { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Run `plan` if it creates or drops a managed table; false when it is
+    /// not this store's to run.
+    pub async fn execute_ddl(&self, ctx: &SessionContext, plan: &LogicalPlan) -> Result<bool> {
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if !create.temporary => {
+                self.create(ctx, create).await?;
+                Ok(true)
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => self.drop(ctx, drop).await,
+            _ => Ok(false),
+        }
+    }
+
+    /// `CREATE TABLE` and `CREATE TABLE ... AS SELECT`: version 0 of a
+    /// new Delta table holds the schema and, for CTAS, the rows, in one
+    /// commit.
+    async fn create(&self, ctx: &SessionContext, create: &CreateMemoryTable) -> Result<()> {
+        let name = managed_name(&create.name)?;
+        if ctx.table_exist(create.name.clone())? {
+            if create.if_not_exists {
+                return Ok(());
+            }
+            if !create.or_replace {
+                return Err(TableError::Exists(name).into());
+            }
+            let drop = DropTable {
+                name: create.name.clone(),
+                if_exists: true,
+                schema: Arc::clone(create.input.schema()),
+            };
+            if !self.drop(ctx, &drop).await? {
+                ctx.deregister_table(create.name.clone())?;
+            }
+        }
+        let dir = self.root.join(&name);
+        if is_delta_table(&dir) {
+            return Err(TableError::Exists(name).into());
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            TableError::Io(format!(
+                "cannot create table directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let url = Url::from_directory_path(&dir)
+            .map_err(|()| TableError::Io(format!("{} is not an absolute path", dir.display())))?;
+        let empty = DeltaTable::try_from_url(url.clone())
+            .await
+            .map_err(|e| TableError::delta(&name, e))?;
+        let made = if produces_no_rows(&create.input) {
+            let schema = with_defaults(create)?;
+            let kernel: StructType = schema
+                .as_ref()
+                .try_into_kernel()
+                .map_err(|e| TableError::Unsupported(format!("table \"{name}\": {e}")))?;
+            empty
+                .create()
+                .with_columns(kernel.fields().cloned())
+                .with_table_name(name.clone())
+                .with_save_mode(SaveMode::ErrorIfExists)
+                .await
+        } else {
+            // deltalake plans the write in its own session (its nodes
+            // need its planner); the input's tables are already resolved.
+            WriteBuilder::new(empty.log_store(), None)
+                .with_input_plan(create.input.as_ref().clone())
+                .with_save_mode(SaveMode::ErrorIfExists)
+                .with_table_name(name.clone())
+                .await
+        };
+        let table = match made {
+            Ok(table) => table,
+            Err(e) => {
+                // Nothing was committed: leave no directory behind.
+                remove_dir(&dir);
+                return Err(TableError::delta(&name, e).into());
+            }
+        };
+        let managed = ManagedTable::from_table(&name, table)?;
+        ctx.register_table(create.name.clone(), Arc::new(managed))?;
+        info!(table = %name, "managed table created");
+        Ok(())
+    }
+
+    /// `DROP TABLE` of a managed table: unregistered, then its directory
+    /// renamed aside (atomic) and removed. False when it is not managed.
+    async fn drop(&self, ctx: &SessionContext, drop: &DropTable) -> Result<bool> {
+        let Ok(provider) = ctx.table_provider(drop.name.clone()).await else {
+            return Ok(false);
+        };
+        let Some(managed) = provider.downcast_ref::<ManagedTable>() else {
+            return Ok(false);
+        };
+        let Ok(dir) = managed.url().to_file_path() else {
+            return Err(TableError::Unsupported(format!(
+                "cannot drop table \"{}\" stored at {}",
+                managed.name(),
+                managed.url()
+            ))
+            .into());
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let aside = self
+            .root
+            .join(format!("{DROPPED_PREFIX}{}-{nanos}", managed.name()));
+        std::fs::rename(&dir, &aside).map_err(|e| {
+            TableError::Io(format!(
+                "cannot drop table directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        ctx.deregister_table(drop.name.clone())?;
+        remove_dir(&aside);
+        info!(table = %managed.name(), "managed table dropped");
+        Ok(true)
+    }
+}
+
+/// The table's name if it may be a managed table here: in the default
+/// catalog and schema, and usable as a directory name.
+fn managed_name(reference: &TableReference) -> Result<String, TableError> {
+    if reference.schema().is_some_and(|s| s != SCHEMA)
+        || reference.catalog().is_some_and(|c| c != CATALOG)
+    {
+        return Err(TableError::Unsupported(format!(
+            "tables can be created only in schema {SCHEMA}, not as {reference}"
+        )));
+    }
+    let name = reference.table();
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\', '\0']) {
+        return Err(TableError::Unsupported(format!(
+            "\"{name}\" cannot name a table: it must not start with a dot or hold a slash"
+        )));
+    }
+    Ok(name.to_string())
+}
+
+/// `CREATE TABLE` without `AS SELECT` plans an empty relation.
+fn produces_no_rows(input: &LogicalPlan) -> bool {
+    matches!(input, LogicalPlan::EmptyRelation(empty) if !empty.produce_one_row)
+}
+
+/// The new table's schema, each column's default kept in its metadata as
+/// SQL text.
+fn with_defaults(create: &CreateMemoryTable) -> Result<Arc<Schema>, TableError> {
+    let schema = create.input.schema().as_arrow();
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let mut field: Field = field.as_ref().clone();
+        if let Some((_, expr)) = create
+            .column_defaults
+            .iter()
+            .find(|(c, _)| c == field.name())
+        {
+            let sql = expr_to_sql(expr).map_err(|e| {
+                TableError::Unsupported(format!(
+                    "default of column \"{}\" cannot be stored: {e}",
+                    field.name()
+                ))
+            })?;
+            let mut metadata = field.metadata().clone();
+            metadata.insert(DEFAULT_KEY.to_string(), sql.to_string());
+            field = field.with_metadata(metadata);
+        }
+        fields.push(field);
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+fn remove_dir(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        warn!(dir = %dir.display(), error = %e, "cannot remove a dropped table's files");
+    }
+}

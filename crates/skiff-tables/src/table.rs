@@ -1,0 +1,234 @@
+//! A managed table as DataFusion sees it: scans, `INSERT`, `UPDATE`,
+//! `DELETE` and `TRUNCATE` over one Delta table, each write one commit.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, Result};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+use deltalake_core::DeltaTable;
+use tokio::sync::Mutex;
+use tracing::warn;
+use url::Url;
+
+use crate::command::CommandExec;
+use crate::error::TableError;
+use crate::scan::{self, Layout};
+
+/// Field metadata key holding a column's default, as SQL text.
+pub(crate) const DEFAULT_KEY: &str = "skiff.default";
+
+/// One Delta table. Every scan and write starts from the latest commit, so
+/// other sessions' and other writers' commits are seen at once.
+#[derive(Debug)]
+pub struct ManagedTable {
+    name: String,
+    url: Url,
+    table: Mutex<DeltaTable>,
+    layout: RwLock<Layout>,
+    defaults: HashMap<String, Expr>,
+}
+
+impl ManagedTable {
+    /// Open the Delta table at `url` under `name`.
+    pub async fn open(name: &str, url: Url) -> Result<Self, TableError> {
+        let table = deltalake_core::open_table(url)
+            .await
+            .map_err(|e| TableError::delta(name, e))?;
+        Self::from_table(name, table)
+    }
+
+    pub(crate) fn from_table(name: &str, table: DeltaTable) -> Result<Self, TableError> {
+        let layout = Layout::of(&table)?;
+        let defaults = defaults(name, &layout.table_schema)?;
+        Ok(Self {
+            name: name.to_string(),
+            url: table.table_url().clone(),
+            table: Mutex::new(table),
+            layout: RwLock::new(layout),
+            defaults,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where the table lives.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The table at its latest commit.
+    pub async fn latest(&self) -> Result<DeltaTable, TableError> {
+        let mut table = self.table.lock().await;
+        table
+            .update_incremental(None)
+            .await
+            .map_err(|e| TableError::delta(&self.name, e))?;
+        let layout = Layout::of(&table)?;
+        if let Ok(mut current) = self.layout.write() {
+            *current = layout;
+        }
+        Ok(table.clone())
+    }
+
+    fn command(&self, what: &str, run: crate::command::Command) -> Arc<dyn ExecutionPlan> {
+        Arc::new(CommandExec::new(format!("{what} {}", self.name), run))
+    }
+}
+
+/// Column defaults kept in the fields' metadata, parsed back to
+/// expressions over the table's columns.
+fn defaults(name: &str, schema: &SchemaRef) -> Result<HashMap<String, Expr>, TableError> {
+    let mut out = HashMap::new();
+    let ctx = SessionContext::new();
+    let df_schema = DFSchema::try_from(schema.as_ref().clone())
+        .map_err(|e| TableError::Io(format!("table \"{name}\": {e}")))?;
+    for field in schema.fields() {
+        if let Some(sql) = field.metadata().get(DEFAULT_KEY) {
+            let expr = ctx.parse_sql_expr(sql, &df_schema).map_err(|e| {
+                TableError::Io(format!(
+                    "table \"{name}\": default of column \"{}\" ({sql}) does not parse: {e}",
+                    field.name()
+                ))
+            })?;
+            out.insert(field.name().clone(), expr);
+        }
+    }
+    Ok(out)
+}
+
+/// The filters as one predicate over unqualified columns (what deltalake
+/// resolves against its own schema); `None` for all rows.
+fn predicate(filters: Vec<Expr>) -> Option<Expr> {
+    conjunction(filters.into_iter().map(unnormalize_col))
+}
+
+#[async_trait]
+impl TableProvider for ManagedTable {
+    fn schema(&self) -> SchemaRef {
+        match self.layout.read() {
+            Ok(layout) => Arc::clone(&layout.table_schema),
+            Err(poisoned) => Arc::clone(&poisoned.get_ref().table_schema),
+        }
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        scan::plan(&table, state, projection, limit).await
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Row groups are pruned by the Parquet scan; rows are still
+        // filtered above it.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn insert_into(
+        &self,
+        state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        let provider = table.table_provider().build().await?;
+        provider.insert_into(state, input, insert_op).await
+    }
+
+    async fn delete_from(
+        &self,
+        _state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        let name = self.name.clone();
+        let predicate = predicate(filters);
+        Ok(self.command(
+            "DELETE FROM",
+            Box::pin(async move {
+                let mut delete = table.delete();
+                if let Some(predicate) = predicate {
+                    delete = delete.with_predicate(predicate);
+                }
+                let (_, metrics) = delete.await.map_err(|e| TableError::delta(&name, e))?;
+                Ok(deleted(&name, metrics.num_deleted_rows))
+            }),
+        ))
+    }
+
+    async fn update(
+        &self,
+        _state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        let name = self.name.clone();
+        let predicate = predicate(filters);
+        Ok(self.command(
+            "UPDATE",
+            Box::pin(async move {
+                let mut update = table.update();
+                if let Some(predicate) = predicate {
+                    update = update.with_predicate(predicate);
+                }
+                for (column, value) in assignments {
+                    update = update.with_update(column, unnormalize_col(value));
+                }
+                let (_, metrics) = update.await.map_err(|e| TableError::delta(&name, e))?;
+                Ok(metrics.num_updated_rows as u64)
+            }),
+        ))
+    }
+
+    async fn truncate(&self, _state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        let name = self.name.clone();
+        Ok(self.command(
+            "TRUNCATE",
+            Box::pin(async move {
+                let (_, metrics) = table
+                    .delete()
+                    .await
+                    .map_err(|e| TableError::delta(&name, e))?;
+                Ok(deleted(&name, metrics.num_deleted_rows))
+            }),
+        ))
+    }
+}
+
+/// Rows a delete removed; deltalake counts whole files from their
+/// statistics, which a file written without them lacks.
+fn deleted(name: &str, rows: Option<usize>) -> u64 {
+    rows.map(|n| n as u64).unwrap_or_else(|| {
+        warn!(table = name, "a delete removed files without row counts");
+        0
+    })
+}

@@ -1,0 +1,91 @@
+//! Managed tables through the front doors: `CREATE TABLE`, `INSERT`,
+//! `UPDATE`, `DELETE`, CTAS, `TRUNCATE`, `DROP` with PostgreSQL's command
+//! tags, queries over them on workers, and every committed row there
+//! after the server is killed and started again.
+
+use skiff_gen::Benchmark;
+use skiff_testkit::dataset;
+
+use crate::support::{Options, Server, linked_data_dir, psql, simple_rows, sqlstate};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_keep_their_rows_across_a_kill_and_restart() {
+    let source = dataset(Benchmark::Tpch, 0.01);
+    let data = linked_data_dir(&source);
+    {
+        let server = Server::start_in(data.path(), Options::default());
+        let tags: Vec<String> = [
+            "CREATE TABLE t (a int NOT NULL, b varchar, c int DEFAULT 5)",
+            "INSERT INTO t (a, b) VALUES (1,'x'),(2,'y'),(7,'z')",
+            "UPDATE t SET b = 'w' WHERE a >= 2",
+            "DELETE FROM t WHERE a = 1",
+            "CREATE TABLE big_nations AS SELECT n_nationkey, n_name FROM nation \
+             WHERE n_regionkey = 3",
+        ]
+        .iter()
+        .map(|sql| psql(&server, sql).trim().to_string())
+        .collect();
+        assert_eq!(
+            tags,
+            [
+                "CREATE TABLE",
+                "INSERT 0 3",
+                "UPDATE 2",
+                "DELETE 1",
+                "CREATE TABLE"
+            ]
+        );
+        let client = server.pg().await;
+        let joined = simple_rows(
+            &client,
+            "SELECT n_name, b, c FROM t JOIN nation ON a = n_nationkey ORDER BY a",
+        )
+        .await
+        .expect("join");
+        assert_eq!(
+            joined,
+            [
+                [Some("BRAZIL".into()), Some("w".into()), Some("5".into())],
+                [Some("GERMANY".into()), Some("w".into()), Some("5".into())]
+            ]
+        );
+        // Queries over managed tables run on workers like any other.
+        let ran_on = simple_rows(
+            &client,
+            "SELECT worker FROM skiff.queries WHERE sql LIKE 'SELECT n_name, b, c%'",
+        )
+        .await
+        .expect("queries");
+        assert!(ran_on[0][0].is_some(), "ran on the coordinator: {ran_on:?}");
+        let null = client
+            .simple_query("INSERT INTO t (a) VALUES (NULL)")
+            .await
+            .expect_err("NULL into NOT NULL");
+        assert_eq!(sqlstate(&null), "23502", "{null}");
+        // Dropping `server` SIGKILLs the coordinator and its children.
+    }
+    let server = Server::start_in(data.path(), Options::default());
+    let client = server.pg().await;
+    let rows = simple_rows(&client, "SELECT a, b, c FROM t ORDER BY a")
+        .await
+        .expect("rows after restart");
+    assert_eq!(
+        rows,
+        [
+            [Some("2".into()), Some("w".into()), Some("5".into())],
+            [Some("7".into()), Some("w".into()), Some("5".into())]
+        ]
+    );
+    let count = simple_rows(&client, "SELECT count(*) FROM big_nations")
+        .await
+        .expect("ctas rows");
+    assert_eq!(count[0][0].as_deref(), Some("5"));
+    assert_eq!(psql(&server, "TRUNCATE TABLE t").trim(), "TRUNCATE TABLE");
+    assert_eq!(psql(&server, "DROP TABLE t").trim(), "DROP TABLE");
+    assert!(!data.path().join("t").exists(), "DROP TABLE left files");
+    let gone = client
+        .simple_query("SELECT * FROM t")
+        .await
+        .expect_err("dropped");
+    assert_eq!(sqlstate(&gone), "42P01", "{gone}");
+}
