@@ -5,7 +5,8 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use arrow::datatypes::Schema;
+use arrow::array::{RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema};
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::SQLOptions;
@@ -19,6 +20,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execut
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use skiff_tables::TableStore;
+use skiff_tables::copy::{Copy, CopySourceKind};
 
 use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
@@ -137,6 +139,9 @@ impl Engine {
 
     /// Run one statement on the pipeline executor.
     pub async fn execute(&self, statement: &str) -> Result<QueryOutput> {
+        if let Some(copy) = Copy::parse(statement)? {
+            return self.copy(copy).await;
+        }
         match classify(statement) {
             StatementKind::Sql(sql) => {
                 let plan = self.physical_plan(sql).await?;
@@ -149,6 +154,37 @@ impl Engine {
             StatementKind::ExplainPipelines { analyze, query } => {
                 self.explain_pipelines(query, analyze).await
             }
+        }
+    }
+
+    /// `COPY t FROM 'file'` loads the file (a relative path is read from
+    /// the current directory); `COPY ... TO STDOUT` shows the rows.
+    async fn copy(&self, copy: Copy) -> Result<QueryOutput> {
+        match copy {
+            Copy::From(from) => {
+                let CopySourceKind::File(path) = &from.source else {
+                    return Err(DataFusionError::Plan(
+                        "COPY ... FROM STDIN needs a client connection; use COPY ... FROM 'file'"
+                            .into(),
+                    ));
+                };
+                let rows = skiff_tables::copy::load_file(&self.ctx, &from, path).await?;
+                let schema = Arc::new(Schema::new(vec![Field::new(
+                    "count",
+                    DataType::UInt64,
+                    false,
+                )]));
+                let batch = RecordBatch::try_new(
+                    Arc::clone(&schema),
+                    vec![Arc::new(UInt64Array::from(vec![rows]))],
+                )?;
+                let stream = futures::stream::once(async move { Ok(batch) });
+                Ok(QueryOutput {
+                    stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+                    execution: None,
+                })
+            }
+            Copy::ToStdout(to) => Box::pin(self.execute(&to.query)).await,
         }
     }
 

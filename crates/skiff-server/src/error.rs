@@ -47,6 +47,10 @@ pub enum SqlState {
     SerializationFailure,
     /// A NULL into a column declared NOT NULL.
     NotNullViolation,
+    /// Loaded data with a value that does not read as its column's type.
+    InvalidTextRepresentation,
+    /// Loaded data whose rows are malformed (a wrong number of fields).
+    BadCopyFileFormat,
 }
 
 impl SqlState {
@@ -80,6 +84,8 @@ impl SqlState {
             SqlState::StatementTooComplex => "54001",
             SqlState::SerializationFailure => "40001",
             SqlState::NotNullViolation => "23502",
+            SqlState::InvalidTextRepresentation => "22P02",
+            SqlState::BadCopyFileFormat => "22P04",
         }
     }
 }
@@ -128,8 +134,14 @@ impl From<DataFusionError> for ServerError {
         {
             return server.clone();
         }
+        // A managed table's error says what a user needs (which file,
+        // line and column), whatever wrapped it on the way up.
+        if let Some(table) = skiff_tables::error::find(&error) {
+            let message = one_line(&table.to_string());
+            return Self::new(classify(&error, &message), message);
+        }
         let message = match root {
-            DataFusionError::External(inner) => one_line(&inner.to_string()),
+            DataFusionError::External(inner) => without_wrappers(&one_line(&inner.to_string())),
             other => one_line(&other.strip_backtrace()),
         };
         Self::new(classify(&error, &message), message)
@@ -155,6 +167,7 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
             TableError::Conflict { .. } => return SqlState::SerializationFailure,
             TableError::Exists(_) => return SqlState::DuplicateTable,
             TableError::Unsupported(_) => return SqlState::FeatureNotSupported,
+            TableError::BadInput(_) => return SqlState::InvalidTextRepresentation,
             // Told by their text below.
             TableError::Delta { .. } | TableError::Io(_) => {}
         }
@@ -178,6 +191,10 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
         SqlState::DivisionByZero
     } else if lower.contains("table") && lower.contains("not found") {
         SqlState::UndefinedTable
+    } else if lower.contains("invalid input syntax") {
+        SqlState::InvalidTextRepresentation
+    } else if lower.contains("bad copy data") {
+        SqlState::BadCopyFileFormat
     } else if lower.contains("non-nullable") || lower.contains("not null") {
         SqlState::NotNullViolation
     } else if lower.contains("already exists") {
@@ -192,6 +209,21 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
         SqlState::DataException
     } else {
         SqlState::Internal
+    }
+}
+
+/// `message` without the prefixes deltalake adds when an error passes
+/// through it (the error under them is the one a user can act on).
+fn without_wrappers(message: &str) -> String {
+    let mut rest = message;
+    loop {
+        let before = rest;
+        for prefix in ["Generic DeltaTable error: ", "External error: "] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        if rest == before {
+            return rest.to_string();
+        }
     }
 }
 

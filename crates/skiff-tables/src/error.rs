@@ -26,6 +26,10 @@ pub enum TableError {
     },
     #[error("{0}")]
     Io(String),
+    /// A value or row of loaded data that does not fit the table: where it
+    /// is (source, line, column) and why.
+    #[error("{0}")]
+    BadInput(String),
 }
 
 impl TableError {

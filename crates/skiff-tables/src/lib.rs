@@ -4,12 +4,14 @@
 //!
 //! Owns: creating and dropping them ([`TableStore`]), reading a snapshot
 //! as a plain Parquet scan a worker can run ([`ManagedTable`]'s `scan`),
-//! and the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS), each
-//! one Delta commit made by `deltalake-core`. Knows nothing of pipelines,
+//! and the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS, `COPY
+//! ... FROM` a file, see [`copy`]), each one Delta commit made by
+//! `deltalake-core`. Knows nothing of pipelines,
 //! workers or clients: the engine and the coordinator register these
 //! tables and hand their DDL here.
 
 mod command;
+pub mod copy;
 pub mod error;
 mod scan;
 mod store;

@@ -175,3 +175,161 @@ async fn concurrent_writers_commit_or_conflict_cleanly() {
     assert_eq!(total, 8 * committed, "{committed} updates committed");
     assert_eq!(number(&ok(&ctx, &store, "SELECT count(*) FROM t").await), 8);
 }
+
+/// Run a `COPY ... FROM 'file'` as the engine does; rows loaded or the
+/// error's text.
+async fn copy(ctx: &SessionContext, sql: &str) -> Result<u64, String> {
+    let Some(skiff_tables::copy::Copy::From(from)) =
+        skiff_tables::copy::Copy::parse(sql).map_err(|e| e.to_string())?
+    else {
+        panic!("not a COPY FROM: {sql}");
+    };
+    let skiff_tables::copy::CopySourceKind::File(path) = &from.source else {
+        panic!("not from a file: {sql}");
+    };
+    skiff_tables::copy::load_file(ctx, &from, path)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn copy_loads_csv_text_json_and_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    ok(
+        &ctx,
+        &store,
+        "CREATE TABLE t (a INT NOT NULL, b VARCHAR, c INT DEFAULT 42)",
+    )
+    .await;
+    let files = tempfile::tempdir().unwrap();
+    let csv = files.path().join("rows.csv");
+    std::fs::write(&csv, "a,b,c\n1,one,10\n2,,20\n").unwrap();
+    let sql = format!(
+        "COPY t FROM '{}' WITH (FORMAT csv, HEADER true)",
+        csv.display()
+    );
+    assert_eq!(copy(&ctx, &sql).await.unwrap(), 2);
+    let text = files.path().join("rows.txt");
+    std::fs::write(&text, "3\tthree\n4\t\\N\n").unwrap();
+    let sql = format!("COPY t (a, b) FROM '{}'", text.display());
+    assert_eq!(copy(&ctx, &sql).await.unwrap(), 2);
+    let json = files.path().join("rows.json");
+    std::fs::write(&json, "{\"a\": 5, \"b\": \"five\", \"c\": 50}\n").unwrap();
+    let sql = format!("COPY t FROM '{}'", json.display());
+    assert_eq!(copy(&ctx, &sql).await.unwrap(), 1);
+    let parquet = files.path().join("out");
+    ok(
+        &ctx,
+        &store,
+        &format!(
+            "COPY (SELECT 6 AS a, 'six' AS b, 60 AS c) TO '{}' STORED AS PARQUET",
+            parquet.display()
+        ),
+    )
+    .await;
+    let sql = format!("COPY t FROM '{}' WITH (FORMAT parquet)", parquet.display());
+    assert_eq!(copy(&ctx, &sql).await.unwrap(), 1);
+    let rows = ok(&ctx, &store, "SELECT a, b, c FROM t ORDER BY a").await;
+    for line in [
+        "| 1 | one   | 10 |",
+        "| 2 |       | 20 |",
+        "| 3 | three | 42 |",
+        "| 4 |       | 42 |",
+        "| 5 | five  | 50 |",
+        "| 6 | six   | 60 |",
+    ] {
+        assert!(rows.contains(line), "no {line} in\n{rows}");
+    }
+    let nulls = ok(&ctx, &store, "SELECT count(*) FROM t WHERE b IS NULL").await;
+    assert_eq!(number(&nulls), 2, "{rows}");
+}
+
+/// Each bad load is a clear error and leaves the table as it was.
+#[tokio::test]
+async fn a_bad_copy_names_the_problem_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    ok(
+        &ctx,
+        &store,
+        "CREATE TABLE t (a SMALLINT NOT NULL, b VARCHAR)",
+    )
+    .await;
+    ok(&ctx, &store, "INSERT INTO t VALUES (1, 'kept')").await;
+    let files = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &[u8]| {
+        let path = files.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    // Many good rows before the bad one: nothing of them may land.
+    let mut long = String::new();
+    for i in 0..5000 {
+        long.push_str(&format!("{},x\n", i % 100));
+    }
+    long.push_str("oops,x\n");
+    let cases = [
+        (
+            format!(
+                "COPY t FROM '{}' WITH (FORMAT csv)",
+                write("cols.csv", b"1,a,extra\n")
+            ),
+            "line",
+        ),
+        (
+            format!(
+                "COPY t FROM '{}' WITH (FORMAT csv)",
+                write("long.csv", long.as_bytes())
+            ),
+            "long.csv, line 5001, column a)",
+        ),
+        (
+            format!(
+                "COPY t FROM '{}' WITH (FORMAT csv)",
+                write("null.csv", b"2,a\n,b\n")
+            ),
+            "null",
+        ),
+        (
+            format!(
+                "COPY t FROM '{}' WITH (FORMAT csv)",
+                write("range.csv", b"99999,a\n")
+            ),
+            "99999",
+        ),
+        (
+            format!(
+                "COPY nope FROM '{}' WITH (FORMAT csv)",
+                write("x.csv", b"1,a\n")
+            ),
+            "nope",
+        ),
+        (
+            "COPY t FROM '/no/such/file.csv' WITH (FORMAT csv)".to_string(),
+            "/no/such/file.csv",
+        ),
+        (
+            format!(
+                "COPY t FROM '{}' WITH (FORMAT parquet)",
+                write("cut.parquet", b"PAR1\x00\x01\x02")
+            ),
+            "cut.parquet",
+        ),
+    ];
+    for (sql, names) in &cases {
+        let error = copy(&ctx, sql)
+            .await
+            .expect_err(&format!("{sql} should fail"));
+        assert!(
+            error.to_lowercase().contains(&names.to_lowercase()),
+            "{sql}: the error does not name {names}: {error}"
+        );
+        let rows = ok(&ctx, &store, "SELECT a, b FROM t").await;
+        assert!(
+            rows.contains("| 1 | kept |")
+                && number(&ok(&ctx, &store, "SELECT count(*) FROM t").await) == 1,
+            "{sql} changed the table:\n{rows}"
+        );
+    }
+}

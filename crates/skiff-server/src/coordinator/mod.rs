@@ -4,6 +4,7 @@
 
 mod catalog_store;
 mod cluster_service;
+mod copy;
 pub mod cost;
 pub(crate) use cluster_service::ClusterService;
 mod dispatch;
@@ -205,14 +206,18 @@ impl Coordinator {
     pub async fn execute(&self, session: &ClientSession, sql: &str) -> Result<StatementResult> {
         check_bounds(sql)?;
         let entry = self.inner.queries.begin(session.user(), sql);
-        let outcome = match classify(sql) {
-            StatementKind::ExplainPipelines { analyze, query } => {
-                self.explain_pipelines(session, &entry, query, analyze)
-                    .await
-            }
-            StatementKind::Sql(sql) => match self.plan_sql(session, sql).await {
-                Ok(plan) => self.run_logical(session, &entry, sql, plan).await,
-                Err(e) => Err(e),
+        let outcome = match skiff_tables::copy::Copy::parse(sql) {
+            Ok(Some(copy)) => self.copy(session, copy).await,
+            Err(e) => Err(e.into()),
+            Ok(None) => match classify(sql) {
+                StatementKind::ExplainPipelines { analyze, query } => {
+                    self.explain_pipelines(session, &entry, query, analyze)
+                        .await
+                }
+                StatementKind::Sql(sql) => match self.plan_sql(session, sql).await {
+                    Ok(plan) => self.run_logical(session, &entry, sql, plan).await,
+                    Err(e) => Err(e),
+                },
             },
         };
         self.finish_start(session, entry, outcome)

@@ -128,6 +128,13 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
     );
     assert_eq!(outcome(&bob, "SELECT * FROM steer").await, "42501");
     assert_eq!(outcome(&root, "SELECT * FROM steer").await, "22023");
+    // Reading the server's files is an admin's (as in PostgreSQL).
+    assert_eq!(outcome(&root, "CREATE TABLE loaded (a int)").await, "ok");
+    let file = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(file.path(), "1\n2\n").expect("write");
+    let copy = format!("COPY loaded FROM '{}'", file.path().display());
+    assert_eq!(outcome(&bob, &copy).await, "42501");
+    assert_eq!(outcome(&root, &copy).await, "ok");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

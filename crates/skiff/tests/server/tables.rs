@@ -57,6 +57,28 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
         .await
         .expect("queries");
         assert!(ran_on[0][0].is_some(), "ran on the coordinator: {ran_on:?}");
+        // COPY from a file under the data directory: a relative path.
+        std::fs::write(data.path().join("more.csv"), "a,b\n7,loaded\n8,\n").expect("csv");
+        assert_eq!(
+            psql(
+                &server,
+                "COPY t (a, b) FROM 'more.csv' WITH (FORMAT csv, HEADER true)"
+            )
+            .trim(),
+            "COPY 2"
+        );
+        let bad = client
+            .simple_query("COPY t (a, b) FROM 'more.csv' WITH (FORMAT csv)")
+            .await
+            .expect_err("a header read as data");
+        assert_eq!(sqlstate(&bad), "22P02", "{bad}");
+        let message = bad.as_db_error().map(|e| e.message().to_string());
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.contains("line 1, column a")),
+            "{message:?}"
+        );
         let null = client
             .simple_query("INSERT INTO t (a) VALUES (NULL)")
             .await
@@ -66,14 +88,16 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
     }
     let server = Server::start_in(data.path(), Options::default());
     let client = server.pg().await;
-    let rows = simple_rows(&client, "SELECT a, b, c FROM t ORDER BY a")
+    let rows = simple_rows(&client, "SELECT a, b, c FROM t ORDER BY a, b")
         .await
         .expect("rows after restart");
     assert_eq!(
         rows,
         [
             [Some("2".into()), Some("w".into()), Some("5".into())],
-            [Some("7".into()), Some("w".into()), Some("5".into())]
+            [Some("7".into()), Some("loaded".into()), Some("5".into())],
+            [Some("7".into()), Some("w".into()), Some("5".into())],
+            [Some("8".into()), None, Some("5".into())]
         ]
     );
     let count = simple_rows(&client, "SELECT count(*) FROM big_nations")
