@@ -94,6 +94,10 @@ impl Engine {
             runtime = runtime.with_temp_file_path(dir);
         }
         let ctx = SessionContext::new_with_config_rt(session, runtime.build_arc()?);
+        ctx.state_ref().write().table_factories_mut().insert(
+            skiff_tables::DELTA_FORMAT.to_string(),
+            Arc::new(skiff_tables::DeltaFactory),
+        );
         Ok(Self {
             ctx,
             tables: Arc::new(OnceLock::new()),

@@ -18,5 +18,5 @@ mod store;
 mod table;
 
 pub use error::TableError;
-pub use store::{TableStore, is_delta_table};
+pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
 pub use table::ManagedTable;

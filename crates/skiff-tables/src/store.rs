@@ -5,8 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema};
+use datafusion::catalog::{Session, TableProviderFactory};
 use datafusion::common::{Result, TableReference};
-use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, LogicalPlan};
+use datafusion::datasource::TableProvider;
+use datafusion::logical_expr::{
+    CreateExternalTable, CreateMemoryTable, DdlStatement, DropTable, LogicalPlan,
+};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::expr_to_sql;
 use deltalake_core::DeltaTable;
@@ -157,6 +161,9 @@ impl TableStore {
         let Some(managed) = provider.downcast_ref::<ManagedTable>() else {
             return Ok(false);
         };
+        if !managed.owned() {
+            return Ok(false);
+        }
         let Ok(dir) = managed.url().to_file_path() else {
             return Err(TableError::Unsupported(format!(
                 "cannot drop table \"{}\" stored at {}",
@@ -239,5 +246,43 @@ fn with_defaults(create: &CreateMemoryTable) -> Result<Arc<Schema>, TableError> 
 fn remove_dir(dir: &Path) {
     if let Err(e) = std::fs::remove_dir_all(dir) {
         warn!(dir = %dir.display(), error = %e, "cannot remove a dropped table's files");
+    }
+}
+
+/// The `STORED AS` name of Delta tables in `CREATE EXTERNAL TABLE`.
+pub const DELTA_FORMAT: &str = "DELTA";
+
+/// `CREATE EXTERNAL TABLE t STORED AS DELTA LOCATION 'dir'`: a Delta table
+/// another writer made, read (and written) as a managed table is, but
+/// never deleted by `DROP TABLE`.
+#[derive(Debug, Default)]
+pub struct DeltaFactory;
+
+#[async_trait::async_trait]
+impl TableProviderFactory for DeltaFactory {
+    async fn create(
+        &self,
+        _state: &dyn Session,
+        cmd: &CreateExternalTable,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let [location] = cmd.locations.as_slice() else {
+            return Err(TableError::Unsupported(format!(
+                "a Delta table has one location, not {}",
+                cmd.locations.len()
+            ))
+            .into());
+        };
+        let dir = std::fs::canonicalize(location)
+            .map_err(|e| TableError::Io(format!("cannot open Delta table at {location}: {e}")))?;
+        if !is_delta_table(&dir) {
+            return Err(TableError::Io(format!(
+                "{location} is not a Delta table (it has no _delta_log)"
+            ))
+            .into());
+        }
+        let url = Url::from_directory_path(&dir)
+            .map_err(|()| TableError::Io(format!("{} is not an absolute path", dir.display())))?;
+        let table = ManagedTable::open_external(cmd.name.table(), url).await?;
+        Ok(Arc::new(table))
     }
 }

@@ -33,18 +33,34 @@ pub(crate) const DEFAULT_KEY: &str = "skiff.default";
 pub struct ManagedTable {
     name: String,
     url: Url,
+    /// Skiff's to delete on `DROP TABLE`: a table in the data directory.
+    /// A Delta table registered with `CREATE EXTERNAL TABLE` is not.
+    owned: bool,
     table: Mutex<DeltaTable>,
     layout: RwLock<Layout>,
     defaults: HashMap<String, Expr>,
 }
 
 impl ManagedTable {
-    /// Open the Delta table at `url` under `name`.
+    /// Open the Delta table at `url` under `name`: one of the data
+    /// directory's, which `DROP TABLE` deletes.
     pub async fn open(name: &str, url: Url) -> Result<Self, TableError> {
         let table = deltalake_core::open_table(url)
             .await
             .map_err(|e| TableError::delta(name, e))?;
         Self::from_table(name, table)
+    }
+
+    /// Open a Delta table kept elsewhere: `DROP TABLE` only forgets it.
+    pub async fn open_external(name: &str, url: Url) -> Result<Self, TableError> {
+        let mut table = Self::open(name, url).await?;
+        table.owned = false;
+        Ok(table)
+    }
+
+    /// Whether `DROP TABLE` deletes the table's files.
+    pub fn owned(&self) -> bool {
+        self.owned
     }
 
     pub(crate) fn from_table(name: &str, table: DeltaTable) -> Result<Self, TableError> {
@@ -53,6 +69,7 @@ impl ManagedTable {
         Ok(Self {
             name: name.to_string(),
             url: table.table_url().clone(),
+            owned: true,
             table: Mutex::new(table),
             layout: RwLock::new(layout),
             defaults,

@@ -1,7 +1,8 @@
 //! The client software the client tests drive, fetched on first use under
 //! `target/skiff-testenv/` like the test data, so the README's one test
 //! command needs nothing installed beforehand but Python and Java: a
-//! Python environment with SQLAlchemy, psycopg and pandas (from PyPI), and
+//! Python environment with SQLAlchemy, psycopg, pandas and deltalake (from
+//! PyPI), and
 //! PostgreSQL's JDBC driver (from Maven Central).
 
 use std::path::PathBuf;
@@ -12,10 +13,13 @@ use crate::data::repo_root;
 
 /// What the client tests import; pinned to major versions whose APIs the
 /// scripts use.
-pub const CLIENT_PACKAGES: [&str; 3] = [
+pub const CLIENT_PACKAGES: [&str; 5] = [
     "sqlalchemy>=2,<3",
     "psycopg[binary]>=3.1,<4",
     "pandas>=2,<4",
+    // An independent Delta Lake reader and writer, for the interop tests.
+    "deltalake>=1,<2",
+    "pyarrow>=14",
 ];
 
 /// The interpreter of the client test environment, creating it (and

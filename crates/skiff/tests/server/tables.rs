@@ -113,3 +113,80 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
         .expect_err("dropped");
     assert_eq!(sqlstate(&gone), "42P01", "{gone}");
 }
+
+/// Run the Python Delta interop script; its output lines.
+fn delta_py(mode: &str, dir: &std::path::Path) -> Vec<String> {
+    let python = skiff_testkit::clients::python();
+    let script = skiff_testkit::repo_root().join("tests/clients/delta_interop.py");
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .arg(mode)
+        .arg(dir)
+        .output()
+        .expect("run python");
+    assert!(
+        output.status.success(),
+        "delta_interop.py {mode} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Another Delta implementation (delta-rs's Python bindings) reads what
+/// Skiff wrote, after updates and deletes, and Skiff reads a table it
+/// wrote, as `CREATE EXTERNAL TABLE ... STORED AS DELTA`, without
+/// deleting it on `DROP TABLE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_tables_are_read_by_another_implementation_and_back() {
+    let data = tempfile::tempdir().expect("data dir");
+    let server = Server::start_in(data.path(), Options::default());
+    for sql in [
+        "CREATE TABLE t (k bigint NOT NULL, name varchar)",
+        "INSERT INTO t VALUES (1, 'one'), (2, 'two'), (3, NULL), (4, 'four')",
+        "UPDATE t SET name = 'TWO' WHERE k = 2",
+        "DELETE FROM t WHERE k = 4",
+    ] {
+        psql(&server, sql);
+    }
+    let read = delta_py("read", &data.path().join("t"));
+    assert_eq!(
+        read,
+        [
+            r#"columns ["k", "name"]"#,
+            r#"row [1, "one"]"#,
+            r#"row [2, "TWO"]"#,
+            r#"row [3, null]"#,
+        ],
+        "what Python's deltalake read"
+    );
+    let elsewhere = tempfile::tempdir().expect("dir");
+    let made = elsewhere.path().join("made");
+    assert_eq!(delta_py("write", &made), ["written"]);
+    let client = server.pg().await;
+    client
+        .simple_query(&format!(
+            "CREATE EXTERNAL TABLE made STORED AS DELTA LOCATION '{}'",
+            made.display()
+        ))
+        .await
+        .expect("register");
+    let rows = simple_rows(&client, "SELECT k, name FROM made ORDER BY k")
+        .await
+        .expect("read");
+    assert_eq!(
+        rows,
+        [
+            [Some("1".into()), Some("one".into())],
+            [Some("2".into()), Some("two".into())],
+            [Some("3".into()), None]
+        ]
+    );
+    client.simple_query("DROP TABLE made").await.expect("drop");
+    assert!(
+        made.join("_delta_log").is_dir(),
+        "DROP TABLE deleted an external table"
+    );
+}
