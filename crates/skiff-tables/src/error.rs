@@ -2,7 +2,7 @@
 
 use datafusion::error::DataFusionError;
 use deltalake_core::DeltaTableError;
-use deltalake_core::kernel::transaction::TransactionError;
+use deltalake_core::kernel::transaction::TransactionError::{CommitConflict, MaxCommitAttempts};
 
 /// A managed table's failure. Travels inside `DataFusionError::External`
 /// so front doors can give each kind its SQLSTATE.
@@ -37,7 +37,7 @@ impl TableError {
     pub(crate) fn delta(table: &str, e: DeltaTableError) -> Self {
         match &e {
             DeltaTableError::Transaction {
-                source: TransactionError::CommitConflict(_) | TransactionError::MaxCommitAttempts(_),
+                source: CommitConflict(_) | MaxCommitAttempts(_),
             }
             | DeltaTableError::VersionAlreadyExists(_) => TableError::Conflict {
                 table: table.to_string(),
