@@ -28,6 +28,11 @@ pub struct Limits {
 /// The longest statement the coordinator plans, in bytes. Parsing takes
 /// several times a statement's size in memory; data belongs in `COPY` or
 /// Flight SQL ingest, not in statement text.
+/// CopyData chunks a `COPY ... FROM STDIN` buffers ahead of its decoder;
+/// the client waits beyond that (each chunk is what the client sent, a few
+/// KiB in psql's and psycopg's case).
+pub const COPY_IN_CHUNKS: usize = 16;
+
 pub const MAX_STATEMENT_BYTES: usize = 64 << 20;
 
 /// Default of [`Limits::worker_wait`] (`--worker-wait-timeout`).

@@ -38,6 +38,7 @@ use pgwire::messages::extendedquery::{Execute, PortalSuspended};
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use skiff_engine::statement::split_statements;
+use skiff_tables::copy::{Copy, CopySourceKind};
 use tracing::debug;
 
 use super::types::{ParamWire, decode_param, encode_batch, pg_type, type_size};
@@ -204,7 +205,7 @@ impl Queries {
 
 /// The connection a message arrived on; every query message comes after
 /// startup opened it.
-fn connection<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Connection>> {
+pub(super) fn connection<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Connection>> {
     client
         .session_extensions()
         .get::<Arc<Connection>>()
@@ -313,6 +314,15 @@ impl Queries {
             Kind::Set { lenient } => lenient,
             Kind::Sql => false,
         };
+        if let Ok(Some(Copy::From(from))) = Copy::parse(sql)
+            && from.source == CopySourceKind::Stdin
+        {
+            return match super::copy_in::start(client, &conn, from).await {
+                Ok(()) => Ok(None),
+                Err(PgWireError::UserError(info)) => Ok(Some(PgWireError::UserError(info))),
+                Err(e) => Err(e),
+            };
+        }
         let result = match self.coordinator.execute(conn.session(), sql).await {
             Ok(result) => result,
             Err(e) if lenient => {
@@ -406,6 +416,11 @@ impl SimpleQueryHandler for Queries {
                 .await?;
         }
         for sql in statements {
+            if matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+                // The rest of the message waits for no COPY: PostgreSQL
+                // runs a COPY FROM STDIN as a message's last statement.
+                break;
+            }
             if let Some(failure) = self.simple(client, sql).await? {
                 let info = ErrorInfo::from(failure);
                 client
@@ -415,6 +430,10 @@ impl SimpleQueryHandler for Queries {
                 client.set_transaction_status(status);
                 break;
             }
+        }
+        if matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            // The copy's end (CopyDone, CopyFail) sends ReadyForQuery.
+            return client.flush().await.map_err(Into::into);
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
         let status = client.transaction_status();

@@ -16,6 +16,7 @@
 //! goes on, and a connection task that fails is only logged.
 
 mod auth;
+mod copy_in;
 mod handler;
 mod types;
 pub(crate) use types::TIME_ZONE;
@@ -183,6 +184,10 @@ impl PgWireServerHandlers for Front {
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         Arc::clone(&self.cancel)
     }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        Arc::clone(&self.queries)
+    }
 }
 
 /// One authenticated connection: its session, and its place among the
@@ -191,6 +196,7 @@ pub(super) struct Connection {
     session: ClientSession,
     keys: Arc<CancelKeys>,
     key: (i32, Bytes),
+    copy_in: copy_in::CopyInSlot,
 }
 
 impl Connection {
@@ -206,6 +212,7 @@ impl Connection {
             session,
             keys: Arc::clone(&keys),
             key: key.clone(),
+            copy_in: copy_in::CopyInSlot::default(),
         });
         lock(&keys.connections).insert(key, Arc::downgrade(&connection));
         connection
@@ -213,6 +220,11 @@ impl Connection {
 
     pub(super) fn session(&self) -> &ClientSession {
         &self.session
+    }
+
+    /// Its `COPY ... FROM STDIN` in progress.
+    fn copy_in(&self) -> &copy_in::CopyInSlot {
+        &self.copy_in
     }
 }
 
