@@ -729,3 +729,99 @@ async fn oversized_wide_and_deep_statements_get_an_answer_or_an_error() {
     // The worker is still there too.
     assert_eq!(count(&client, "SELECT count(*) FROM items").await, 3);
 }
+
+/// A bare PostgreSQL connection speaking the protocol by hand: what COPY's
+/// sub-protocol needs that tokio-postgres does only through the extended
+/// protocol.
+struct Wire {
+    stream: tokio::net::TcpStream,
+}
+
+impl Wire {
+    async fn connect(pg: SocketAddr) -> Wire {
+        let mut stream = tokio::net::TcpStream::connect(pg).await.unwrap();
+        let mut body = 196_608i32.to_be_bytes().to_vec();
+        body.extend_from_slice(b"user\0skiff\0database\0skiff\0\0");
+        let mut startup = (body.len() as i32 + 4).to_be_bytes().to_vec();
+        startup.extend_from_slice(&body);
+        stream.write_all(&startup).await.unwrap();
+        let mut raw = Wire { stream };
+        raw.until(b'Z').await;
+        raw
+    }
+
+    async fn send(&mut self, kind: u8, body: &[u8]) {
+        let mut message = vec![kind];
+        message.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+        message.extend_from_slice(body);
+        self.stream.write_all(&message).await.unwrap();
+    }
+
+    /// Read messages up to one of type `kind`; the types seen, in order.
+    async fn until(&mut self, kind: u8) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut seen = Vec::new();
+        loop {
+            let mut head = [0u8; 5];
+            self.stream.read_exact(&mut head).await.unwrap();
+            let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            let mut body = vec![0u8; len - 4];
+            self.stream.read_exact(&mut body).await.unwrap();
+            seen.push(head[0]);
+            if head[0] == kind {
+                return seen;
+            }
+        }
+    }
+}
+
+/// A COPY FROM STDIN the client aborts (CopyFail), or whose connection
+/// breaks mid-way, writes nothing; the connection stays usable after a
+/// CopyFail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_copy_from_stdin_writes_nothing() {
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    client
+        .batch_execute("CREATE TABLE t (a int)")
+        .await
+        .unwrap();
+    let mut raw = Wire::connect(cluster.pg).await;
+    raw.send(b'Q', b"COPY t FROM STDIN\0").await;
+    raw.until(b'G').await;
+    raw.send(b'd', b"1\n2\n3\n").await;
+    raw.send(b'f', b"the client gave up\0").await;
+    let seen = raw.until(b'Z').await;
+    assert!(
+        seen.contains(&b'E'),
+        "no ErrorResponse after CopyFail: {seen:?}"
+    );
+    raw.send(b'Q', b"SELECT 1\0").await;
+    let seen = raw.until(b'Z').await;
+    assert!(
+        seen.contains(&b'D'),
+        "the connection is not usable: {seen:?}"
+    );
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
+    drop(raw);
+    // A client that vanishes in the middle of its rows.
+    let mut raw = Wire::connect(cluster.pg).await;
+    raw.send(b'Q', b"COPY t FROM STDIN\0").await;
+    raw.until(b'G').await;
+    raw.send(b'd', b"4\n5\n").await;
+    drop(raw);
+    wait_until("the broken connection's session closed", || {
+        cluster.coordinator.open_sessions() == 1
+    })
+    .await;
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
+    // And a whole one commits.
+    let mut raw = Wire::connect(cluster.pg).await;
+    raw.send(b'Q', b"COPY t FROM STDIN\0").await;
+    raw.until(b'G').await;
+    raw.send(b'd', b"6\n7\n").await;
+    raw.send(b'c', b"").await;
+    let seen = raw.until(b'Z').await;
+    assert!(seen.contains(&b'C') && !seen.contains(&b'E'), "{seen:?}");
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 2);
+}
