@@ -48,6 +48,20 @@ def main() -> None:
             counts.append(row[0])
         seen["prepared_counts"] = counts
 
+    # psycopg's COPY: rows written one by one stream to the server as
+    # COPY FROM STDIN (NULLs as \N) and land in one commit.
+    with psycopg.connect(
+        f"host={host} port={port} user=skiff dbname=skiff", autocommit=True
+    ) as conn:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE copied (a int NOT NULL, b varchar)")
+        with cur.copy("COPY copied (a, b) FROM STDIN") as copy:
+            for i in range(3000):
+                copy.write_row((i, None if i % 3 == 0 else f"row {i}"))
+        seen["copy_rowcount"] = cur.rowcount
+        row = conn.execute("SELECT count(*), count(b), sum(a) FROM copied").fetchone()
+        seen["copied"] = [int(v) for v in row]
+
     print(json.dumps(seen))
 
 

@@ -92,6 +92,12 @@ fn sqlalchemy_pandas_and_psycopg_read_the_server() {
         "{seen}"
     );
     assert_eq!(seen["pandas_rows"], 25, "{seen}");
+    assert_eq!(seen["copy_rowcount"], 3000, "{seen}");
+    assert_eq!(
+        seen["copied"],
+        serde_json::json!([3000, 2000, 4_498_500]),
+        "{seen}"
+    );
     assert_eq!(seen["pandas_first"][0], 0, "{seen}");
     let counts: Vec<i64> = seen["prepared_counts"]
         .as_array()
