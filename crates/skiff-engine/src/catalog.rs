@@ -30,6 +30,11 @@ pub enum CatalogError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot resolve {path}: {source}")]
+    Resolve {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0} mixes Parquet and CSV files; a table holds one format")]
     MixedFormats(PathBuf),
     #[error("path {0} is not valid UTF-8")]
@@ -150,10 +155,14 @@ pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<F
                 ctx.register_csv(name.as_str(), path, options).await?
             }
             TableFormat::Delta => {
-                let url = std::fs::canonicalize(&table.path)
-                    .ok()
-                    .and_then(|p| url::Url::from_directory_path(p).ok())
-                    .ok_or_else(|| CatalogError::NotUtf8(table.path.clone()))?;
+                let resolve = |source| CatalogError::Resolve {
+                    path: table.path.clone(),
+                    source,
+                };
+                let absolute = std::fs::canonicalize(&table.path).map_err(resolve)?;
+                // A canonical path is absolute, which is all a file URL needs.
+                let url = url::Url::from_directory_path(&absolute)
+                    .map_err(|()| CatalogError::NotUtf8(absolute.clone()))?;
                 let managed = skiff_tables::ManagedTable::open(&table.name, url).await?;
                 ctx.register_table(name.as_str(), std::sync::Arc::new(managed))?;
             }

@@ -5,8 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{RecordBatch, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::Schema;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::SQLOptions;
@@ -173,15 +172,8 @@ impl Engine {
                     ));
                 };
                 let rows = skiff_tables::copy::load_file(&self.ctx, &from, path).await?;
-                let schema = Arc::new(Schema::new(vec![Field::new(
-                    "count",
-                    DataType::UInt64,
-                    false,
-                )]));
-                let batch = RecordBatch::try_new(
-                    Arc::clone(&schema),
-                    vec![Arc::new(UInt64Array::from(vec![rows]))],
-                )?;
+                let batch = skiff_tables::copy::count_batch(rows)?;
+                let schema = batch.schema();
                 let stream = futures::stream::once(async move { Ok(batch) });
                 Ok(QueryOutput {
                     stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),

@@ -5,7 +5,8 @@
 //! ([`executor`], including pausing them at boundaries), their materialized
 //! outputs and the query state ([`store`]), batches ready for IPC
 //! ([`batch`]), mid-pipeline cut points ([`morsel`]), and the embedded session
-//! ([`Engine`]). Knows nothing of
+//! ([`Engine`]), which registers a data directory's tables ([`catalog`]) and
+//! hands managed-table DDL and `COPY` to `skiff-tables`. Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive
 //! it through [`Engine`] and [`QueryExecution`].
 

@@ -195,7 +195,7 @@ fn classify(error: &DataFusionError, message: &str) -> SqlState {
         SqlState::InvalidTextRepresentation
     } else if lower.contains("bad copy data") {
         SqlState::BadCopyFileFormat
-    } else if lower.contains("non-nullable") || lower.contains("not null") {
+    } else if lower.contains("non-nullable") {
         SqlState::NotNullViolation
     } else if lower.contains("already exists") {
         SqlState::DuplicateTable

@@ -1,8 +1,10 @@
 //! The roles of a Skiff cluster, each a process (or all in one, for tests):
 //!
 //! - the **coordinator** ([`coordinator`], [`server`]): front doors
-//!   ([`pg`] for the PostgreSQL wire protocol, [`flight_sql`] for Arrow
-//!   Flight SQL), users and their roles ([`auth`]), the persistent catalog,
+//!   ([`pg`] for the PostgreSQL wire protocol, which also streams `COPY ...
+//!   FROM STDIN`; [`flight_sql`] for Arrow Flight SQL), users and their
+//!   roles ([`auth`]), the persistent catalog (managed tables and `COPY`
+//!   loads themselves are `skiff-tables`'),
 //!   PostgreSQL's `pg_catalog` for client tools, planning, membership, the
 //!   `skiff` system tables and admin functions, shipping plans to workers, and
 //!   relaying a query's result across migrations, suspensions and restarts;

@@ -6,7 +6,6 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, internal_err};
@@ -124,12 +123,7 @@ impl ExecutionPlan for CommandExec {
             .take()
             .ok_or_else(|| DataFusionError::Execution(format!("{} already ran", self.label)))?;
         let schema = count_schema();
-        let out = Arc::clone(&schema);
-        let stream = futures::stream::once(async move {
-            let count = command.await?;
-            let column = Arc::new(UInt64Array::from(vec![count]));
-            Ok(RecordBatch::try_new(out, vec![column])?)
-        });
+        let stream = futures::stream::once(async move { crate::copy::count_batch(command.await?) });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }

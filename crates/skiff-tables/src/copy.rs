@@ -18,7 +18,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use bytes::{Buf, Bytes};
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::{DataFusionError, Result, TableReference, plan_err};
-use datafusion::datasource::provider_as_source;
+use datafusion::datasource::{TableProvider, provider_as_source};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit};
@@ -36,6 +36,8 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use regex::Regex;
 use tokio_util::io::ReaderStream;
+
+use crate::error::TableError;
 
 /// The file formats a load reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,19 +255,8 @@ impl CopyOptions {
             (None, Format::Text) => "\\N".to_string(),
             (None, _) => String::new(),
         };
-        format!("^{}$", regex_escape(&null))
+        format!("^{}$", regex::escape(&null))
     }
-}
-
-fn regex_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The columns a load supplies: those listed, else all of the table's.
@@ -357,7 +348,7 @@ async fn read_and_load(ctx: &SessionContext, copy: &CopyFrom, path: &str) -> Res
             ctx.read_json(path, options).await?
         }
     };
-    insert(ctx, copy, source).await
+    insert(ctx, copy, table, source).await
 }
 
 /// Load rows already decoded (`COPY ... FROM STDIN`) into `copy.table`;
@@ -367,8 +358,9 @@ pub async fn load_batches(
     copy: &CopyFrom,
     batches: SendableRecordBatchStream,
 ) -> Result<u64> {
+    let table = ctx.table_provider(copy.table.clone()).await?;
     let source = one_shot(ctx, batches.schema(), batches)?;
-    insert(ctx, copy, source)
+    insert(ctx, copy, table, source)
         .await
         .map_err(|e| e.context(format!("COPY {} FROM STDIN", copy.table)))
 }
@@ -380,9 +372,14 @@ pub async fn decode_schema(ctx: &SessionContext, copy: &CopyFrom) -> Result<Sche
     source_schema(&table.schema(), &copy.columns)
 }
 
-/// Insert `source` into the table (one commit) and count the rows.
-async fn insert(ctx: &SessionContext, copy: &CopyFrom, source: DataFrame) -> Result<u64> {
-    let table = ctx.table_provider(copy.table.clone()).await?;
+/// Insert `source` (the columns `copy` lists) into `table`, one commit,
+/// and count the rows.
+async fn insert(
+    ctx: &SessionContext,
+    copy: &CopyFrom,
+    table: Arc<dyn TableProvider>,
+    source: DataFrame,
+) -> Result<u64> {
     let target = table.schema();
     let supplied = source_schema(&target, &copy.columns)?;
     let plan = fill_defaults(source, &target, &supplied, table.as_ref())?;
@@ -427,6 +424,12 @@ pub fn decode_rows<S>(
 where
     S: futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
 {
+    if !matches!(format, Format::Text | Format::Csv) {
+        return Err(TableError::Unsupported(format!(
+            "COPY FROM {source} reads text or csv, not {format:?}"
+        ))
+        .into());
+    }
     let null = Regex::new(&options.null_regex_for(format))
         .map_err(|e| DataFusionError::Plan(format!("COPY NULL spelling: {e}")))?;
     let quote = match (options.quote, format) {
@@ -544,7 +547,7 @@ where
                 text.trim_start_matches("Parser error: ")
             ),
         };
-        crate::error::TableError::BadInput(message).into()
+        TableError::BadInput(message).into()
     }
 
     fn fail(mut self, e: DataFusionError) -> Option<(Result<RecordBatch>, Self)> {
@@ -614,7 +617,7 @@ fn fill_defaults(
     source: DataFrame,
     target: &SchemaRef,
     supplied: &SchemaRef,
-    table: &dyn datafusion::datasource::TableProvider,
+    table: &dyn TableProvider,
 ) -> Result<datafusion::logical_expr::LogicalPlan> {
     let exprs: Vec<Expr> = target
         .fields()
@@ -631,6 +634,16 @@ fn fill_defaults(
         })
         .collect();
     Ok(source.select(exprs)?.into_unoptimized_plan())
+}
+
+/// The one-row `count` batch a command answers with, as DataFusion's DML
+/// plans do.
+pub fn count_batch(rows: u64) -> Result<RecordBatch> {
+    let column = Arc::new(UInt64Array::from(vec![rows]));
+    Ok(RecordBatch::try_new(
+        crate::command::count_schema(),
+        vec![column],
+    )?)
 }
 
 /// The rows a DML result's `count` column reports.

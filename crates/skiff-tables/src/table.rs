@@ -99,6 +99,24 @@ impl ManagedTable {
         Ok(table.clone())
     }
 
+    /// A plan deleting the rows `filters` match (all rows for none).
+    async fn delete_where(&self, what: &str, filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
+        let table = self.latest().await?;
+        let name = self.name.clone();
+        let predicate = predicate(filters);
+        Ok(self.command(
+            what,
+            Box::pin(async move {
+                let mut delete = table.delete();
+                if let Some(predicate) = predicate {
+                    delete = delete.with_predicate(predicate);
+                }
+                let (_, metrics) = delete.await.map_err(|e| TableError::delta(&name, e))?;
+                Ok(deleted(&name, metrics.num_deleted_rows))
+            }),
+        ))
+    }
+
     fn command(&self, what: &str, run: crate::command::Command) -> Arc<dyn ExecutionPlan> {
         Arc::new(CommandExec::new(format!("{what} {}", self.name), run))
     }
@@ -184,20 +202,7 @@ impl TableProvider for ManagedTable {
         _state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let table = self.latest().await?;
-        let name = self.name.clone();
-        let predicate = predicate(filters);
-        Ok(self.command(
-            "DELETE FROM",
-            Box::pin(async move {
-                let mut delete = table.delete();
-                if let Some(predicate) = predicate {
-                    delete = delete.with_predicate(predicate);
-                }
-                let (_, metrics) = delete.await.map_err(|e| TableError::delta(&name, e))?;
-                Ok(deleted(&name, metrics.num_deleted_rows))
-            }),
-        ))
+        self.delete_where("DELETE FROM", filters).await
     }
 
     async fn update(
@@ -226,18 +231,7 @@ impl TableProvider for ManagedTable {
     }
 
     async fn truncate(&self, _state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
-        let table = self.latest().await?;
-        let name = self.name.clone();
-        Ok(self.command(
-            "TRUNCATE",
-            Box::pin(async move {
-                let (_, metrics) = table
-                    .delete()
-                    .await
-                    .map_err(|e| TableError::delta(&name, e))?;
-                Ok(deleted(&name, metrics.num_deleted_rows))
-            }),
-        ))
+        self.delete_where("TRUNCATE", Vec::new()).await
     }
 }
 

@@ -1,13 +1,10 @@
 //! `COPY` through the coordinator: loading a server-side file into a
 //! table (admins only, as reading the server's files is in PostgreSQL).
-//! `COPY ... FROM STDIN` and `COPY ... TO STDOUT` need the client's
-//! connection, so the front doors drive those.
+//! `COPY ... FROM STDIN` needs the client's connection, so the PostgreSQL
+//! front door drives it (`pg/copy_in.rs`).
 
 use std::path::Path;
-use std::sync::Arc;
 
-use arrow::array::{RecordBatch, UInt64Array};
-use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use skiff_tables::copy::{Copy, CopySourceKind};
 
@@ -23,17 +20,18 @@ impl Coordinator {
             Copy::ToStdout(_) => {
                 return Err(ServerError::new(
                     SqlState::FeatureNotSupported,
-                    "COPY ... TO STDOUT is answered by the PostgreSQL port only",
+                    "COPY ... TO STDOUT is not supported yet; use COPY ... TO 'file'",
                 ));
             }
         };
         let CopySourceKind::File(file) = &from.source else {
             return Err(ServerError::new(
                 SqlState::FeatureNotSupported,
-                "COPY ... FROM STDIN is answered by the PostgreSQL port only",
+                "COPY ... FROM STDIN needs the PostgreSQL port's simple query protocol \
+                 (psql's \\copy, psycopg's cursor.copy())",
             ));
         };
-        let caller = Caller::of(session.ctx.state().config_options());
+        let caller = Caller::of(session.ctx.copied_config().options());
         if !caller.is_admin() {
             return Err(ServerError::new(
                 SqlState::InsufficientPrivilege,
@@ -48,25 +46,18 @@ impl Coordinator {
         };
         let path = path.to_string_lossy().to_string();
         let rows = skiff_tables::copy::load_file(&session.ctx, &from, &path).await?;
-        Ok(counted("COPY", rows))
+        counted("COPY", rows)
     }
 }
 
 /// A command's output carrying the rows it touched.
-pub(super) fn counted(tag: &str, rows: u64) -> Output {
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "count",
-        DataType::UInt64,
-        false,
-    )]));
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![Arc::new(UInt64Array::from(vec![rows]))],
-    );
-    let stream = futures::stream::iter(vec![batch.map_err(Into::into)]);
-    Output {
+fn counted(tag: &str, rows: u64) -> Result<Output> {
+    let batch = skiff_tables::copy::count_batch(rows)?;
+    let schema = batch.schema();
+    let stream = futures::stream::iter(vec![Ok(batch)]);
+    Ok(Output {
         stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
         command: Some(tag.to_string()),
         worker: None,
-    }
+    })
 }

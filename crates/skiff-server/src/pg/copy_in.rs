@@ -101,12 +101,10 @@ where
         chunks: Some(chunks),
         load: Some(load),
     });
-    let text = i8::from(format == Format::Parquet);
-    send_copy_in_response(
-        client,
-        CopyResponse::new(text, columns, futures::stream::empty()),
-    )
-    .await?;
+    // Overall format 0: the rows arrive as text or CSV, never binary
+    // (`decode_rows` refuses any other format).
+    let response = CopyResponse::new(0, columns, futures::stream::empty());
+    send_copy_in_response(client, response).await?;
     client.set_state(PgWireConnectionState::CopyInProgress(false));
     Ok(())
 }

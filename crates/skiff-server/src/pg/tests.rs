@@ -758,20 +758,26 @@ impl Wire {
     }
 
     /// Read messages up to one of type `kind`; the types seen, in order.
+    /// The server has 30 s to send it.
     async fn until(&mut self, kind: u8) -> Vec<u8> {
         use tokio::io::AsyncReadExt;
-        let mut seen = Vec::new();
-        loop {
-            let mut head = [0u8; 5];
-            self.stream.read_exact(&mut head).await.unwrap();
-            let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-            let mut body = vec![0u8; len - 4];
-            self.stream.read_exact(&mut body).await.unwrap();
-            seen.push(head[0]);
-            if head[0] == kind {
-                return seen;
+        let read = async {
+            let mut seen = Vec::new();
+            loop {
+                let mut head = [0u8; 5];
+                self.stream.read_exact(&mut head).await.unwrap();
+                let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+                let mut body = vec![0u8; len - 4];
+                self.stream.read_exact(&mut body).await.unwrap();
+                seen.push(head[0]);
+                if head[0] == kind {
+                    return seen;
+                }
             }
-        }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .unwrap_or_else(|_| panic!("no message '{}' within 30 s", kind as char))
     }
 }
 

@@ -112,16 +112,22 @@ fn sqlalchemy_pandas_and_psycopg_read_the_server() {
     );
 }
 
-#[test]
-fn jdbc_metadata_lists_tables_and_columns() {
+/// Run `tests/clients/NAME.java` with PostgreSQL's JDBC driver against a
+/// server over TPC-H SF 0.01; its standard output.
+fn run_jdbc_program(name: &str) -> String {
     let jar = skiff_testkit::clients::jdbc_driver();
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
-    let program = skiff_testkit::repo_root().join("tests/clients/JdbcMetadata.java");
-    let stdout = run_client(
+    let program = skiff_testkit::repo_root().join(format!("tests/clients/{name}.java"));
+    run_client(
         &server,
         Command::new("java").arg("-cp").arg(&jar).arg(&program),
-    );
+    )
+}
+
+#[test]
+fn jdbc_metadata_lists_tables_and_columns() {
+    let stdout = run_jdbc_program("JdbcMetadata");
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines.contains(&"product PostgreSQL 16"), "{stdout}");
     for table in ["customer", "lineitem", "nation", "orders", "region"] {
@@ -152,14 +158,7 @@ fn jdbc_metadata_lists_tables_and_columns() {
 /// plugin sends them (tests/clients/DbeaverConnect.java says from where).
 #[test]
 fn dbeaver_connects_and_browses_a_table() {
-    let jar = skiff_testkit::clients::jdbc_driver();
-    let data = dataset(Benchmark::Tpch, 0.01);
-    let server = Server::start(&data, Options::default());
-    let program = skiff_testkit::repo_root().join("tests/clients/DbeaverConnect.java");
-    let stdout = run_client(
-        &server,
-        Command::new("java").arg("-cp").arg(&jar).arg(&program),
-    );
+    let stdout = run_jdbc_program("DbeaverConnect");
     let lines: Vec<&str> = stdout.lines().collect();
     for expected in [
         "database skiff",
