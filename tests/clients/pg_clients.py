@@ -61,6 +61,10 @@ def main() -> None:
         seen["copy_rowcount"] = cur.rowcount
         row = conn.execute("SELECT count(*), count(b), sum(a) FROM copied").fetchone()
         seen["copied"] = [int(v) for v in row]
+        # And back out: COPY ... TO STDOUT, rows typed by psycopg.
+        with cur.copy("COPY (SELECT a, b FROM copied ORDER BY a LIMIT 3) TO STDOUT") as copy:
+            copy.set_types(["int4", "text"])
+            seen["copied_out"] = [list(r) for r in copy.rows()]
 
     print(json.dumps(seen))
 

@@ -1,9 +1,9 @@
 //! `COPY t FROM ...`: loading rows into a table, as PostgreSQL spells it.
 //!
 //! DataFusion's parser knows only `COPY ... TO 'file'`, so `COPY` statements
-//! are parsed here with sqlparser's PostgreSQL dialect. A load reads the
-//! source with DataFusion's CSV, Parquet or JSON readers against the
-//! table's own column types (a value that does not fit is an error naming
+//! are parsed here with sqlparser's PostgreSQL dialect. A load reads text
+//! and CSV with PostgreSQL's rules (`rows`), Parquet and JSON with
+//! DataFusion's readers, against the table's own column types (a value that does not fit is an error naming
 //! the file, line and column), fills the columns the statement leaves out
 //! with their defaults, and inserts through the table's `insert_into`: one
 //! commit, made only after every row was read, so a failed load changes
@@ -13,9 +13,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{RecordBatch, UInt64Array};
-use arrow::csv::ReaderBuilder;
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::{DataFusionError, Result, TableReference, plan_err};
 use datafusion::datasource::{TableProvider, provider_as_source};
@@ -34,10 +33,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use regex::Regex;
 use tokio_util::io::ReaderStream;
-
-use crate::error::TableError;
 
 /// The file formats a load reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,21 +238,6 @@ impl CopyOptions {
             }
         })
     }
-
-    pub fn delimiter_for(&self, format: Format) -> u8 {
-        let default = if format == Format::Text { '\t' } else { ',' };
-        u8::try_from(self.delimiter.unwrap_or(default)).unwrap_or(b',')
-    }
-
-    /// The NULL spelling as a whole-field pattern for the CSV reader.
-    pub fn null_regex_for(&self, format: Format) -> String {
-        let null = match (&self.null, format) {
-            (Some(null), _) => null.clone(),
-            (None, Format::Text) => "\\N".to_string(),
-            (None, _) => String::new(),
-        };
-        format!("^{}$", regex::escape(&null))
-    }
 }
 
 /// The columns a load supplies: those listed, else all of the table's.
@@ -424,136 +405,7 @@ pub fn decode_rows<S>(
 where
     S: futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
 {
-    if !matches!(format, Format::Text | Format::Csv) {
-        return Err(TableError::Unsupported(format!(
-            "COPY FROM {source} reads text or csv, not {format:?}"
-        ))
-        .into());
-    }
-    let null = Regex::new(&options.null_regex_for(format))
-        .map_err(|e| DataFusionError::Plan(format!("COPY NULL spelling: {e}")))?;
-    let quote = match (options.quote, format) {
-        (Some(q), _) => u8::try_from(q).unwrap_or(b'"'),
-        // Text format has no quoting: a quote is a character.
-        (None, Format::Text) => 0,
-        (None, _) => b'"',
-    };
-    let mut builder = ReaderBuilder::new(Arc::clone(&schema))
-        .with_header(options.header)
-        .with_delimiter(options.delimiter_for(format))
-        .with_quote(quote)
-        .with_null_regex(null);
-    if let Some(escape) = options.escape {
-        builder = builder.with_escape(u8::try_from(escape).unwrap_or(b'\\'));
-    }
-    let state = Decoding {
-        input: bytes,
-        decoder: builder.build_decoder(),
-        buffered: Bytes::new(),
-        eof: false,
-        done: false,
-        schema,
-        source,
-    };
-    Ok(Box::pin(futures::stream::unfold(state, Decoding::next)))
-}
-
-struct Decoding<S> {
-    input: S,
-    decoder: arrow::csv::reader::Decoder,
-    buffered: Bytes,
-    eof: bool,
-    done: bool,
-    /// For error messages: the columns and where the rows come from.
-    schema: SchemaRef,
-    source: String,
-}
-
-impl<S> Decoding<S>
-where
-    S: futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
-{
-    /// The next batch: feed chunks until the decoder's batch is full or
-    /// the input ends, then flush it.
-    async fn next(mut self) -> Option<(Result<RecordBatch>, Self)> {
-        if self.done {
-            return None;
-        }
-        loop {
-            if self.buffered.is_empty() && !self.eof {
-                match self.input.next().await {
-                    Some(Ok(chunk)) => self.buffered = chunk,
-                    Some(Err(e)) => return self.fail(e),
-                    None => self.eof = true,
-                }
-            }
-            let decoded = match self.decoder.decode(&self.buffered) {
-                Ok(n) => n,
-                Err(e) => {
-                    let bad = self.bad_row(&e);
-                    return self.fail(bad);
-                }
-            };
-            self.buffered.advance(decoded);
-            if decoded == 0 {
-                match self.decoder.flush() {
-                    Ok(Some(batch)) => return Some((Ok(batch), self)),
-                    Ok(None) if self.eof => return None,
-                    Ok(None) => {}
-                    Err(e) => {
-                        let bad = self.bad_row(&e);
-                        return self.fail(bad);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Arrow's parse error said as PostgreSQL says it, with where in the
-    /// source and which column: "invalid input syntax for type Int32:
-    /// 'oops' (rows.csv, line 4, column a)".
-    fn bad_row(&self, e: &arrow::error::ArrowError) -> DataFusionError {
-        let text = e.to_string();
-        let found =
-            Regex::new(r"parsing value '(.*)' as type '?([^' ]+)'? for column (\d+) at line (\d+)")
-                .ok()
-                .and_then(|re| {
-                    re.captures(&text).map(|c| {
-                        let value = c[1].to_string();
-                        let ty = c[2].to_string();
-                        let column: usize = c[3].parse().unwrap_or(0);
-                        let line: usize = c[4].parse().unwrap_or(0);
-                        (value, ty, column, line)
-                    })
-                });
-        let message = match found {
-            Some((value, ty, column, line)) => {
-                let name = self
-                    .schema
-                    .fields()
-                    .get(column)
-                    .map_or_else(|| format!("#{}", column + 1), |f| f.name().clone());
-                // Arrow counts lines from 0, the header included.
-                let line = line + 1;
-                format!(
-                    "invalid input syntax for type {ty}: '{value}' ({}, line {line}, column \
-                     {name})",
-                    self.source
-                )
-            }
-            None => format!(
-                "bad COPY data in {}: {}",
-                self.source,
-                text.trim_start_matches("Parser error: ")
-            ),
-        };
-        TableError::BadInput(message).into()
-    }
-
-    fn fail(mut self, e: DataFusionError) -> Option<(Result<RecordBatch>, Self)> {
-        self.done = true;
-        Some((Err(e), self))
-    }
+    crate::rows::decode(bytes, schema, options, format, source)
 }
 
 /// A stream of batches as a table scan that runs once.
@@ -693,13 +545,13 @@ mod tests {
     }
 
     #[test]
-    fn null_spellings_match_whole_fields() {
+    fn the_format_follows_the_extension() {
         let options = Copy::parse("COPY t FROM '/x.txt'").unwrap();
         let Some(Copy::From(from)) = options else {
             panic!()
         };
         assert_eq!(from.options.format_for("/x.txt"), Format::Text);
-        assert_eq!(from.options.null_regex_for(Format::Text), "^\\\\N$");
-        assert_eq!(from.options.null_regex_for(Format::Csv), "^$");
+        assert_eq!(from.options.format_for("/x.CSV"), Format::Csv);
+        assert_eq!(from.options.format_for("/x.ndjson"), Format::Json);
     }
 }

@@ -13,6 +13,7 @@
 mod command;
 pub mod copy;
 pub mod error;
+mod rows;
 mod scan;
 mod store;
 mod table;

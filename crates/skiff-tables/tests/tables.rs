@@ -243,6 +243,15 @@ async fn copy_loads_csv_text_json_and_parquet() {
     }
     let nulls = ok(&ctx, &store, "SELECT count(*) FROM t WHERE b IS NULL").await;
     assert_eq!(number(&nulls), 2, "{rows}");
+    // Text format's backslash escapes: a backslash, a tab and a newline
+    // inside a value, an escaped delimiter, a value spelled like NULL.
+    let escaped = files.path().join("escaped.txt");
+    std::fs::write(&escaped, "7\tback\\\\slash\\ttab\\nline\n8\t\\\\N\n").unwrap();
+    let sql = format!("COPY t (a, b) FROM '{}'", escaped.display());
+    assert_eq!(copy(&ctx, &sql).await.unwrap(), 2);
+    let exact = "SELECT count(*) FROM t WHERE (a = 7 AND b = concat('back', chr(92), 'slash', \
+                 chr(9), 'tab', chr(10), 'line')) OR (a = 8 AND b = concat(chr(92), 'N'))";
+    assert_eq!(number(&ok(&ctx, &store, exact).await), 2);
 }
 
 /// Each bad load is a clear error and leaves the table as it was.
@@ -304,6 +313,18 @@ async fn a_bad_copy_names_the_problem_and_writes_nothing() {
                 write("x.csv", b"1,a\n")
             ),
             "nope",
+        ),
+        (
+            format!("COPY t FROM '{}'", write("short.txt", b"5\tok\n6\n")),
+            "missing data for column \"b\" (",
+        ),
+        (
+            format!("COPY t FROM '{}'", write("extra.txt", b"5\tok\tmore\n")),
+            "extra data after last expected column",
+        ),
+        (
+            format!("COPY t FROM '{}'", write("range.txt", b"5\tok\n99999\tx\n")),
+            "'99999' (",
         ),
         (
             "COPY t FROM '/no/such/file.csv' WITH (FORMAT csv)".to_string(),

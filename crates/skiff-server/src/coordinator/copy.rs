@@ -20,7 +20,8 @@ impl Coordinator {
             Copy::ToStdout(_) => {
                 return Err(ServerError::new(
                     SqlState::FeatureNotSupported,
-                    "COPY ... TO STDOUT is not supported yet; use COPY ... TO 'file'",
+                    "COPY ... TO STDOUT needs the PostgreSQL port's simple query protocol \
+                     (psql's \\copy, psycopg's cursor.copy()); elsewhere use COPY ... TO 'file'",
                 ));
             }
         };

@@ -314,14 +314,18 @@ impl Queries {
             Kind::Set { lenient } => lenient,
             Kind::Sql => false,
         };
-        if let Ok(Some(Copy::From(from))) = Copy::parse(sql)
-            && from.source == CopySourceKind::Stdin
-        {
-            return match super::copy_in::start(client, &conn, from).await {
-                Ok(()) => Ok(None),
-                Err(PgWireError::UserError(info)) => Ok(Some(PgWireError::UserError(info))),
-                Err(e) => Err(e),
-            };
+        match Copy::parse(sql) {
+            Ok(Some(Copy::From(from))) if from.source == CopySourceKind::Stdin => {
+                return match super::copy_in::start(client, &conn, from).await {
+                    Ok(()) => Ok(None),
+                    Err(PgWireError::UserError(info)) => Ok(Some(PgWireError::UserError(info))),
+                    Err(e) => Err(e),
+                };
+            }
+            Ok(Some(Copy::ToStdout(to))) => {
+                return super::copy_out::send(client, &self.coordinator, &conn, to).await;
+            }
+            _ => {}
         }
         let result = match self.coordinator.execute(conn.session(), sql).await {
             Ok(result) => result,

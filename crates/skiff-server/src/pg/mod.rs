@@ -17,6 +17,7 @@
 
 mod auth;
 mod copy_in;
+mod copy_out;
 mod handler;
 mod types;
 pub(crate) use types::TIME_ZONE;

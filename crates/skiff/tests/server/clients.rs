@@ -98,6 +98,11 @@ fn sqlalchemy_pandas_and_psycopg_read_the_server() {
         serde_json::json!([3000, 2000, 4_498_500]),
         "{seen}"
     );
+    assert_eq!(
+        seen["copied_out"],
+        serde_json::json!([[0, null], [1, "row 1"], [2, "row 2"]]),
+        "{seen}"
+    );
     assert_eq!(seen["pandas_first"][0], 0, "{seen}");
     let counts: Vec<i64> = seen["prepared_counts"]
         .as_array()

@@ -146,6 +146,7 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
         .await
         .expect("ctas rows");
     assert_eq!(count[0][0].as_deref(), Some("5"));
+    copy_to_stdout_round_trips(&server, &client, data.path()).await;
     assert_eq!(psql(&server, "TRUNCATE TABLE t").trim(), "TRUNCATE TABLE");
     assert_eq!(psql(&server, "DROP TABLE t").trim(), "DROP TABLE");
     assert!(!data.path().join("t").exists(), "DROP TABLE left files");
@@ -154,6 +155,80 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
         .await
         .expect_err("dropped");
     assert_eq!(sqlstate(&gone), "42P01", "{gone}");
+}
+
+/// psql's `\\copy ... to` (COPY ... TO STDOUT) in text and CSV: values
+/// with tabs, line breaks, backslashes, quotes, commas, an empty string
+/// and NULL come back through `\\copy ... from` exactly as they were.
+async fn copy_to_stdout_round_trips(
+    server: &Server,
+    client: &tokio_postgres::Client,
+    dir: &std::path::Path,
+) {
+    let odd = [
+        "tab\there",
+        "line\nbreak\r\n",
+        "back\\slash \\N",
+        "comma, \"quoted\"",
+        "",
+        "\\N",
+    ];
+    psql(server, "CREATE TABLE odd (k int, v varchar)");
+    for (k, v) in odd.iter().enumerate() {
+        let insert = format!("INSERT INTO odd VALUES ({k}, '{}')", v.replace('\'', "''"));
+        client.simple_query(&insert).await.expect("insert");
+    }
+    client
+        .simple_query("INSERT INTO odd VALUES (99, NULL)")
+        .await
+        .expect("null");
+    let text = dir.join("odd.txt");
+    let said = psql(server, &format!("\\copy odd to '{}'", text.display()));
+    assert_eq!(said.trim(), "COPY 7");
+    let written = std::fs::read_to_string(&text).expect("copied out");
+    assert!(
+        written.contains("0\ttab\\there\n") && written.contains("99\t\\N\n"),
+        "{written:?}"
+    );
+    let csv = dir.join("odd.csv");
+    let said = psql(
+        server,
+        &format!(
+            "\\copy (SELECT k, v FROM odd ORDER BY k) to '{}' csv header",
+            csv.display()
+        ),
+    );
+    assert_eq!(said.trim(), "COPY 7");
+    let written = std::fs::read_to_string(&csv).expect("copied out");
+    assert!(
+        written.starts_with("k,v\n0,tab\there\n") && written.contains("\n4,\"\"\n"),
+        "{written:?}"
+    );
+    for (table, from) in [
+        ("odd_text", format!("'{}'", text.display())),
+        ("odd_csv", format!("'{}' csv header", csv.display())),
+    ] {
+        psql(server, &format!("CREATE TABLE {table} (k int, v varchar)"));
+        let said = psql(server, &format!("\\copy {table} from {from}"));
+        assert_eq!(said.trim(), "COPY 7", "{table}");
+        let differ = simple_rows(
+            client,
+            &format!(
+                "SELECT count(*) FROM ((SELECT k, v FROM odd EXCEPT SELECT k, v FROM {table}) \
+                 UNION ALL (SELECT k, v FROM {table} EXCEPT SELECT k, v FROM odd)) d"
+            ),
+        )
+        .await
+        .expect("compare");
+        assert_eq!(differ[0][0].as_deref(), Some("0"), "{table} differs");
+        let nulls = simple_rows(
+            client,
+            &format!("SELECT count(*) FROM {table} WHERE v IS NULL AND k = 99"),
+        )
+        .await
+        .expect("nulls");
+        assert_eq!(nulls[0][0].as_deref(), Some("1"), "{table} lost the NULL");
+    }
 }
 
 /// Run the Python Delta interop script; its output lines.
