@@ -19,6 +19,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execut
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use skiff_tables::TableStore;
+use skiff_tables::alter::AddColumns;
 use skiff_tables::copy::{Copy, CopySourceKind};
 
 use crate::catalog::{self, FoundTable};
@@ -144,6 +145,17 @@ impl Engine {
     pub async fn execute(&self, statement: &str) -> Result<QueryOutput> {
         if let Some(copy) = Copy::parse(statement)? {
             return self.copy(copy).await;
+        }
+        if let Some(alter) = AddColumns::parse(statement)? {
+            alter.run(&self.ctx).await?;
+            let schema = Arc::new(arrow::datatypes::Schema::empty());
+            return Ok(QueryOutput {
+                stream: Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    futures::stream::empty(),
+                )),
+                execution: None,
+            });
         }
         match classify(statement) {
             StatementKind::Sql(sql) => {

@@ -10,6 +10,7 @@
 //! workers or clients: the engine and the coordinator register these
 //! tables and hand their DDL here.
 
+pub mod alter;
 mod command;
 pub mod copy;
 pub mod error;

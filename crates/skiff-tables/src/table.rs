@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result};
@@ -16,6 +16,8 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use deltalake_core::DeltaTable;
+use deltalake_core::kernel::StructField;
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use tokio::sync::Mutex;
 use tracing::warn;
 use url::Url;
@@ -97,6 +99,36 @@ impl ManagedTable {
             *current = layout;
         }
         Ok(table.clone())
+    }
+
+    /// The table's columns at its latest commit.
+    pub(crate) async fn schema_now(&self) -> Result<SchemaRef, TableError> {
+        self.latest().await?;
+        Ok(self.schema())
+    }
+
+    /// Add nullable columns: one commit changing only the schema.
+    pub(crate) async fn add_columns(&self, fields: Vec<Field>) -> Result<(), TableError> {
+        let table = self.latest().await?;
+        let mut kernel: Vec<StructField> = Vec::with_capacity(fields.len());
+        for field in &fields {
+            let converted = field.try_into_kernel().map_err(|e| {
+                TableError::Unsupported(format!(
+                    "column \"{}\" of type {}: {e}",
+                    field.name(),
+                    field.data_type()
+                ))
+            })?;
+            kernel.push(converted);
+        }
+        table
+            .add_columns()
+            .with_fields(kernel)
+            .await
+            .map_err(|e| TableError::delta(&self.name, e))?;
+        // Plans made from now on see the new columns.
+        self.latest().await?;
+        Ok(())
     }
 
     /// A plan deleting the rows `filters` match (all rows for none).

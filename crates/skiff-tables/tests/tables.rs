@@ -354,3 +354,56 @@ async fn a_bad_copy_names_the_problem_and_writes_nothing() {
         );
     }
 }
+
+/// `ALTER TABLE ... ADD COLUMN`: the old rows read NULL there, new rows
+/// carry it, and it is there after reopening; what it cannot honour is
+/// refused with the table unchanged.
+#[tokio::test]
+async fn add_column_changes_the_schema_in_one_commit() {
+    use skiff_tables::alter::AddColumns;
+    let dir = tempfile::tempdir().unwrap();
+    let alter = |ctx: SessionContext, sql: &'static str| async move {
+        let parsed = AddColumns::parse(sql).map_err(|e| e.to_string())?;
+        let Some(alter) = parsed else {
+            panic!("not an ALTER TABLE: {sql}")
+        };
+        alter.run(&ctx).await.map_err(|e| e.to_string())
+    };
+    {
+        let (ctx, store) = session(dir.path()).await;
+        ok(&ctx, &store, "CREATE TABLE t (a INT NOT NULL)").await;
+        ok(&ctx, &store, "INSERT INTO t VALUES (1), (2)").await;
+        alter(
+            ctx.clone(),
+            "ALTER TABLE t ADD COLUMN b varchar, ADD c double",
+        )
+        .await
+        .unwrap();
+        ok(&ctx, &store, "INSERT INTO t VALUES (3, 'three', 0.5)").await;
+        let rows = ok(&ctx, &store, "SELECT a, b, c FROM t ORDER BY a").await;
+        assert!(rows.contains("| 1 |       |     |"), "{rows}");
+        assert!(rows.contains("| 3 | three | 0.5 |"), "{rows}");
+        alter(ctx.clone(), "ALTER TABLE t ADD COLUMN IF NOT EXISTS b int")
+            .await
+            .unwrap();
+        for (sql, says) in [
+            ("ALTER TABLE t ADD COLUMN b int", "already exists"),
+            ("ALTER TABLE t ADD COLUMN d int NOT NULL", "NOT NULL"),
+            ("ALTER TABLE t ADD COLUMN d int DEFAULT 4", "DEFAULT"),
+            ("ALTER TABLE t DROP COLUMN b", "ADD COLUMN only"),
+            ("ALTER TABLE nope ADD COLUMN d int", "nope"),
+        ] {
+            let error = alter(ctx.clone(), sql).await.expect_err(sql);
+            assert!(error.contains(says), "{sql}: {error}");
+        }
+        alter(ctx.clone(), "ALTER TABLE IF EXISTS nope ADD COLUMN d int")
+            .await
+            .unwrap();
+    }
+    let (ctx, store) = session(dir.path()).await;
+    let rows = ok(&ctx, &store, "SELECT a, b, c FROM t ORDER BY a").await;
+    assert!(rows.contains("| 2 |       |     |"), "{rows}");
+    assert!(rows.contains("| 3 | three | 0.5 |"), "{rows}");
+    let columns = ok(&ctx, &store, "SELECT * FROM t LIMIT 0").await;
+    assert!(!columns.contains("| d"), "{columns}");
+}

@@ -1,18 +1,50 @@
-//! `COPY` through the coordinator: loading a server-side file into a
-//! table (admins only, as reading the server's files is in PostgreSQL).
-//! `COPY ... FROM STDIN` needs the client's connection, so the PostgreSQL
-//! front door drives it (`pg/copy_in.rs`).
+//! The statements managed tables have that DataFusion's SQL does not:
+//! `COPY` through the coordinator, loading a server-side file into a
+//! table (admins only, as reading the server's files is in PostgreSQL),
+//! and `ALTER TABLE ... ADD COLUMN`. `COPY ... FROM STDIN` and `COPY ...
+//! TO STDOUT` need the client's connection, so the PostgreSQL front door
+//! drives them (`pg/copy_in.rs`, `pg/copy_out.rs`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use skiff_tables::alter::AddColumns;
 use skiff_tables::copy::{Copy, CopySourceKind};
 
 use crate::coordinator::session::{Caller, ClientSession};
 use crate::coordinator::{Coordinator, Output};
 use crate::error::{Result, ServerError, SqlState};
 
+/// A statement `skiff-tables` parses and runs.
+pub(super) enum TableStatement {
+    Copy(Copy),
+    AddColumns(AddColumns),
+}
+
+/// `sql` as a [`TableStatement`], if it is one.
+pub(super) fn table_statement(sql: &str) -> datafusion::common::Result<Option<TableStatement>> {
+    if let Some(copy) = Copy::parse(sql)? {
+        return Ok(Some(TableStatement::Copy(copy)));
+    }
+    Ok(AddColumns::parse(sql)?.map(TableStatement::AddColumns))
+}
+
 impl Coordinator {
+    /// `ALTER TABLE ... ADD COLUMN`: one commit to the table's schema.
+    pub(super) async fn alter(&self, session: &ClientSession, alter: AddColumns) -> Result<Output> {
+        alter.run(&session.ctx).await?;
+        let schema = Arc::new(arrow::datatypes::Schema::empty());
+        Ok(Output {
+            stream: Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::empty(),
+            )),
+            command: Some("ALTER TABLE".to_string()),
+            worker: None,
+        })
+    }
+
     /// Run a `COPY` Skiff handles itself.
     pub(super) async fn copy(&self, session: &ClientSession, copy: Copy) -> Result<Output> {
         let from = match copy {

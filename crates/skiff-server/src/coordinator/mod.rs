@@ -5,6 +5,7 @@
 mod catalog_store;
 mod cluster_service;
 mod copy;
+use copy::{TableStatement, table_statement};
 pub mod cost;
 pub(crate) use cluster_service::ClusterService;
 mod dispatch;
@@ -206,8 +207,9 @@ impl Coordinator {
     pub async fn execute(&self, session: &ClientSession, sql: &str) -> Result<StatementResult> {
         check_bounds(sql)?;
         let entry = self.inner.queries.begin(session.user(), sql);
-        let outcome = match skiff_tables::copy::Copy::parse(sql) {
-            Ok(Some(copy)) => self.copy(session, copy).await,
+        let outcome = match table_statement(sql) {
+            Ok(Some(TableStatement::Copy(copy))) => self.copy(session, copy).await,
+            Ok(Some(TableStatement::AddColumns(alter))) => self.alter(session, alter).await,
             Err(e) => Err(e.into()),
             Ok(None) => match classify(sql) {
                 StatementKind::ExplainPipelines { analyze, query } => {
@@ -226,6 +228,15 @@ impl Coordinator {
     /// Plan `sql` without running it.
     pub async fn prepare(&self, session: &ClientSession, sql: &str) -> Result<PreparedStatement> {
         check_bounds(sql)?;
+        if table_statement(sql)?.is_some() {
+            // Run by `execute` when bound: no parameters, no result rows.
+            return Ok(PreparedStatement {
+                sql: sql.to_string(),
+                param_types: Vec::new(),
+                schema: Arc::new(arrow::datatypes::Schema::empty()),
+                numbered: None,
+            });
+        }
         if let StatementKind::ExplainPipelines { analyze, .. } = classify(sql) {
             return Ok(PreparedStatement {
                 sql: sql.to_string(),

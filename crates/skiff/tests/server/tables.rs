@@ -21,6 +21,7 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
             "DELETE FROM t WHERE a = 1",
             "CREATE TABLE big_nations AS SELECT n_nationkey, n_name FROM nation \
              WHERE n_regionkey = 3",
+            "ALTER TABLE t ADD COLUMN d varchar",
         ]
         .iter()
         .map(|sql| psql(&server, sql).trim().to_string())
@@ -32,7 +33,8 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
                 "INSERT 0 3",
                 "UPDATE 2",
                 "DELETE 1",
-                "CREATE TABLE"
+                "CREATE TABLE",
+                "ALTER TABLE"
             ]
         );
         let client = server.pg().await;
@@ -146,6 +148,22 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
         .await
         .expect("ctas rows");
     assert_eq!(count[0][0].as_deref(), Some("5"));
+    // ALTER TABLE through the extended protocol too (what drivers send).
+    client
+        .execute("ALTER TABLE t ADD COLUMN e int", &[])
+        .await
+        .expect("ALTER TABLE, extended protocol");
+    let added = simple_rows(&client, "SELECT count(d), count(e), count(*) FROM t")
+        .await
+        .expect("new columns");
+    assert_eq!(
+        added[0],
+        [
+            Some("0".to_string()),
+            Some("0".to_string()),
+            Some("8".to_string())
+        ]
+    );
     copy_to_stdout_round_trips(&server, &client, data.path()).await;
     assert_eq!(psql(&server, "TRUNCATE TABLE t").trim(), "TRUNCATE TABLE");
     assert_eq!(psql(&server, "DROP TABLE t").trim(), "DROP TABLE");
