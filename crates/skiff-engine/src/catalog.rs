@@ -16,6 +16,9 @@ use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
 /// The database's name: the default catalog, which PostgreSQL clients see
 /// as `current_database()` and in `pg_database`.
 pub const DATABASE: &str = "skiff";
+/// The schema of Skiff's own tables (`skiff.table_history`, and the
+/// server's `skiff.queries`, ...).
+pub const SYSTEM_SCHEMA: &str = "skiff";
 
 /// The schema unqualified names resolve in.
 pub const DEFAULT_SCHEMA: &str = "public";

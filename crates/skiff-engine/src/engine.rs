@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::Schema;
 
+use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
@@ -98,6 +99,16 @@ impl Engine {
             skiff_tables::DELTA_FORMAT.to_string(),
             Arc::new(skiff_tables::DeltaFactory),
         );
+        // `skiff.table_history`; the server's coordinator replaces the
+        // schema with one that also shows its own state.
+        let skiff = MemorySchemaProvider::new();
+        skiff.register_table(
+            skiff_tables::history::NAME.to_string(),
+            Arc::new(skiff_tables::history::TableHistory),
+        )?;
+        if let Some(catalog) = ctx.catalog(catalog::DATABASE) {
+            catalog.register_schema(catalog::SYSTEM_SCHEMA, Arc::new(skiff))?;
+        }
         Ok(Self {
             ctx,
             tables: Arc::new(OnceLock::new()),

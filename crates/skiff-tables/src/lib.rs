@@ -14,6 +14,7 @@ pub mod alter;
 mod command;
 pub mod copy;
 pub mod error;
+pub mod history;
 mod rows;
 mod scan;
 mod store;

@@ -1,5 +1,6 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
-//! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`) and admin
+//! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`), managed tables'
+//! commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
 //! queries; the rest of the functions are for admins.
@@ -21,6 +22,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use skiff_flight::protocol::HandoffReason;
+use skiff_tables::history;
 
 use super::session::Caller;
 use super::vacate::{self, Vacate};
@@ -28,9 +30,9 @@ use super::{Inner, relay};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
-pub const SCHEMA: &str = "skiff";
+pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 3] = ["queries", "pipelines", "workers"];
+const TABLES: [&str; 4] = ["queries", "pipelines", "workers", history::NAME];
 
 /// Register the `skiff` schema and functions in `ctx`'s default catalog.
 pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
@@ -79,6 +81,7 @@ impl SchemaProvider for SystemSchema {
             "queries" => queries(&inner)?,
             "pipelines" => pipelines(&inner)?,
             "workers" => workers(&inner)?,
+            history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };
         let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;

@@ -164,6 +164,39 @@ async fn tables_keep_their_rows_across_a_kill_and_restart() {
             Some("8".to_string())
         ]
     );
+    // Every statement was one commit: the history shows them in order.
+    let history = simple_rows(
+        &client,
+        "SELECT version, operation FROM skiff.table_history WHERE table_name = 't' \
+         ORDER BY version",
+    )
+    .await
+    .expect("history");
+    let operations: Vec<String> = history
+        .iter()
+        .map(|row| {
+            format!(
+                "{} {}",
+                row[0].as_deref().unwrap_or("?"),
+                row[1].as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    // The failed loads and the NULL insert left no commit.
+    assert_eq!(
+        operations,
+        [
+            "0 CREATE TABLE",
+            "1 WRITE",
+            "2 UPDATE",
+            "3 DELETE",
+            "4 ADD COLUMN",
+            "5 WRITE",
+            "6 WRITE",
+            "7 WRITE",
+            "8 ADD COLUMN"
+        ]
+    );
     copy_to_stdout_round_trips(&server, &client, data.path()).await;
     assert_eq!(psql(&server, "TRUNCATE TABLE t").trim(), "TRUNCATE TABLE");
     assert_eq!(psql(&server, "DROP TABLE t").trim(), "DROP TABLE");
