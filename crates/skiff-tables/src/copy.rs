@@ -339,11 +339,26 @@ pub async fn load_batches(
     copy: &CopyFrom,
     batches: SendableRecordBatchStream,
 ) -> Result<u64> {
-    let table = ctx.table_provider(copy.table.clone()).await?;
-    let source = one_shot(ctx, batches.schema(), batches)?;
-    insert(ctx, copy, table, source)
+    append_batches(ctx, &copy.table, &copy.columns, batches)
         .await
         .map_err(|e| e.context(format!("COPY {} FROM STDIN", copy.table)))
+}
+
+/// Append `batches` (the table's `columns`, by name; empty for all) to
+/// `table` in one commit; the columns they lack get their defaults. The
+/// rows appended.
+pub async fn append_batches(
+    ctx: &SessionContext,
+    table: &TableReference,
+    columns: &[String],
+    batches: SendableRecordBatchStream,
+) -> Result<u64> {
+    let provider = ctx.table_provider(table.clone()).await?;
+    let source = one_shot(ctx, batches.schema(), batches)?;
+    let target = provider.schema();
+    let supplied = source_schema(&target, columns)?;
+    let plan = fill_defaults(source, &target, &supplied, provider.as_ref())?;
+    append_plan(ctx, table, provider, plan).await
 }
 
 /// The schema rows for `copy` are decoded into: its listed columns (or all
@@ -364,10 +379,20 @@ async fn insert(
     let target = table.schema();
     let supplied = source_schema(&target, &copy.columns)?;
     let plan = fill_defaults(source, &target, &supplied, table.as_ref())?;
+    append_plan(ctx, &copy.table, table, plan).await
+}
+
+/// Insert `plan`'s rows (the table's columns) into `table`; the rows.
+async fn append_plan(
+    ctx: &SessionContext,
+    name: &TableReference,
+    table: Arc<dyn TableProvider>,
+    plan: datafusion::logical_expr::LogicalPlan,
+) -> Result<u64> {
     let insert = LogicalPlanBuilder::insert_into(
         plan,
-        copy.table.clone(),
-        provider_as_source(Arc::clone(&table)),
+        name.clone(),
+        provider_as_source(table),
         InsertOp::Append,
     )?
     .build()?;
@@ -409,7 +434,7 @@ where
 }
 
 /// A stream of batches as a table scan that runs once.
-fn one_shot(
+pub(crate) fn one_shot(
     ctx: &SessionContext,
     schema: SchemaRef,
     batches: BoxStream<'static, Result<RecordBatch>>,

@@ -15,6 +15,7 @@ mod command;
 pub mod copy;
 pub mod error;
 pub mod history;
+pub mod ingest;
 mod rows;
 mod scan;
 mod store;

@@ -84,7 +84,11 @@ impl TableStore {
     /// `CREATE TABLE` and `CREATE TABLE ... AS SELECT`: version 0 of a
     /// new Delta table holds the schema and, for CTAS, the rows, in one
     /// commit.
-    async fn create(&self, ctx: &SessionContext, create: &CreateMemoryTable) -> Result<()> {
+    pub(crate) async fn create(
+        &self,
+        ctx: &SessionContext,
+        create: &CreateMemoryTable,
+    ) -> Result<()> {
         let name = managed_name(&create.name)?;
         if ctx.table_exist(create.name.clone())? {
             if create.if_not_exists {

@@ -407,3 +407,129 @@ async fn add_column_changes_the_schema_in_one_commit() {
     let columns = ok(&ctx, &store, "SELECT * FROM t LIMIT 0").await;
     assert!(!columns.contains("| d"), "{columns}");
 }
+
+/// Batches of rows as an ingest receives them; `fail` ends them with an
+/// error after the rows, as a client that breaks off does.
+fn batches(
+    columns: Vec<(&str, arrow::array::ArrayRef)>,
+    fail: bool,
+) -> datafusion::physical_plan::SendableRecordBatchStream {
+    let batch = arrow::array::RecordBatch::try_from_iter(columns).unwrap();
+    let schema = batch.schema();
+    let mut items = vec![Ok(batch)];
+    if fail {
+        items.push(Err(datafusion::error::DataFusionError::Execution(
+            "the client went away".into(),
+        )));
+    }
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(items),
+        ),
+    )
+}
+
+/// Ingest creates, appends and replaces, each one commit; one that fails
+/// changes nothing.
+#[tokio::test]
+async fn ingest_creates_appends_and_replaces() {
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use skiff_tables::ingest::{IfExists, IfMissing, ingest};
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    let t = datafusion::common::TableReference::bare("t");
+    let ints = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as ArrayRef;
+    let strings = |v: Vec<&str>| Arc::new(StringArray::from(v)) as ArrayRef;
+    let rows = ingest(
+        &store,
+        &ctx,
+        &t,
+        IfMissing::Create,
+        IfExists::Fail,
+        batches(
+            vec![("a", ints(vec![1, 2])), ("b", strings(vec!["x", "y"]))],
+            false,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows, 2);
+    let again = ingest(
+        &store,
+        &ctx,
+        &t,
+        IfMissing::Create,
+        IfExists::Fail,
+        batches(vec![("a", ints(vec![3]))], false),
+    )
+    .await;
+    assert!(again.unwrap_err().to_string().contains("exists"));
+    // Append by column name: `b` before `a`, and `a` alone.
+    let rows = ingest(
+        &store,
+        &ctx,
+        &t,
+        IfMissing::Fail,
+        IfExists::Append,
+        batches(vec![("b", strings(vec!["z"])), ("a", ints(vec![3]))], false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows, 1);
+    let broken = ingest(
+        &store,
+        &ctx,
+        &t,
+        IfMissing::Fail,
+        IfExists::Append,
+        batches(vec![("a", ints(vec![4, 5, 6]))], true),
+    )
+    .await;
+    assert!(broken.is_err());
+    let sum = ok(&ctx, &store, "SELECT sum(a) FROM t").await;
+    assert_eq!(number(&sum), 6, "a broken ingest left rows");
+    let missing = ingest(
+        &store,
+        &ctx,
+        &datafusion::common::TableReference::bare("nope"),
+        IfMissing::Fail,
+        IfExists::Append,
+        batches(vec![("a", ints(vec![1]))], false),
+    )
+    .await;
+    assert!(missing.unwrap_err().to_string().contains("nope"));
+    // Replace: new rows and a new schema, in one commit.
+    let rows = ingest(
+        &store,
+        &ctx,
+        &t,
+        IfMissing::Fail,
+        IfExists::Replace,
+        batches(vec![("c", strings(vec!["only"]))], false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows, 1);
+    let all = ok(&ctx, &store, "SELECT * FROM t").await;
+    assert!(
+        all.contains("| c    |") && all.contains("| only |"),
+        "{all}"
+    );
+    // A created table that a broken ingest would have made is not there.
+    let created = ingest(
+        &store,
+        &ctx,
+        &datafusion::common::TableReference::bare("u"),
+        IfMissing::Create,
+        IfExists::Fail,
+        batches(vec![("a", ints(vec![1]))], true),
+    )
+    .await;
+    assert!(created.is_err());
+    assert!(!dir.path().join("u").exists());
+    drop(ctx);
+    let (ctx, store) = session(dir.path()).await;
+    let all = ok(&ctx, &store, "SELECT * FROM t").await;
+    assert!(all.contains("| only |"), "{all}");
+}

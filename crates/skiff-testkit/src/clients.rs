@@ -13,13 +13,15 @@ use crate::data::repo_root;
 
 /// What the client tests import; pinned to major versions whose APIs the
 /// scripts use.
-pub const CLIENT_PACKAGES: [&str; 5] = [
+pub const CLIENT_PACKAGES: [&str; 6] = [
     "sqlalchemy>=2,<3",
     "psycopg[binary]>=3.1,<4",
     "pandas>=2,<4",
     // An independent Delta Lake reader and writer, for the interop tests.
     "deltalake>=1,<2",
     "pyarrow>=14",
+    // ADBC's Flight SQL driver: bulk ingest as ADBC clients send it.
+    "adbc-driver-flightsql>=1,<2",
 ];
 
 /// The interpreter of the client test environment, creating it (and

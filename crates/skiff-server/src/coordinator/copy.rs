@@ -8,9 +8,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use datafusion::common::TableReference;
+use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use skiff_tables::alter::AddColumns;
 use skiff_tables::copy::{Copy, CopySourceKind};
+use skiff_tables::ingest::{IfExists, IfMissing};
 
 use crate::coordinator::session::{Caller, ClientSession};
 use crate::coordinator::{Coordinator, Output};
@@ -31,6 +34,34 @@ pub(super) fn table_statement(sql: &str) -> datafusion::common::Result<Option<Ta
 }
 
 impl Coordinator {
+    /// Bulk ingest of a client's Arrow batches into a managed table (Flight
+    /// SQL's `CommandStatementIngest`, Flight `DoPut`); the rows written.
+    pub async fn ingest(
+        &self,
+        session: &ClientSession,
+        table: &TableReference,
+        if_missing: IfMissing,
+        if_exists: IfExists,
+        batches: SendableRecordBatchStream,
+    ) -> Result<u64> {
+        let Some(tables) = self.inner.engine.tables() else {
+            return Err(ServerError::new(
+                SqlState::FeatureNotSupported,
+                "this server has no data directory to keep tables in",
+            ));
+        };
+        let rows = skiff_tables::ingest::ingest(
+            tables,
+            &session.ctx,
+            table,
+            if_missing,
+            if_exists,
+            batches,
+        )
+        .await?;
+        Ok(rows)
+    }
+
     /// `ALTER TABLE ... ADD COLUMN`: one commit to the table's schema.
     pub(super) async fn alter(&self, session: &ClientSession, alter: AddColumns) -> Result<Output> {
         alter.run(&session.ctx).await?;

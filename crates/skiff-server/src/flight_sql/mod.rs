@@ -17,6 +17,7 @@
 //! calls, expiry), `service` (the Flight SQL calls), `metadata` (`GetSqlInfo`,
 //! catalogs, schemas, tables), `params` (prepared-statement parameters).
 
+mod ingest;
 mod metadata;
 mod params;
 mod service;

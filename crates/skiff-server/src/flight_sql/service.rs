@@ -18,12 +18,14 @@ use arrow_flight::sql::{
     ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
     CommandGetTables, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
-    SqlInfo, TicketStatementQuery,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, DoPutUpdateResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
 };
 use arrow_flight::{
     Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightData,
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, PutResult,
+    Ticket, flight_descriptor::DescriptorType,
 };
 use base64::Engine as _;
 use base64::alphabet;
@@ -35,6 +37,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, warn};
 
+use super::ingest::{self, Target};
 use super::metadata;
 use super::params::{flight_schema, param_schema, read_rows, schema_bytes};
 use super::sessions::{Conn, Registry, StreamingGuard, query_of};
@@ -65,6 +68,27 @@ fn denied(message: &str) -> ServerError {
 }
 
 impl FlightSqlFrontDoor {
+    /// Ingest the request's batches into `target`; the rows written.
+    async fn ingest(
+        &self,
+        conn: &Conn,
+        target: Target,
+        stream: PeekableFlightDataStream,
+    ) -> Result<i64> {
+        let batches = ingest::batches(stream).await?;
+        let rows = self
+            .coordinator
+            .ingest(
+                &conn.session,
+                &target.table,
+                target.if_missing,
+                target.if_exists,
+                batches,
+            )
+            .await?;
+        Ok(i64::try_from(rows).unwrap_or(i64::MAX))
+    }
+
     pub(super) fn new(coordinator: Coordinator, registry: Arc<Registry>) -> Self {
         Self {
             coordinator,
@@ -433,6 +457,57 @@ impl FlightSqlService for FlightSqlFrontDoor {
             .await
             .map_err(status)?;
         Ok(affected(result).await.map_err(status)?.unwrap_or(-1))
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let conn = self.caller(&request)?;
+        let target = Target::of_command(&command).map_err(status)?;
+        self.ingest(&conn, target, request.into_inner())
+            .await
+            .map_err(status)
+    }
+
+    /// A plain Flight `DoPut` (not a Flight SQL command): its descriptor's
+    /// path names the table the batches go into.
+    async fn do_put_fallback(
+        &self,
+        mut request: Request<PeekableFlightDataStream>,
+        message: Any,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoPutStream>,
+        Status,
+    > {
+        let conn = self.caller(&request)?;
+        let path = match request.get_mut().peek().await {
+            Some(Ok(first)) => first
+                .flight_descriptor
+                .as_ref()
+                .filter(|d| d.r#type == DescriptorType::Path as i32)
+                .map(|d| d.path.clone()),
+            Some(Err(e)) => return Err(e.clone()),
+            None => None,
+        };
+        let Some(path) = path else {
+            return Err(Status::unimplemented(format!(
+                "DoPut of {} is not supported; name a table with a path descriptor",
+                message.type_url
+            )));
+        };
+        let target = Target::of_path(&path).map_err(status)?;
+        let rows = self
+            .ingest(&conn, target, request.into_inner())
+            .await
+            .map_err(status)?;
+        let result = PutResult {
+            app_metadata: DoPutUpdateResult { record_count: rows }
+                .encode_to_vec()
+                .into(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
     }
 
     async fn do_put_prepared_statement_query(

@@ -358,3 +358,63 @@ async fn delta_tables_are_read_by_another_implementation_and_back() {
         "DROP TABLE deleted an external table"
     );
 }
+
+/// ADBC's bulk ingest (Flight SQL `CommandStatementIngest`) in each mode
+/// and a plain Flight `DoPut`, from Python's ADBC driver and pyarrow; the
+/// rows are there after a restart.
+#[test]
+fn adbc_ingest_and_flight_do_put_load_tables() {
+    let python = skiff_testkit::clients::python();
+    let data = tempfile::tempdir().expect("data dir");
+    let script = skiff_testkit::repo_root().join("tests/clients/adbc_ingest.py");
+    {
+        let server = Server::start_in(data.path(), Options::default());
+        let output = std::process::Command::new(&python)
+            .arg(&script)
+            .arg(server.flight.ip().to_string())
+            .arg(server.flight.port().to_string())
+            .output()
+            .expect("python");
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{stdout}{}\nserver log:\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            server.log_text()
+        );
+        let seen: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        assert_eq!(seen["create"], 5000, "{seen}");
+        assert!(
+            seen["create_again"]
+                .as_str()
+                .is_some_and(|e| e.contains("exists")),
+            "{seen}"
+        );
+        assert_eq!(seen["append"], 10, "{seen}");
+        assert_eq!(seen["create_append"], 5, "{seen}");
+        // 5000 rows, 10 and 5 more; every seventh name NULL.
+        let names = 5000 - 715 + (10 - 2) + (5 - 1);
+        let sum = 4_999 * 5_000 / 2 + 45 + 10;
+        assert_eq!(
+            seen["counted"],
+            serde_json::json!([5015, names, sum]),
+            "{seen}"
+        );
+        assert_eq!(seen["replace"], 2, "{seen}");
+        assert_eq!(
+            seen["replaced"],
+            serde_json::json!([["a", 1.5], ["b", 2.5]]),
+            "{seen}"
+        );
+        assert!(
+            seen["append_missing"]
+                .as_str()
+                .is_some_and(|e| e.contains("missing")),
+            "{seen}"
+        );
+        assert_eq!(seen["put"], 5000, "{seen}");
+    }
+    let server = Server::start_in(data.path(), Options::default());
+    let counted = psql(&server, "SELECT count(*) FROM putted");
+    assert!(counted.lines().any(|l| l.trim() == "5000"), "{counted}");
+}
