@@ -186,12 +186,7 @@ pub fn sqlstate(error: &tokio_postgres::Error) -> String {
 /// Run one psql command (SQL or a meta-command) against `server`; its output, or a panic
 /// with what psql said.
 pub fn psql(server: &Server, command: &str) -> String {
-    let output = Command::new("psql")
-        .args(["-h", &server.pg.ip().to_string()])
-        .args(["-p", &server.pg.port().to_string()])
-        .args(["-U", "skiff", "-d", "skiff", "-X", "-v", "ON_ERROR_STOP=1"])
-        .args(["-c", command])
-        .env("PGCONNECT_TIMEOUT", "10")
+    let output = psql_command(server, command)
         .output()
         .expect("run psql (the PostgreSQL client must be installed)");
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
@@ -202,4 +197,15 @@ pub fn psql(server: &Server, command: &str) -> String {
         server.log_text()
     );
     stdout
+}
+
+/// The psql invocation [`psql`] runs, to start without waiting.
+pub fn psql_command(server: &Server, command: &str) -> Command {
+    let mut psql = Command::new("psql");
+    psql.args(["-h", &server.pg.ip().to_string()])
+        .args(["-p", &server.pg.port().to_string()])
+        .args(["-U", "skiff", "-d", "skiff", "-X", "-v", "ON_ERROR_STOP=1"])
+        .args(["-c", command])
+        .env("PGCONNECT_TIMEOUT", "10");
+    psql
 }

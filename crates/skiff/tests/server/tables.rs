@@ -418,3 +418,137 @@ fn adbc_ingest_and_flight_do_put_load_tables() {
     let counted = psql(&server, "SELECT count(*) FROM putted");
     assert!(counted.lines().any(|l| l.trim() == "5000"), "{counted}");
 }
+
+/// A `\copy` fed from a named pipe, so the test decides when rows arrive:
+/// psql streams what is written to the pipe as COPY FROM STDIN.
+struct PipedCopy {
+    psql: std::process::Child,
+    pipe: Option<std::fs::File>,
+}
+
+impl PipedCopy {
+    fn start(server: &Server, dir: &std::path::Path, table: &str) -> PipedCopy {
+        static PIPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = PIPES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = dir.join(format!("{table}-{n}.pipe"));
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success(), "mkfifo {}", path.display());
+        let psql = crate::support::psql_command(
+            server,
+            &format!("\\copy {table} from '{}'", path.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql");
+        // Opening a pipe's write end waits for psql to open the read end.
+        let pipe = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open the pipe");
+        PipedCopy {
+            psql,
+            pipe: Some(pipe),
+        }
+    }
+
+    /// Rows `from..to` as `a<TAB>row a` lines; false once psql stopped
+    /// reading.
+    fn send(&mut self, from: u64, to: u64) -> bool {
+        use std::io::Write;
+        let mut text = String::new();
+        for a in from..to {
+            text.push_str(&format!("{a}\trow {a}\n"));
+        }
+        let Some(pipe) = self.pipe.as_mut() else {
+            return false;
+        };
+        pipe.write_all(text.as_bytes())
+            .and_then(|()| pipe.flush())
+            .is_ok()
+    }
+
+    /// Close the pipe (the end of the rows) and wait for psql: its output
+    /// and whether it succeeded.
+    fn finish(mut self) -> (String, bool) {
+        drop(self.pipe.take());
+        let output = self.psql.wait_with_output().expect("psql");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (said, output.status.success())
+    }
+}
+
+/// A worker killed while a `\copy` streams in does not disturb it (loads
+/// run in the coordinator); a coordinator SIGKILLed mid-`\copy` loses the
+/// load whole: after a restart the table holds exactly what was committed
+/// before, and takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_cut_off_by_a_kill_leaves_the_table_as_it_was() {
+    const HALF: u64 = 40_000;
+    let data = tempfile::tempdir().expect("data dir");
+    let pipes = tempfile::tempdir().expect("pipes");
+    {
+        let server = Server::start_in(data.path(), Options::default());
+        psql(&server, "CREATE TABLE big (a bigint NOT NULL, b varchar)");
+        psql(
+            &server,
+            "INSERT INTO big VALUES (-1, 'before'), (-2, 'before')",
+        );
+        let client = server.pg().await;
+        let mut copy = PipedCopy::start(&server, pipes.path(), "big");
+        assert!(copy.send(0, HALF));
+        let workers = simple_rows(&client, "SELECT pid FROM skiff.workers")
+            .await
+            .expect("workers");
+        let worker = workers[0][0].as_deref().expect("pid");
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", worker])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        assert!(copy.send(HALF, 2 * HALF));
+        let (said, ok) = copy.finish();
+        assert!(ok && said.trim() == format!("COPY {}", 2 * HALF), "{said}");
+        // Rows HALF.. again, then the coordinator dies mid-load.
+        let mut copy = PipedCopy::start(&server, pipes.path(), "big");
+        assert!(copy.send(2 * HALF, 3 * HALF));
+        // Let the rows reach the table's writer before the kill.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        drop(client);
+        drop(server);
+        // The rest finds psql gone or failing; either way no COPY tag.
+        copy.send(3 * HALF, 4 * HALF);
+        let (said, ok) = copy.finish();
+        assert!(!ok || !said.contains("COPY"), "{said}");
+    }
+    let server = Server::start_in(data.path(), Options::default());
+    let client = server.pg().await;
+    let counted = simple_rows(
+        &client,
+        "SELECT count(*), sum(a), count(DISTINCT a), max(a) FROM big",
+    )
+    .await
+    .expect("count");
+    let rows = 2 * HALF + 2;
+    let sum = (2 * HALF - 1) * 2 * HALF / 2 - 3;
+    assert_eq!(
+        counted[0],
+        [
+            Some(rows.to_string()),
+            Some(sum.to_string()),
+            Some(rows.to_string()),
+            Some((2 * HALF - 1).to_string())
+        ]
+    );
+    assert_eq!(
+        psql(&server, "INSERT INTO big VALUES (-3, 'after')").trim(),
+        "INSERT 0 1"
+    );
+}
