@@ -4,11 +4,13 @@
 //!
 //! Owns: creating and dropping them ([`TableStore`]), reading a snapshot
 //! as a plain Parquet scan a worker can run ([`ManagedTable`]'s `scan`),
-//! and the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS, `COPY
-//! ... FROM` a file, see [`copy`]), each one Delta commit made by
-//! `deltalake-core`. Knows nothing of pipelines,
-//! workers or clients: the engine and the coordinator register these
-//! tables and hand their DDL here.
+//! the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS, `COPY ...
+//! FROM` a file or a stream of text/CSV rows, see [`copy`]; bulk ingest of
+//! Arrow batches, [`ingest`]; `ALTER TABLE ... ADD COLUMN`, [`alter`]), each
+//! one Delta commit made by `deltalake-core`, and the commits' history
+//! ([`history`]). Knows nothing of pipelines, workers or clients: the
+//! engine and the coordinator register these tables and hand their
+//! statements here.
 
 pub mod alter;
 mod command;
