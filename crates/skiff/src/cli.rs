@@ -100,6 +100,25 @@ pub enum BenchmarkName {
     Tpcds,
 }
 
+/// What `skiff bench` measures.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchTarget {
+    Tpch,
+    Tpcds,
+    /// Loading TPC-H's lineitem from CSV (`COPY`).
+    Load,
+}
+
+impl BenchArgs {
+    /// The benchmark whose data and queries are used (`load` uses TPC-H's).
+    pub fn suite(&self) -> BenchmarkName {
+        match self.benchmark {
+            BenchTarget::Tpcds => BenchmarkName::Tpcds,
+            BenchTarget::Tpch | BenchTarget::Load => BenchmarkName::Tpch,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct GenArgs {
     /// Which benchmark's tables to generate.
@@ -119,9 +138,11 @@ pub struct GenArgs {
 #[derive(Args, Debug)]
 #[command(after_long_help = BENCH_HELP)]
 pub struct BenchArgs {
-    /// Which benchmark to run.
+    /// Which benchmark to run: TPC-H or TPC-DS queries, or `load`, a COPY of
+    /// TPC-H's lineitem from CSV into a managed table against DuckDB's COPY
+    /// into its own storage.
     #[arg(value_enum)]
-    pub benchmark: BenchmarkName,
+    pub benchmark: BenchTarget,
     /// Scale factor. Without --data, data lives in bench/data/<benchmark>-sf<SF>
     /// under the current directory and is generated there when missing.
     #[arg(long, default_value_t = 1.0)]
@@ -215,8 +236,15 @@ See bench/README.md for how to read them.
   overall tables on stdout, RESULTS/<benchmark>-sf<SF>-state-sizes-<timestamp>
   .csv/.png plus -latest copies.
 
+load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
+  Each run drops the table, creates it and loads the CSV (written once from
+  the Parquet data, beside it as <data>-csv/lineitem.csv) into a managed
+  table; DuckDB does the same into a database file and checkpoints. Output:
+  RESULTS/load-sf<SF>-<timestamp>.csv/.png plus -latest copies.
+
 Examples:
   skiff bench tpch --sf 1
+  skiff bench load --sf 1
   skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
   skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
   skiff bench tpch --sf 1 --state-sizes";

@@ -59,6 +59,8 @@ struct Job<'a> {
     runs: u32,
     threads: usize,
     memory_limit: Option<usize>,
+    /// A database file to work in; in memory when `None`.
+    database: Option<&'a str>,
 }
 
 /// The command for one query, and the job to write to its stdin.
@@ -68,6 +70,7 @@ pub fn command(
     runs: u32,
     threads: usize,
     memory_limit: Option<usize>,
+    database: Option<&str>,
 ) -> Result<(Command, String), String> {
     let tables = catalog::discover(data)
         .map_err(|e| e.to_string())?
@@ -96,6 +99,7 @@ pub fn command(
         runs,
         threads,
         memory_limit,
+        database,
     };
     let job = serde_json::to_string(&job).map_err(|e| format!("cannot encode the job: {e}"))?;
     let mut command = Command::new("python3");

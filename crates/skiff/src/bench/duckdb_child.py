@@ -63,7 +63,7 @@ def duckdb_dialect(statement):
 def run(job, report):
     import duckdb
 
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(job.get("database") or ":memory:")
     con.execute("SET threads = " + str(int(job["threads"])))
     # Evaluate the DataFusion dialect as DataFusion does, as the golden
     # answers do (tests/golden/regen.py, SESSION_SETTINGS): truncating

@@ -8,6 +8,7 @@
 
 pub mod child;
 mod duckdb;
+mod load;
 mod migration;
 pub(crate) mod plot;
 mod report;
@@ -23,7 +24,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use skiff_engine::catalog;
 use skiff_engine::statement::split_statements;
 
-use crate::cli::{BenchArgs, BenchEngine, BenchmarkName, GenArgs, SessionArgs};
+use crate::cli::{BenchArgs, BenchEngine, BenchTarget, BenchmarkName, GenArgs, SessionArgs};
 use crate::generate;
 
 use report::{Measurement, engine_name};
@@ -78,19 +79,22 @@ struct Setup<'a> {
 }
 
 pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchError> {
+    if args.benchmark == BenchTarget::Load {
+        return load::run(session, args).await;
+    }
     if let Some(csv) = args.summarize.as_deref() {
-        let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
+        let title = format!("{} SF{}", bench_title(args.suite()), args.sf);
         return migration::summarize(csv, &title);
     }
     let data = session
         .data
         .clone()
-        .unwrap_or_else(|| default_data_dir(args.benchmark, args.sf));
-    ensure_data(&data, args.benchmark, args.sf)?;
+        .unwrap_or_else(|| default_data_dir(args.suite(), args.sf));
+    ensure_data(&data, args.suite(), args.sf)?;
     let query_dir = args
         .query_dir
         .clone()
-        .unwrap_or_else(|| PathBuf::from("tests/queries").join(bench_slug(args.benchmark)));
+        .unwrap_or_else(|| PathBuf::from("tests/queries").join(bench_slug(args.suite())));
     let queries = select_queries(&find_queries(&query_dir)?, &args.queries, &query_dir)?;
     // The state-size mode runs Skiff alone, in process: no engine to probe.
     let (engines, skipped) = if args.state_sizes {
@@ -105,7 +109,7 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
         timeout: Duration::from_secs(args.timeout.max(1)),
         threads: session.partitions.unwrap_or_else(cores).max(1),
     };
-    let title = format!("{} SF{}", bench_title(args.benchmark), args.sf);
+    let title = format!("{} SF{}", bench_title(args.suite()), args.sf);
     if let Some(via) = args.via {
         return via::run(&setup, args, via, &queries, &title).await;
     }
@@ -143,11 +147,11 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
     Ok(())
 }
 
-fn default_data_dir(benchmark: BenchmarkName, sf: f64) -> PathBuf {
+pub(super) fn default_data_dir(benchmark: BenchmarkName, sf: f64) -> PathBuf {
     PathBuf::from("bench/data").join(format!("{}-sf{sf}", bench_slug(benchmark)))
 }
 
-fn bench_slug(benchmark: BenchmarkName) -> &'static str {
+pub(super) fn bench_slug(benchmark: BenchmarkName) -> &'static str {
     match benchmark {
         BenchmarkName::Tpch => "tpch",
         BenchmarkName::Tpcds => "tpcds",
@@ -161,7 +165,7 @@ fn bench_title(benchmark: BenchmarkName) -> &'static str {
     }
 }
 
-fn cores() -> usize {
+pub(super) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -172,7 +176,7 @@ fn names(engines: &[BenchEngine]) -> String {
 
 /// Generate the tables into `dir` unless they are all there. Half a data set
 /// (an interrupted `skiff gen`) is refused rather than silently measured.
-fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Result<(), BenchError> {
+pub(super) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Result<(), BenchError> {
     let present: Vec<String> = if dir.is_dir() {
         catalog::discover(dir)
             .map_err(|e| BenchError::Data(e.to_string()))?
@@ -289,7 +293,7 @@ fn select_queries(
 
 /// The requested engines, each once, minus DuckDB when it cannot run; the
 /// note says why it was skipped.
-fn available_engines(requested: &[BenchEngine]) -> (Vec<BenchEngine>, Option<String>) {
+pub(super) fn available_engines(requested: &[BenchEngine]) -> (Vec<BenchEngine>, Option<String>) {
     let mut engines: Vec<BenchEngine> = Vec::new();
     for engine in requested {
         if !engines.contains(engine) {
@@ -387,6 +391,7 @@ fn duckdb_outcome(setup: &Setup, query: &QueryFile) -> child::ChildOutcome {
         setup.runs,
         setup.threads,
         setup.session.memory_limit,
+        None,
     )?;
     child::collect(command, Some(job), setup.timeout)
 }
@@ -435,7 +440,7 @@ fn write_results(
     measurements: &[Measurement],
     engines: &[BenchEngine],
 ) -> Result<Vec<String>, BenchError> {
-    let stem = format!("{}-sf{}", bench_slug(args.benchmark), args.sf);
+    let stem = format!("{}-sf{}", bench_slug(args.suite()), args.sf);
     let mut csv = Vec::new();
     report::write_csv(&mut csv, measurements).map_err(|source| BenchError::Write {
         path: dir.join(format!("{stem}.csv")),
@@ -448,7 +453,7 @@ fn write_results(
 
 /// Write `STEM-<timestamp>.csv` and `.png` (drawn by `draw`) into `dir`,
 /// plus `STEM-latest.*` copies; returns the paths written.
-fn publish(
+pub(super) fn publish(
     dir: &Path,
     stem: &str,
     csv_bytes: &[u8],

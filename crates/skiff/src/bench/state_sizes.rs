@@ -150,7 +150,7 @@ pub(super) async fn run(
     let mut out = std::io::stdout().lock();
     // Losing stdout (a closed pipe) must not lose the files below.
     let _ = out.write_all(text.as_bytes());
-    let stem = format!("{}-sf{}-state-sizes", bench_slug(args.benchmark), args.sf);
+    let stem = format!("{}-sf{}-state-sizes", bench_slug(args.suite()), args.sf);
     let csv = csv(&measured);
     let files = publish(&args.results, &stem, csv.as_bytes(), |png| {
         draw(png, title, &measured)

@@ -376,7 +376,7 @@ fn write(
     latencies: &[Latency],
     throughputs: &[Throughput],
 ) -> Result<Vec<String>, BenchError> {
-    let stem = format!("{}-sf{}-via-{via}", bench_slug(args.benchmark), args.sf);
+    let stem = format!("{}-sf{}-via-{via}", bench_slug(args.suite()), args.sf);
     let mut text =
         String::from("kind,query,clients,embedded_ms,server_ms,rows,queries_per_min,error\n");
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));

@@ -1307,7 +1307,7 @@ fn write(
     title: &str,
     rows: &[Row],
 ) -> Result<Vec<String>, BenchError> {
-    let stem = format!("{}-sf{}-migration", bench_slug(args.benchmark), args.sf);
+    let stem = format!("{}-sf{}-migration", bench_slug(args.suite()), args.sf);
     publish(dir, &stem, csv(rows).as_bytes(), |png| {
         plot(png, title, rows)
     })
