@@ -3,11 +3,11 @@
 //! DataFusion's parser knows only `COPY ... TO 'file'`, so `COPY` statements
 //! are parsed here with sqlparser's PostgreSQL dialect. A load reads text
 //! and CSV with PostgreSQL's rules (`rows`), Parquet and JSON with
-//! DataFusion's readers, against the table's own column types (a value that does not fit is an error naming
-//! the file, line and column), fills the columns the statement leaves out
-//! with their defaults, and inserts through the table's `insert_into`: one
-//! commit, made only after every row was read, so a failed load changes
-//! nothing.
+//! DataFusion's readers, against the table's own column types (a value
+//! that does not fit is an error naming the file, line and column), fills
+//! the columns the statement leaves out with their defaults, and inserts
+//! through the table's `insert_into`: one commit, made only after every
+//! row was read, so a failed load changes nothing.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,10 @@ use datafusion::sql::sqlparser::parser::Parser;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
+
+/// Bytes read from a file at a time by a text or CSV load: large enough
+/// that reads are few, small beside a batch.
+const READ_CHUNK_BYTES: usize = 1 << 20;
 
 /// The file formats a load reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,7 +312,10 @@ async fn read_and_load(ctx: &SessionContext, copy: &CopyFrom, path: &str) -> Res
                     async move {
                         let bytes = tokio::fs::File::open(&file)
                             .await
-                            .map(|f| ReaderStream::new(f).map_err(DataFusionError::from))
+                            .map(|f| {
+                                ReaderStream::with_capacity(f, READ_CHUNK_BYTES)
+                                    .map_err(DataFusionError::from)
+                            })
                             .map_err(DataFusionError::from)?;
                         let source = file.display().to_string();
                         decode_rows(bytes, schema, &options, format, source)
