@@ -49,7 +49,10 @@ def row_counter():
     try:
         import pyarrow  # noqa: F401
 
-        return lambda cursor: cursor.fetch_arrow_table().num_rows
+        # DuckDB 2 renamed fetch_arrow_table to to_arrow_table.
+        return lambda cursor: (
+            getattr(cursor, "fetch_arrow_table", None) or cursor.to_arrow_table
+        )().num_rows
     except ImportError:
         return lambda cursor: len(cursor.fetchall())
 

@@ -75,9 +75,17 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
                     format!("SELECT count(*) FROM {TABLE}"),
                 ];
                 let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
-                let database = scratch.join("duckdb.db").display().to_string();
+                // A directory of its own: DuckDB registers the tables it
+                // finds there, and Skiff's managed table needs its `delta`
+                // extension.
+                let duckdb_dir = scratch.join("duckdb");
+                fs::create_dir_all(&duckdb_dir).map_err(|source| BenchError::Write {
+                    path: duckdb_dir.clone(),
+                    source,
+                })?;
+                let database = duckdb_dir.join("load.duckdb").display().to_string();
                 duckdb::command(
-                    &skiff_dir,
+                    &duckdb_dir,
                     &statements,
                     args.runs,
                     threads,
