@@ -11,8 +11,6 @@ use datafusion::common::{Result, TableReference, not_impl_err, plan_err};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{AlterTableOperation, ColumnDef, ColumnOption, Statement};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::ManagedTable;
 use crate::error::TableError;
@@ -40,17 +38,7 @@ impl AddColumns {
     /// statement; an error for an `ALTER TABLE` that does more than add
     /// columns.
     pub fn parse(sql: &str) -> Result<Option<AddColumns>> {
-        let starts_with_alter = sql
-            .trim_start()
-            .get(..5)
-            .is_some_and(|w| w.eq_ignore_ascii_case("alter"));
-        if !starts_with_alter {
-            return Ok(None);
-        }
-        let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
-            return Ok(None);
-        };
-        let [Statement::AlterTable(alter)] = statements.as_slice() else {
+        let Some(Statement::AlterTable(alter)) = crate::postgres::statement(sql, "alter") else {
             return Ok(None);
         };
         let mut columns = Vec::with_capacity(alter.operations.len());

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use bytes::Bytes;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::{DataFusionError, Result, TableReference, plan_err};
 use datafusion::datasource::{TableProvider, provider_as_source};
@@ -29,9 +28,11 @@ use datafusion::scalar::ScalarValue;
 use datafusion::sql::sqlparser::ast::{
     CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use futures::stream::BoxStream;
+
+pub use crate::rows::decode as decode_rows;
+
+use crate::error::TableError;
 use futures::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
@@ -103,35 +104,23 @@ impl Copy {
     /// `COPY ... TO STDOUT`. `Ok(None)` for anything else, including
     /// `COPY ... TO 'file'`, which DataFusion runs.
     pub fn parse(sql: &str) -> Result<Option<Copy>> {
-        let starts_with_copy = sql
-            .trim_start()
-            .get(..4)
-            .is_some_and(|w| w.eq_ignore_ascii_case("copy"));
-        if !starts_with_copy {
-            return Ok(None);
-        }
         // What PostgreSQL's grammar does not read is DataFusion's own
         // `COPY ... TO 'file' STORED AS ...`, or an error DataFusion's
         // parser reports.
-        let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
-            return Ok(None);
-        };
-        let [
-            Statement::Copy {
-                source,
-                to,
-                target,
-                options,
-                legacy_options,
-                ..
-            },
-        ] = statements.as_slice()
+        let Some(Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            ..
+        }) = crate::postgres::statement(sql, "copy")
         else {
             return Ok(None);
         };
-        let options = copy_options(options, legacy_options)?;
-        if *to {
-            if *target != CopyTarget::Stdout {
+        let options = copy_options(&options, &legacy_options)?;
+        if to {
+            if target != CopyTarget::Stdout {
                 return Ok(None);
             }
             let query = match source {
@@ -226,7 +215,65 @@ fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<C
     Ok(out)
 }
 
+/// How text or CSV fields are spelled: the statement's options, else the
+/// format's defaults (PostgreSQL's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spelling {
+    /// CSV's quoting; text format has none (backslash escapes instead).
+    pub csv: bool,
+    pub delimiter: u8,
+    /// The spelling of NULL: `\N` in text, nothing in CSV.
+    pub null: Vec<u8>,
+    pub quote: u8,
+    /// The byte before a quote inside quotes; the quote itself by default
+    /// (a doubled quote).
+    pub escape: u8,
+}
+
 impl CopyOptions {
+    /// The spelling of `format`'s fields; an error for a format that is
+    /// not text or CSV and for options no reader could follow.
+    pub fn spelling(&self, format: Format) -> Result<Spelling> {
+        let byte = |c: char, what: &str| {
+            u8::try_from(c).map_err(|_| {
+                DataFusionError::from(TableError::BadInput(format!(
+                    "COPY {what} must be a single one-byte character"
+                )))
+            })
+        };
+        let csv = match format {
+            Format::Text => false,
+            Format::Csv => true,
+            Format::Parquet | Format::Json => {
+                let unsupported = format!("COPY reads and writes {format:?} only with files");
+                return Err(TableError::Unsupported(unsupported).into());
+            }
+        };
+        let delimiter = byte(
+            self.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
+            "delimiter",
+        )?;
+        let quote = byte(self.quote.unwrap_or('"'), "quote")?;
+        if matches!(delimiter, b'\\' | b'\n' | b'\r') || (csv && quote == delimiter) {
+            return Err(TableError::BadInput(
+                "COPY delimiter cannot be a backslash, a line break or the quote".into(),
+            )
+            .into());
+        }
+        let null = match &self.null {
+            Some(null) => null.clone(),
+            None if csv => String::new(),
+            None => "\\N".to_string(),
+        };
+        Ok(Spelling {
+            csv,
+            delimiter,
+            null: null.into_bytes(),
+            quote,
+            escape: byte(self.escape.unwrap_or(char::from(quote)), "escape")?,
+        })
+    }
+
     /// The format, from the statement or else the path's extension.
     pub fn format_for(&self, path: &str) -> Format {
         self.format.unwrap_or_else(|| {
@@ -423,21 +470,6 @@ fn files_of(path: &str, is_dir: bool, extension: &str) -> Result<Vec<std::path::
     }
     files.sort();
     Ok(files)
-}
-
-/// CSV or text rows arriving as byte chunks, decoded into `schema`'s
-/// batches as they come: memory holds one batch and one chunk.
-pub fn decode_rows<S>(
-    bytes: S,
-    schema: SchemaRef,
-    options: &CopyOptions,
-    format: Format,
-    source: String,
-) -> Result<BoxStream<'static, Result<RecordBatch>>>
-where
-    S: futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
-{
-    crate::rows::decode(bytes, schema, options, format, source)
 }
 
 /// A stream of batches as a table scan that runs once.

@@ -18,6 +18,7 @@ pub mod copy;
 pub mod error;
 pub mod history;
 pub mod ingest;
+mod postgres;
 mod rows;
 mod scan;
 mod store;

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, StringBuilder};
+use arrow::array::{Array, ArrayBuilder, ArrayRef, RecordBatch, StringArray, StringBuilder};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
@@ -19,26 +19,15 @@ use datafusion::common::{DataFusionError, Result};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use crate::copy::{CopyOptions, Format};
+use crate::copy::{CopyOptions, Format, Spelling};
 use crate::error::TableError;
 
 /// Rows per batch handed to the insert.
 const BATCH_ROWS: usize = 8192;
 
-/// How fields are spelled.
-#[derive(Clone, Copy, Debug)]
-enum Spelling {
-    /// Backslash escapes, no quoting.
-    Text,
-    Csv {
-        quote: u8,
-        escape: u8,
-    },
-}
-
 /// Decode text or CSV rows arriving as byte chunks into `schema`'s
-/// batches; memory holds one batch and one partial record.
-pub(crate) fn decode<S>(
+/// batches as they come; memory holds one batch and one partial record.
+pub fn decode<S>(
     bytes: S,
     schema: SchemaRef,
     options: &CopyOptions,
@@ -48,42 +37,11 @@ pub(crate) fn decode<S>(
 where
     S: futures::Stream<Item = Result<Bytes>> + Send + Unpin + 'static,
 {
-    let byte = |c: char, what: &str| {
-        u8::try_from(c).map_err(|_| {
-            DataFusionError::from(TableError::BadInput(format!(
-                "COPY {what} must be a one-byte character"
-            )))
-        })
-    };
-    let spelling = match format {
-        Format::Text => Spelling::Text,
-        Format::Csv => {
-            let quote = byte(options.quote.unwrap_or('"'), "quote")?;
-            let escape = byte(options.escape.unwrap_or(char::from(quote)), "escape")?;
-            Spelling::Csv { quote, escape }
-        }
-        Format::Parquet | Format::Json => {
-            let unsupported = format!("COPY FROM {source} reads text or csv, not {format:?}");
-            return Err(TableError::Unsupported(unsupported).into());
-        }
-    };
-    let delimiter = byte(
-        options.delimiter.unwrap_or(default_delimiter(format)),
-        "delimiter",
-    )?;
-    if matches!(delimiter, b'\\' | b'\n' | b'\r')
-        || matches!(spelling, Spelling::Csv { quote, .. } if quote == delimiter)
-    {
-        return Err(TableError::BadInput(
-            "COPY delimiter cannot be a backslash, a line break or the quote".into(),
-        )
-        .into());
+    if !matches!(format, Format::Text | Format::Csv) {
+        let unsupported = format!("COPY FROM {source} reads text or csv, not {format:?}");
+        return Err(TableError::Unsupported(unsupported).into());
     }
-    let null = match (&options.null, format) {
-        (Some(null), _) => null.clone(),
-        (None, Format::Text) => "\\N".into(),
-        (None, _) => String::new(),
-    };
+    let spelling = options.spelling(format)?;
     let state = Records {
         input: bytes,
         pending: Vec::new(),
@@ -95,18 +53,12 @@ where
         rows: Rows::new(&schema),
         parse: Parse {
             spelling,
-            delimiter,
-            null: null.into_bytes(),
             schema,
             source,
             field: Vec::new(),
         },
     };
     Ok(Box::pin(futures::stream::unfold(state, Records::next)))
-}
-
-fn default_delimiter(format: Format) -> char {
-    if format == Format::Text { '\t' } else { ',' }
 }
 
 struct Records<S> {
@@ -126,11 +78,9 @@ struct Records<S> {
 
 /// How to read a record, and what to say when it is wrong.
 struct Parse {
+    /// The NULL spelling in it is compared with a field as written
+    /// (unquoted in CSV, before unescaping in text).
     spelling: Spelling,
-    delimiter: u8,
-    /// The NULL spelling, compared with a field as written (unquoted in
-    /// CSV, before unescaping in text).
-    null: Vec<u8>,
     schema: SchemaRef,
     source: String,
     /// Scratch for one field's unescaped bytes.
@@ -243,9 +193,12 @@ impl Parse {
     /// Where the first record of `bytes` ends (its newline), if it is all
     /// there: in CSV a newline inside quotes is data.
     fn record_end(&self, bytes: &[u8]) -> Option<usize> {
-        let Spelling::Csv { quote, escape } = self.spelling else {
+        let Spelling {
+            csv, quote, escape, ..
+        } = self.spelling;
+        if !csv {
             return bytes.iter().position(|&b| b == b'\n');
-        };
+        }
         let mut quoted = false;
         let mut i = 0;
         while i < bytes.len() {
@@ -277,20 +230,23 @@ impl Parse {
                 return Err(self.bad(line, "extra data after last expected column"));
             }
             self.field.clear();
-            let (is_null, more) = match self.spelling {
-                Spelling::Text => {
-                    let (raw, more) = split_text_field(rest, self.delimiter);
-                    let is_null = raw == self.null.as_slice();
-                    if !is_null {
-                        unescape(raw, &mut self.field);
-                    }
-                    (is_null, more)
+            let spelling = &self.spelling;
+            let (is_null, more) = if spelling.csv {
+                let (raw, quoted, more) = split_csv_field(
+                    rest,
+                    spelling.delimiter,
+                    spelling.quote,
+                    spelling.escape,
+                    &mut self.field,
+                );
+                (!quoted && raw == spelling.null.as_slice(), more)
+            } else {
+                let (raw, more) = split_text_field(rest, spelling.delimiter);
+                let is_null = raw == spelling.null.as_slice();
+                if !is_null {
+                    unescape(raw, &mut self.field);
                 }
-                Spelling::Csv { quote, escape } => {
-                    let (raw, quoted, more) =
-                        split_csv_field(rest, self.delimiter, quote, escape, &mut self.field);
-                    (!quoted && raw == self.null.as_slice(), more)
-                }
+                (is_null, more)
             };
             if is_null {
                 rows.columns[fields].append_null();
@@ -318,6 +274,11 @@ impl Parse {
 
     /// The gathered rows, each column cast to the table's type.
     fn batch(&self, mut rows: Rows) -> Result<RecordBatch> {
+        // `split` appends one value per column per row, or fails the load.
+        assert!(
+            rows.columns.iter().all(|c| c.len() == rows.lines.len()),
+            "a row's fields did not line up with the table's columns"
+        );
         let strict = CastOptions {
             safe: false,
             ..Default::default()

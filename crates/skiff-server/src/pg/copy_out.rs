@@ -11,9 +11,9 @@ use pgwire::api::results::Tag;
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
-use skiff_tables::copy::{CopyOptions, CopyTo, Format};
+use skiff_tables::copy::{CopyOptions, CopyTo, Format, Spelling};
 
-use super::types::{CopyOutFormat, copy_header, encode_copy_batch};
+use super::types::{copy_header, encode_copy_batch};
 use super::{Connection, error};
 use crate::coordinator::{Coordinator, StatementResult};
 use crate::error::{ServerError, SqlState};
@@ -37,11 +37,12 @@ where
         Ok(format) => format,
         Err(e) => return Ok(Some(error(e))),
     };
-    let StatementResult { schema, stream, .. } =
-        match coordinator.execute(conn.session(), &to.query).await {
-            Ok(result) => result,
-            Err(e) => return Ok(Some(error(e))),
-        };
+    let StatementResult {
+        schema, mut stream, ..
+    } = match coordinator.execute(conn.session(), &to.query).await {
+        Ok(result) => result,
+        Err(e) => return Ok(Some(error(e))),
+    };
     let columns = schema.fields().len();
     let Ok(width) = i16::try_from(columns) else {
         let e = ServerError::new(SqlState::ProgramLimitExceeded, "too many columns to COPY");
@@ -52,7 +53,7 @@ where
     client
         .feed(PgWireBackendMessage::CopyOutResponse(response))
         .await?;
-    if to.options.header && format.csv {
+    if to.options.header {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         let header = copy_header(&names, &format);
         client
@@ -60,7 +61,6 @@ where
             .await?;
     }
     let mut rows = 0usize;
-    let mut stream = stream;
     while let Some(batch) = stream.next().await {
         let lines = batch
             .map_err(ServerError::from)
@@ -88,49 +88,16 @@ where
 
 /// The row spelling `options` ask for; text and CSV only, as PostgreSQL's
 /// binary COPY format and Parquet/JSON are not spoken on this port.
-fn out_format(options: &CopyOptions) -> crate::error::Result<CopyOutFormat> {
+fn out_format(options: &CopyOptions) -> crate::error::Result<Spelling> {
     let format = options.format.unwrap_or(Format::Text);
-    let csv = match format {
-        Format::Text => false,
-        Format::Csv => true,
-        Format::Parquet | Format::Json => {
-            return Err(ServerError::new(
-                SqlState::FeatureNotSupported,
-                "COPY ... TO STDOUT writes text or csv; use COPY ... TO 'file' \
-                 for Parquet and JSON",
-            ));
-        }
-    };
-    let byte = |c: char, what: &str| {
-        u8::try_from(c).map_err(|_| {
-            ServerError::new(
-                SqlState::InvalidParameterValue,
-                format!("COPY {what} must be a single one-byte character"),
-            )
-        })
-    };
-    let quote = byte(options.quote.unwrap_or('"'), "quote")?;
-    Ok(CopyOutFormat {
-        csv,
-        delimiter: byte(
-            options.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
-            "delimiter",
-        )?,
-        null: options
-            .null
-            .clone()
-            .unwrap_or_else(|| {
-                if csv {
-                    String::new()
-                } else {
-                    "\\N".to_string()
-                }
-            })
-            .into_bytes(),
-        quote,
-        escape: match options.escape {
-            Some(c) => byte(c, "escape")?,
-            None => quote,
-        },
+    if !matches!(format, Format::Text | Format::Csv) {
+        return Err(ServerError::new(
+            SqlState::FeatureNotSupported,
+            "COPY ... TO STDOUT writes text or csv; use COPY ... TO 'file' for Parquet and JSON",
+        ));
+    }
+    options.spelling(format).map_err(|e| ServerError {
+        state: SqlState::InvalidParameterValue,
+        ..ServerError::from(e)
     })
 }

@@ -17,6 +17,7 @@ use arrow::array::{
     LargeStringArray, RecordBatch, StringArray, StringViewArray, Time64MicrosecondArray,
     TimestampMicrosecondArray,
 };
+use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -25,6 +26,7 @@ use datafusion::common::ScalarValue;
 use pgwire::api::Type;
 use pgwire::api::results::FieldFormat;
 use pgwire::messages::data::DataRow;
+use skiff_tables::copy::Spelling;
 
 use crate::error::{Result, ServerError, SqlState};
 
@@ -259,6 +261,18 @@ impl<'a> Column<'a> {
     }
 }
 
+/// `batch`'s columns normalized for the encoders, and their logical nulls
+/// (a NullArray has no validity buffer but is all null).
+fn normalized(batch: &RecordBatch) -> Result<(Vec<ArrayRef>, Vec<Option<NullBuffer>>)> {
+    let arrays = batch
+        .columns()
+        .iter()
+        .map(normalize)
+        .collect::<Result<Vec<_>>>()?;
+    let nulls = arrays.iter().map(|a| a.logical_nulls()).collect();
+    Ok((arrays, nulls))
+}
+
 /// Encode the rows of `batch` as `DataRow` messages, each column in the
 /// format the client asked for.
 pub(super) fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat]) -> Result<Vec<DataRow>> {
@@ -269,14 +283,8 @@ pub(super) fn encode_batch(batch: &RecordBatch, formats: &[FieldFormat]) -> Resu
             batch.num_columns()
         )));
     }
-    let arrays = batch
-        .columns()
-        .iter()
-        .map(normalize)
-        .collect::<Result<Vec<_>>>()?;
+    let (arrays, nulls) = normalized(batch)?;
     let columns = arrays.iter().map(Column::new).collect::<Result<Vec<_>>>()?;
-    // Logical nulls: a NullArray has no validity buffer but is all null.
-    let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
     let field_count = i16::try_from(columns.len())
         .map_err(|_| ServerError::internal("too many columns for the PostgreSQL wire"))?;
     let mut buf = BytesMut::with_capacity(64 * columns.len().max(1));
@@ -784,6 +792,96 @@ fn numeric_binary_text(bytes: &[u8], pg: &Type) -> Result<String> {
     })
 }
 
+/// The header line: the column names, spelled as values are.
+pub(super) fn copy_header(names: &[&str], format: &Spelling) -> bytes::Bytes {
+    let mut line = BytesMut::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            line.put_u8(format.delimiter);
+        }
+        if format.csv {
+            put_csv_field(&mut line, name.as_bytes(), format);
+        } else {
+            put_text_field(&mut line, name.as_bytes(), format.delimiter);
+        }
+    }
+    line.put_u8(b'\n');
+    line.freeze()
+}
+
+/// Encode the rows of `batch` as `COPY` lines, one per row, each ending in
+/// a newline; values are spelled as in text-format results.
+pub(super) fn encode_copy_batch(
+    batch: &RecordBatch,
+    format: &Spelling,
+) -> Result<Vec<bytes::Bytes>> {
+    let (arrays, nulls) = normalized(batch)?;
+    let columns = arrays.iter().map(Column::new).collect::<Result<Vec<_>>>()?;
+    let mut value = BytesMut::with_capacity(64);
+    let mut line = BytesMut::with_capacity(64 * columns.len().max(1));
+    let mut lines = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        for (i, (column, nulls)) in columns.iter().zip(&nulls).enumerate() {
+            if i > 0 {
+                line.put_u8(format.delimiter);
+            }
+            if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+                line.put_slice(&format.null);
+                continue;
+            }
+            value.clear();
+            column.write_text(row, &mut value);
+            if format.csv {
+                put_csv_field(&mut line, &value, format);
+            } else {
+                put_text_field(&mut line, &value, format.delimiter);
+            }
+        }
+        line.put_u8(b'\n');
+        lines.push(line.split().freeze());
+    }
+    Ok(lines)
+}
+
+/// A value in COPY's text format: backslash before the characters that
+/// would end the field or the line.
+fn put_text_field(out: &mut BytesMut, value: &[u8], delimiter: u8) {
+    for &byte in value {
+        match byte {
+            b'\\' => out.put_slice(b"\\\\"),
+            b'\n' => out.put_slice(b"\\n"),
+            b'\r' => out.put_slice(b"\\r"),
+            b'\t' if delimiter == b'\t' => out.put_slice(b"\\t"),
+            b if b == delimiter => {
+                out.put_u8(b'\\');
+                out.put_u8(b);
+            }
+            b => out.put_u8(b),
+        }
+    }
+}
+
+/// A value in CSV: quoted when it holds the delimiter, the quote, a line
+/// break, or spells NULL (an empty string is `""`, NULL is nothing).
+fn put_csv_field(out: &mut BytesMut, value: &[u8], format: &Spelling) {
+    let quote = value == format.null.as_slice()
+        || value
+            .iter()
+            .any(|&b| b == format.delimiter || b == format.quote || b == b'\n' || b == b'\r');
+    if !quote {
+        out.put_slice(value);
+        return;
+    }
+    out.put_u8(format.quote);
+    for &byte in value {
+        if byte == format.quote || byte == format.escape {
+            out.put_u8(format.escape);
+        }
+        out.put_u8(byte);
+    }
+    out.put_u8(format.quote);
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -1022,106 +1120,4 @@ mod tests {
             ScalarValue::Date32(None)
         );
     }
-}
-
-/// How `COPY ... TO STDOUT` spells rows: PostgreSQL's text format
-/// (backslash escapes) or CSV (quoted fields).
-#[derive(Clone, Debug)]
-pub(super) struct CopyOutFormat {
-    pub csv: bool,
-    pub delimiter: u8,
-    pub null: Vec<u8>,
-    pub quote: u8,
-    pub escape: u8,
-}
-
-/// The CSV header line: the column names.
-pub(super) fn copy_header(names: &[&str], format: &CopyOutFormat) -> bytes::Bytes {
-    let mut line = BytesMut::new();
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            line.put_u8(format.delimiter);
-        }
-        put_csv_field(&mut line, name.as_bytes(), format);
-    }
-    line.put_u8(b'\n');
-    line.freeze()
-}
-
-/// Encode the rows of `batch` as `COPY` lines, one per row, each ending in
-/// a newline; values are spelled as in text-format results.
-pub(super) fn encode_copy_batch(
-    batch: &RecordBatch,
-    format: &CopyOutFormat,
-) -> Result<Vec<bytes::Bytes>> {
-    let arrays = batch
-        .columns()
-        .iter()
-        .map(normalize)
-        .collect::<Result<Vec<_>>>()?;
-    let columns = arrays.iter().map(Column::new).collect::<Result<Vec<_>>>()?;
-    let nulls: Vec<_> = arrays.iter().map(|a| a.logical_nulls()).collect();
-    let mut value = BytesMut::with_capacity(64);
-    let mut line = BytesMut::with_capacity(64 * columns.len().max(1));
-    let mut lines = Vec::with_capacity(batch.num_rows());
-    for row in 0..batch.num_rows() {
-        for (i, (column, nulls)) in columns.iter().zip(&nulls).enumerate() {
-            if i > 0 {
-                line.put_u8(format.delimiter);
-            }
-            if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
-                line.put_slice(&format.null);
-                continue;
-            }
-            value.clear();
-            column.write_text(row, &mut value);
-            if format.csv {
-                put_csv_field(&mut line, &value, format);
-            } else {
-                put_text_field(&mut line, &value, format.delimiter);
-            }
-        }
-        line.put_u8(b'\n');
-        lines.push(line.split().freeze());
-    }
-    Ok(lines)
-}
-
-/// A value in COPY's text format: backslash before the characters that
-/// would end the field or the line.
-fn put_text_field(out: &mut BytesMut, value: &[u8], delimiter: u8) {
-    for &byte in value {
-        match byte {
-            b'\\' => out.put_slice(b"\\\\"),
-            b'\n' => out.put_slice(b"\\n"),
-            b'\r' => out.put_slice(b"\\r"),
-            b'\t' if delimiter == b'\t' => out.put_slice(b"\\t"),
-            b if b == delimiter => {
-                out.put_u8(b'\\');
-                out.put_u8(b);
-            }
-            b => out.put_u8(b),
-        }
-    }
-}
-
-/// A value in CSV: quoted when it holds the delimiter, the quote, a line
-/// break, or spells NULL (an empty string is `""`, NULL is nothing).
-fn put_csv_field(out: &mut BytesMut, value: &[u8], format: &CopyOutFormat) {
-    let quote = value == format.null.as_slice()
-        || value
-            .iter()
-            .any(|&b| b == format.delimiter || b == format.quote || b == b'\n' || b == b'\r');
-    if !quote {
-        out.put_slice(value);
-        return;
-    }
-    out.put_u8(format.quote);
-    for &byte in value {
-        if byte == format.quote || byte == format.escape {
-            out.put_u8(format.escape);
-        }
-        out.put_u8(byte);
-    }
-    out.put_u8(format.quote);
 }

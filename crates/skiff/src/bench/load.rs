@@ -16,7 +16,7 @@ use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
 use super::report::{self, Measurement};
-use super::{BenchError, bench_slug, child, cores, default_data_dir, duckdb, ensure_data};
+use super::{BenchError, child, cores, default_data_dir, duckdb, ensure_data};
 use crate::cli::{BenchArgs, BenchEngine, SessionArgs};
 
 /// The table loaded.
@@ -30,11 +30,7 @@ pub async fn run(session: &SessionArgs, args: &BenchArgs) -> Result<(), BenchErr
     ensure_data(&data, args.suite(), args.sf)?;
     let (csv, schema) = csv_of_lineitem(&data).await?;
     let bytes = fs::metadata(&csv).map(|m| m.len()).unwrap_or(0);
-    let scratch = data.with_file_name(format!(
-        "{}-load-scratch",
-        data.file_name()
-            .map_or("load".into(), |n| n.to_string_lossy())
-    ));
+    let scratch = beside(&data, "load-scratch");
     let _ = fs::remove_dir_all(&scratch);
     let skiff_dir = scratch.join("skiff");
     fs::create_dir_all(&skiff_dir).map_err(|source| BenchError::Write {
@@ -143,12 +139,7 @@ async fn csv_of_lineitem(data: &Path) -> Result<(PathBuf, Schema), BenchError> {
         .await
         .map_err(|e| BenchError::Data(format!("cannot read {}: {e}", parquet.display())))?;
     let schema = frame.schema().as_arrow().clone();
-    let dir = data.with_file_name(format!(
-        "{}-csv",
-        data.file_name()
-            .map_or(bench_slug(crate::cli::BenchmarkName::Tpch).into(), |n| n
-                .to_string_lossy())
-    ));
+    let dir = beside(data, "csv");
     let csv = dir.join(format!("{TABLE}.csv"));
     if csv.is_file() {
         return Ok((csv, schema));
@@ -174,6 +165,15 @@ async fn csv_of_lineitem(data: &Path) -> Result<(PathBuf, Schema), BenchError> {
         source,
     })?;
     Ok((csv, schema))
+}
+
+/// A directory next to `data`: `bench/data/tpch-sf1` gives
+/// `bench/data/tpch-sf1-<suffix>`.
+fn beside(data: &Path, suffix: &str) -> PathBuf {
+    let name = data
+        .file_name()
+        .map_or_else(|| "data".into(), |n| n.to_string_lossy());
+    data.with_file_name(format!("{name}-{suffix}"))
 }
 
 /// `name type, ...` for `CREATE TABLE`, in SQL both engines read.

@@ -151,7 +151,7 @@ pub(super) fn default_data_dir(benchmark: BenchmarkName, sf: f64) -> PathBuf {
     PathBuf::from("bench/data").join(format!("{}-sf{sf}", bench_slug(benchmark)))
 }
 
-pub(super) fn bench_slug(benchmark: BenchmarkName) -> &'static str {
+fn bench_slug(benchmark: BenchmarkName) -> &'static str {
     match benchmark {
         BenchmarkName::Tpch => "tpch",
         BenchmarkName::Tpcds => "tpcds",
