@@ -19,9 +19,9 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
-use skiff_tables::TableStore;
 use skiff_tables::alter::AddColumns;
 use skiff_tables::copy::{Copy, CopySourceKind};
+use skiff_tables::{DataLocation, TableStore};
 
 use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
@@ -88,7 +88,11 @@ impl Engine {
         // by default, so a table over a directory never saw files added
         // after its first scan (a silent wrong answer). A listing per scan
         // is what correctness costs until tables carry versions.
+        // `s3://` data directories: deltalake learns the scheme, and the
+        // registry builds a bucket's store when a plan first reads it.
+        skiff_tables::location::install();
         let mut runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(skiff_tables::location::Stores::default()))
             .with_memory_pool(memory_pool(config.memory_limit))
             .with_object_list_cache_limit(0);
         if let Some(dir) = &config.spill_dir {
@@ -127,6 +131,27 @@ impl Engine {
             let _ = self.tables.set(TableStore::open(dir)?);
         }
         Ok(found)
+    }
+
+    /// Register the managed tables at `location`, a directory (see
+    /// [`Engine::register_data_dir`]) or an object-store prefix; returns how
+    /// many tables were registered.
+    pub async fn register_data(&self, location: &DataLocation) -> Result<usize> {
+        if let DataLocation::Local(dir) = location {
+            return Ok(self.register_data_dir(dir).await?.len());
+        }
+        let store = TableStore::open_location(location).await?;
+        let tables = store.object_tables().await?.unwrap_or_default();
+        for (name, url) in &tables {
+            let managed = skiff_tables::ManagedTable::open(name, url.clone()).await?;
+            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+            self.ctx
+                .register_table(quoted.as_str(), Arc::new(managed))?;
+        }
+        if self.tables.get().is_none() {
+            let _ = self.tables.set(store);
+        }
+        Ok(tables.len())
     }
 
     /// Where managed tables are made; `None` before a data directory is

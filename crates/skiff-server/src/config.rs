@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use skiff_tables::DataLocation;
+
 use crate::auth::Users;
 
 /// Times a query starts over because the worker running it died
@@ -59,8 +61,11 @@ pub struct TlsFiles {
 /// Everything a coordinator needs.
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
-    /// Tables are discovered here; the catalog persists in `.skiff/` below it.
-    pub data_dir: PathBuf,
+    /// Tables are discovered here: a directory or an `s3://` prefix.
+    pub data: DataLocation,
+    /// Local state: the catalog and its lock (`DATA/.skiff` for a local
+    /// data directory).
+    pub state_dir: PathBuf,
     /// Internal Flight service workers and memory nodes register with.
     pub cluster_addr: SocketAddr,
     pub pg_addr: Option<SocketAddr>,

@@ -18,6 +18,7 @@ pub mod copy;
 pub mod error;
 pub mod history;
 pub mod ingest;
+pub mod location;
 mod postgres;
 mod rows;
 mod scan;
@@ -25,5 +26,6 @@ mod store;
 mod table;
 
 pub use error::TableError;
+pub use location::DataLocation;
 pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
 pub use table::ManagedTable;

@@ -24,6 +24,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use deltalake_core::DeltaTable;
+use object_store::path::Path as ObjectPath;
 use url::Url;
 
 use crate::error::TableError;
@@ -100,7 +101,17 @@ pub(crate) async fn plan(
     let layout = Layout::of(table)?;
     let root = table.table_url();
     let store_url = store_url(root)?;
-    let root_path = root.path().trim_end_matches('/').to_string();
+    // The URL's path is percent-encoded; object paths are not.
+    let root_path = ObjectPath::from_url_path(root.path())
+        .map_err(|e| TableError::Io(format!("table \"{name}\" at {root}: {e}")))?;
+    if root.scheme() != "file" && state.runtime_env().object_store(&store_url).is_err() {
+        // deltalake plans some writes (CTAS) in a session of its own,
+        // whose registry knows only local files.
+        state.runtime_env().register_object_store(
+            store_url.as_ref(),
+            table.log_store().root_object_store(None),
+        );
+    }
     let mut files = Vec::new();
     let mut rows = 0usize;
     for file in snapshot.log_data() {

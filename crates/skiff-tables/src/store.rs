@@ -1,7 +1,7 @@
 //! Where managed tables live and how they are made and removed: one Delta
 //! table per directory under the data directory, named as the table.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema};
@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use url::Url;
 
 use crate::error::TableError;
+use crate::location::DataLocation;
 use crate::table::{DEFAULT_KEY, ManagedTable};
 
 /// The catalog and schema managed tables are created in.
@@ -32,16 +33,21 @@ pub const SCHEMA: &str = "public";
 /// (a leading `.`), so a crash mid-removal never shows a partial table.
 const DROPPED_PREFIX: &str = ".dropped-";
 
-/// The directory managed tables are created in.
+/// The data directory managed tables are created in.
 #[derive(Clone, Debug)]
 pub struct TableStore {
-    root: PathBuf,
+    root: DataLocation,
 }
 
 /// True for a directory holding a Delta table (it has a `_delta_log`).
 pub fn is_delta_table(dir: &Path) -> bool {
     dir.join("_delta_log").is_dir()
 }
+
+/// The object marking a table in an object store as being dropped: written
+/// before its other objects are deleted and deleted last, so a crash
+/// mid-removal never shows a partial table (there is no atomic rename).
+const DROPPED_MARKER: &str = "_skiff_dropped";
 
 impl TableStore {
     /// Tables under `root` (an existing directory). Finishes removing
@@ -61,10 +67,50 @@ impl TableStore {
                 }
             }
         }
-        Ok(Self { root })
+        Ok(Self {
+            root: DataLocation::Local(root),
+        })
     }
 
-    pub fn root(&self) -> &Path {
+    /// Tables at `location`, a directory or an object-store prefix (which
+    /// must be reachable). Finishes interrupted `DROP`s.
+    pub async fn open_location(location: &DataLocation) -> Result<Self, TableError> {
+        let root = match location {
+            DataLocation::Local(dir) => return Self::open(dir),
+            DataLocation::Object(root) => root,
+        };
+        root.probe().await?;
+        for (name, dropped) in root.tables(DROPPED_MARKER).await? {
+            if dropped {
+                root.remove_table(&name, DROPPED_MARKER).await?;
+                info!(table = %name, "finished dropping a table");
+            }
+        }
+        Ok(Self {
+            root: location.clone(),
+        })
+    }
+
+    /// The managed tables of an object-store data directory, with their
+    /// locations; `None` for a local one (see the engine's discovery).
+    pub async fn object_tables(&self) -> Result<Option<Vec<(String, Url)>>, TableError> {
+        let DataLocation::Object(root) = &self.root else {
+            return Ok(None);
+        };
+        let tables = root.tables(DROPPED_MARKER).await?;
+        Ok(Some(
+            tables
+                .into_iter()
+                .filter(|(_, dropped)| !dropped)
+                .map(|(name, _)| {
+                    let url = root.table_url(&name);
+                    (name, url)
+                })
+                .collect(),
+        ))
+    }
+
+    pub fn location(&self) -> &DataLocation {
         &self.root
     }
 
@@ -106,18 +152,32 @@ impl TableStore {
                 ctx.deregister_table(create.name.clone())?;
             }
         }
-        let dir = self.root.join(&name);
-        if is_delta_table(&dir) {
-            return Err(TableError::Exists(name).into());
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            TableError::Io(format!(
-                "cannot create table directory {}: {e}",
-                dir.display()
-            ))
-        })?;
-        let url = Url::from_directory_path(&dir)
-            .map_err(|()| TableError::Io(format!("{} is not an absolute path", dir.display())))?;
+        let url = match &self.root {
+            DataLocation::Local(root) => {
+                let dir = root.join(&name);
+                if is_delta_table(&dir) {
+                    return Err(TableError::Exists(name).into());
+                }
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    TableError::Io(format!(
+                        "cannot create table directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                Url::from_directory_path(&dir).map_err(|()| {
+                    TableError::Io(format!("{} is not an absolute path", dir.display()))
+                })?
+            }
+            DataLocation::Object(root) => {
+                if root.holds(&name, DROPPED_MARKER).await? {
+                    root.remove_table(&name, DROPPED_MARKER).await?;
+                }
+                if root.holds_table(&name).await? {
+                    return Err(TableError::Exists(name).into());
+                }
+                root.table_url(&name)
+            }
+        };
         let empty = DeltaTable::try_from_url(url.clone())
             .await
             .map_err(|e| TableError::delta(&name, e))?;
@@ -145,8 +205,8 @@ impl TableStore {
         let table = match made {
             Ok(table) => table,
             Err(e) => {
-                // Nothing was committed: leave no directory behind.
-                remove_dir(&dir);
+                // Nothing was committed: leave no files behind.
+                self.discard(&name).await;
                 return Err(TableError::delta(&name, e).into());
             }
         };
@@ -157,7 +217,8 @@ impl TableStore {
     }
 
     /// `DROP TABLE` of a managed table: unregistered, then its directory
-    /// renamed aside (atomic) and removed. False when it is not managed.
+    /// renamed aside (atomic) and removed, or in an object store marked
+    /// dropped and its objects deleted. False when it is not managed.
     async fn drop(&self, ctx: &SessionContext, drop: &DropTable) -> Result<bool> {
         let Ok(provider) = ctx.table_provider(drop.name.clone()).await else {
             return Ok(false);
@@ -168,29 +229,48 @@ impl TableStore {
         if !managed.owned() {
             return Ok(false);
         }
-        let Ok(dir) = managed.url().to_file_path() else {
-            return Err(TableError::Unsupported(format!(
-                "cannot drop table \"{}\" stored at {}",
-                managed.name(),
-                managed.url()
-            ))
-            .into());
-        };
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let aside = self
-            .root
-            .join(format!("{DROPPED_PREFIX}{}-{nanos}", managed.name()));
-        std::fs::rename(&dir, &aside).map_err(|e| {
-            TableError::Io(format!(
-                "cannot drop table directory {}: {e}",
-                dir.display()
-            ))
-        })?;
-        ctx.deregister_table(drop.name.clone())?;
-        remove_dir(&aside);
+        match &self.root {
+            DataLocation::Local(root) => {
+                let Ok(dir) = managed.url().to_file_path() else {
+                    return Err(TableError::Unsupported(format!(
+                        "cannot drop table \"{}\" stored at {}",
+                        managed.name(),
+                        managed.url()
+                    ))
+                    .into());
+                };
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                let aside = root.join(format!("{DROPPED_PREFIX}{}-{nanos}", managed.name()));
+                std::fs::rename(&dir, &aside).map_err(|e| {
+                    TableError::Io(format!(
+                        "cannot drop table directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                ctx.deregister_table(drop.name.clone())?;
+                remove_dir(&aside);
+            }
+            DataLocation::Object(root) => {
+                let name = managed.name();
+                if managed.url() != &root.table_url(name) {
+                    return Err(TableError::Unsupported(format!(
+                        "cannot drop table \"{name}\" stored at {}",
+                        managed.url()
+                    ))
+                    .into());
+                }
+                root.put_marker(name, DROPPED_MARKER).await?;
+                ctx.deregister_table(drop.name.clone())?;
+                if let Err(e) = root.remove_table(name, DROPPED_MARKER).await {
+                    // The marker hides the table; the next start or a
+                    // CREATE of the same name finishes the removal.
+                    warn!(table = %name, error = %e, "cannot remove a dropped table's files");
+                }
+            }
+        }
         info!(table = %managed.name(), "managed table dropped");
         Ok(true)
     }
@@ -247,6 +327,20 @@ fn with_defaults(create: &CreateMemoryTable) -> Result<Arc<Schema>, TableError> 
     Ok(Arc::new(Schema::new(fields)))
 }
 
+impl TableStore {
+    /// Remove what a failed `CREATE` left: files written before its commit.
+    async fn discard(&self, name: &str) {
+        match &self.root {
+            DataLocation::Local(root) => remove_dir(&root.join(name)),
+            DataLocation::Object(root) => {
+                if let Err(e) = root.remove_table(name, DROPPED_MARKER).await {
+                    warn!(table = %name, error = %e, "cannot remove a failed table's files");
+                }
+            }
+        }
+    }
+}
+
 fn remove_dir(dir: &Path) {
     if let Err(e) = std::fs::remove_dir_all(dir) {
         warn!(dir = %dir.display(), error = %e, "cannot remove a dropped table's files");
@@ -276,6 +370,13 @@ impl TableProviderFactory for DeltaFactory {
             ))
             .into());
         };
+        if location.starts_with("s3://") {
+            let url = Url::parse(location)
+                .map_err(|e| TableError::Io(format!("{location} is not a valid URL: {e}")))?;
+            crate::location::install();
+            let table = ManagedTable::open_external(cmd.name.table(), url).await?;
+            return Ok(Arc::new(table));
+        }
         let dir = std::fs::canonicalize(location)
             .map_err(|e| TableError::Io(format!("cannot open Delta table at {location}: {e}")))?;
         if !is_delta_table(&dir) {

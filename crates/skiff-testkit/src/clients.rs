@@ -76,7 +76,7 @@ pub fn jdbc_driver() -> PathBuf {
 /// The environment directory, locked against other test threads and
 /// binaries preparing `what` at the same time (the lock lasts as long as
 /// the returned file).
-fn locked(what: &str) -> (PathBuf, std::fs::File) {
+pub(crate) fn locked(what: &str) -> (PathBuf, std::fs::File) {
     static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
     let _guard = LOCK
         .get_or_init(Mutex::default)

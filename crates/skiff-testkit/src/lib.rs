@@ -8,6 +8,7 @@
 pub mod clients;
 pub mod data;
 pub mod golden;
+pub mod s3;
 pub mod slt;
 
 pub use data::{bench_name, dataset, files_with_extension, queries, repo_root};

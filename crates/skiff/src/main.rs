@@ -73,7 +73,13 @@ async fn main_async(cli: Cli) -> Result<()> {
         Some(Command::Pod(command)) => pod::run(command).map_err(external),
         Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
         Some(Command::Demo) => {
-            ensure_demo_data(&session::data_dir(&cli.session))?;
+            let dir = session::data_dir(&cli.session);
+            if dir.to_string_lossy().starts_with("s3://") {
+                return Err(DataFusionError::External(
+                    "skiff demo generates its data into a local directory, not an s3:// one".into(),
+                ));
+            }
+            ensure_demo_data(&dir)?;
             shell(&cli.session).await
         }
         Some(Command::Bench(args)) => bench::run(&cli.session, args).await.map_err(external),

@@ -13,6 +13,7 @@ use datafusion::error::{DataFusionError, Result};
 use skiff_server::{
     CoordinatorConfig, Limits, MemnodeConfig, ServerError, TlsFiles, Users, WorkerConfig,
 };
+use skiff_tables::DataLocation;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
@@ -65,6 +66,12 @@ pub struct FrontArgs {
     /// points. For test suites and benches; never on a server users reach.
     #[arg(long)]
     pub fault_injection: bool,
+
+    /// Where the coordinator keeps its catalog, lock and spilled state:
+    /// DATA/.skiff for a local data directory; for an s3:// one,
+    /// $SKIFF_HOME/remote/BUCKET/PREFIX unless given.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -142,24 +149,45 @@ fn server_error(e: ServerError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+/// The default state directory of an object-store data directory: one
+/// local directory per bucket and prefix.
+fn remote_state_dir(url: &url::Url) -> PathBuf {
+    let mut dir = crate::session::skiff_home().join("remote");
+    dir.push(url.host_str().unwrap_or("bucket"));
+    for segment in url.path_segments().into_iter().flatten() {
+        if !segment.is_empty() {
+            dir.push(segment);
+        }
+    }
+    dir
+}
+
 fn coordinator_config(
     session: &SessionArgs,
     front: &FrontArgs,
     cluster_addr: SocketAddr,
 ) -> Result<CoordinatorConfig> {
-    let data_dir = crate::session::data_dir(session);
-    if !data_dir.is_dir() {
-        return Err(DataFusionError::External(
-            format!(
-                "data directory {} does not exist (pass --data DIR, or run `skiff demo` once)",
-                data_dir.display()
-            )
-            .into(),
-        ));
-    }
+    let data = crate::session::data_location(session)?;
+    let state_dir = match (&data, &front.state_dir) {
+        (_, Some(dir)) => dir.clone(),
+        (DataLocation::Local(dir), None) => {
+            if !dir.is_dir() {
+                return Err(DataFusionError::External(
+                    format!(
+                        "data directory {} does not exist (pass --data DIR, or run `skiff demo` once)",
+                        dir.display()
+                    )
+                    .into(),
+                ));
+            }
+            dir.join(".skiff")
+        }
+        (DataLocation::Object(root), None) => remote_state_dir(root.url()),
+    };
     let users = Users::load(front.users.as_deref()).map_err(server_error)?;
     Ok(CoordinatorConfig {
-        data_dir,
+        data,
+        state_dir,
         cluster_addr,
         pg_addr: Some(front.pg_addr),
         flight_addr: Some(front.flight_addr),
@@ -280,7 +308,7 @@ fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize)>) 
 pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
     init_logging();
     let config = coordinator_config(session, &args.front, args.cluster_addr)?;
-    let state_dir = config.data_dir.join(".skiff").join("state");
+    let state_dir = config.state_dir.join("state");
     let shutdown = shutdown_on_signal();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let coordinator = skiff_server::serve_coordinator(config, shutdown.clone(), move |c, l| {

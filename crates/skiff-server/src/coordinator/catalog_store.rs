@@ -38,23 +38,20 @@ pub struct CatalogStore {
 }
 
 impl CatalogStore {
-    /// Open (or start) the catalog under `data_dir`. A file that cannot be
-    /// parsed is an error, never silently replaced.
-    pub fn open(data_dir: &Path) -> Result<Self> {
-        let dir = data_dir.join(".skiff");
+    /// Open (or start) the catalog in the state directory `dir` of the
+    /// data directory `data`. A file that cannot be parsed is an error,
+    /// never silently replaced.
+    pub fn open(dir: &Path, data: &str) -> Result<Self> {
         let io = |what: &str, e: std::io::Error| {
             ServerError::internal(format!("cannot {what} in {}: {e}", dir.display()))
         };
-        std::fs::create_dir_all(&dir).map_err(|e| io("create the catalog directory", e))?;
+        std::fs::create_dir_all(dir).map_err(|e| io("create the catalog directory", e))?;
         let lock = std::fs::File::create(dir.join("lock")).map_err(|e| io("create lock", e))?;
         if let Err(e) = lock.try_lock() {
             return Err(match e {
                 std::fs::TryLockError::WouldBlock => ServerError::new(
                     SqlState::InsufficientResources,
-                    format!(
-                        "data directory {} is in use by another coordinator",
-                        data_dir.display()
-                    ),
+                    format!("data directory {data} is in use by another coordinator"),
                 ),
                 std::fs::TryLockError::Error(e) => io("lock the catalog", e),
             });
@@ -154,7 +151,8 @@ mod tests {
     #[test]
     fn survives_reopen_and_rejects_damage() {
         let dir = tempfile::tempdir().unwrap();
-        let store = CatalogStore::open(dir.path()).unwrap();
+        let state = dir.path().join(".skiff");
+        let store = CatalogStore::open(&state, "data").unwrap();
         store.put("t", "CREATE EXTERNAL TABLE t ...").unwrap();
         store.put("v", "CREATE VIEW v AS SELECT 1").unwrap();
         store
@@ -163,13 +161,13 @@ mod tests {
         assert!(store.remove("v").unwrap());
         assert!(!store.remove("v").unwrap());
         drop(store);
-        let again = CatalogStore::open(dir.path()).unwrap();
+        let again = CatalogStore::open(&state, "data").unwrap();
         assert_eq!(again.entries().len(), 1);
         assert!(again.entries()[0].sql.contains("CSV"));
-        let busy = CatalogStore::open(dir.path()).unwrap_err();
+        let busy = CatalogStore::open(&state, "data").unwrap_err();
         assert!(busy.message.contains("in use"), "{busy}");
         drop(again);
         std::fs::write(dir.path().join(".skiff/catalog.json"), b"{not json").unwrap();
-        assert!(CatalogStore::open(dir.path()).is_err());
+        assert!(CatalogStore::open(&state, "data").is_err());
     }
 }

@@ -104,8 +104,21 @@ impl Coordinator {
             ));
         }
         // A relative path names a file under the data directory.
-        let path = match self.inner.engine.tables() {
-            Some(tables) if Path::new(file).is_relative() => tables.root().join(file),
+        let path = match self.inner.engine.tables().map(|t| t.location()) {
+            Some(location) if Path::new(file).is_relative() => match location.local_dir() {
+                Some(dir) => dir.join(file),
+                None => {
+                    return Err(ServerError::new(
+                        SqlState::InvalidParameterValue,
+                        format!(
+                            "a relative COPY path names a file under the data directory, \
+                             which is {}: give an absolute path on the server, or use \
+                             COPY ... FROM STDIN (psql's \\copy)",
+                            location.display()
+                        ),
+                    ));
+                }
+            },
             _ => Path::new(file).to_path_buf(),
         };
         let path = path.to_string_lossy().to_string();

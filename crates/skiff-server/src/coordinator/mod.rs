@@ -109,9 +109,10 @@ impl Coordinator {
             memory_limit: None,
             spill_dir: None,
         })?;
-        let found = engine.register_data_dir(&config.data_dir).await?;
-        info!(tables = found.len(), dir = %config.data_dir.display(), "data directory registered");
-        let catalog = CatalogStore::open(&config.data_dir)?;
+        let found = engine.register_data(&config.data).await?;
+        let data = config.data.display();
+        info!(tables = found, dir = %data, "data directory registered");
+        let catalog = CatalogStore::open(&config.state_dir, &data)?;
         pg_catalog::install(engine.context(), &config.users)?;
         let inner = Arc::new_cyclic(|weak| {
             system_tables::install(engine.context(), weak.clone());

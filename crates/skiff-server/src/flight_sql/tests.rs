@@ -61,7 +61,8 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     write_data(data.path());
     let config = CoordinatorConfig {
-        data_dir: data.path().to_path_buf(),
+        data: skiff_tables::DataLocation::Local(data.path().to_path_buf()),
+        state_dir: data.path().join(".skiff"),
         cluster_addr: "127.0.0.1:0".parse().unwrap(),
         pg_addr: None,
         flight_addr: Some("127.0.0.1:0".parse().unwrap()),

@@ -56,7 +56,8 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("items.csv"), ITEMS).unwrap();
     let config = CoordinatorConfig {
-        data_dir: data.path().to_path_buf(),
+        data: skiff_tables::DataLocation::Local(data.path().to_path_buf()),
+        state_dir: data.path().join(".skiff"),
         cluster_addr: "127.0.0.1:0".parse().unwrap(),
         pg_addr: Some("127.0.0.1:0".parse().unwrap()),
         flight_addr: None,
