@@ -13,7 +13,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::expr_to_sql;
-use deltalake_core::DeltaTable;
+use deltalake_core::DeltaTableBuilder;
 use deltalake_core::kernel::StructType;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::operations::write::WriteBuilder;
@@ -178,8 +178,9 @@ impl TableStore {
                 root.table_url(&name)
             }
         };
-        let empty = DeltaTable::try_from_url(url.clone())
-            .await
+        // Not loaded: there is no log yet (loading one logs an error).
+        let empty = DeltaTableBuilder::from_url(url.clone())
+            .and_then(|builder| builder.build())
             .map_err(|e| TableError::delta(&name, e))?;
         let made = if produces_no_rows(&create.input) {
             let schema = with_defaults(create)?;

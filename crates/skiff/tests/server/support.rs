@@ -31,6 +31,10 @@ pub struct Options {
     pub as_users_run_it: bool,
     pub extra: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// A limit on each process's data memory (RLIMIT_DATA, bytes): heap
+    /// and private mappings, what a load that buffered its input would
+    /// outgrow.
+    pub data_limit: Option<u64>,
 }
 
 /// A data directory of its own whose tables are links to `data`'s.
@@ -44,6 +48,25 @@ pub fn linked_data_dir(data: &Path) -> tempfile::TempDir {
         }
     }
     own
+}
+
+/// Run `command` (and what it starts) with at most `bytes` of data memory.
+pub fn limit_data(command: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
 }
 
 impl Server {
@@ -78,6 +101,9 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"));
+        if let Some(limit) = options.data_limit {
+            limit_data(&mut command, limit);
+        }
         let mut child = command.spawn().expect("start skiff serve");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();

@@ -552,3 +552,88 @@ async fn a_copy_cut_off_by_a_kill_leaves_the_table_as_it_was() {
         "INSERT 0 1"
     );
 }
+
+/// Loads stream: with each process's data memory limited to 200 MiB, a
+/// 320 MB CSV file goes in whole, by `COPY ... FROM` a server file and by
+/// psql's `\\copy` (COPY FROM STDIN), and so does it in the embedded shell.
+/// A load that held its input, or all its rows before writing, would die
+/// of the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_bigger_than_the_memory_limit_loads() {
+    const LIMIT: u64 = 200 << 20;
+    const FILE_BYTES: u64 = 320_000_000;
+    let files = tempfile::tempdir().expect("files");
+    let csv = files.path().join("big.csv");
+    let rows = write_big_csv(&csv, FILE_BYTES);
+    assert!(std::fs::metadata(&csv).expect("csv").len() > LIMIT);
+    let data = tempfile::tempdir().expect("data");
+    let server = Server::start_in(
+        data.path(),
+        Options {
+            data_limit: Some(LIMIT),
+            ..Options::default()
+        },
+    );
+    psql(
+        &server,
+        "CREATE TABLE big (a bigint, b int, c double, d varchar)",
+    );
+    let tags = [
+        format!("COPY big FROM '{}' WITH (FORMAT csv)", csv.display()),
+        format!("\\copy big from '{}' csv", csv.display()),
+    ]
+    .map(|sql| psql(&server, &sql).trim().to_string());
+    assert_eq!(tags, [format!("COPY {rows}"), format!("COPY {rows}")]);
+    let client = server.pg().await;
+    let counted = simple_rows(&client, "SELECT count(*), sum(a) FROM big")
+        .await
+        .expect("count");
+    let sum: u64 = (0..rows).sum::<u64>() * 2;
+    assert_eq!(
+        counted[0],
+        [Some((rows * 2).to_string()), Some(sum.to_string())]
+    );
+    drop(client);
+    drop(server);
+
+    let shell = tempfile::tempdir().expect("shell data");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_skiff"));
+    command
+        .arg("--data")
+        .arg(shell.path())
+        // As the server: memory grows with threads, so fix their number.
+        .args(["--partitions", "2", "--format", "csv", "-c"])
+        .arg(format!(
+            "CREATE TABLE big (a bigint, b int, c double, d varchar); \
+             COPY big FROM '{}' WITH (FORMAT csv); SELECT count(*) AS n FROM big",
+            csv.display()
+        ));
+    crate::support::limit_data(&mut command, LIMIT);
+    let output = command.output().expect("run skiff");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(said.trim_end().ends_with(&format!("n\n{rows}")), "{said}");
+}
+
+/// A CSV file of at least `bytes` (rows `i,i%1000,i/4,text`); its rows.
+fn write_big_csv(path: &std::path::Path, bytes: u64) -> u64 {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create csv"));
+    let (mut written, mut rows) = (0u64, 0u64);
+    while written < bytes {
+        let line = format!(
+            "{rows},{},{},row {rows} of a file larger than the memory limit\n",
+            rows % 1000,
+            rows as f64 / 4.0
+        );
+        out.write_all(line.as_bytes()).expect("write csv");
+        written += line.len() as u64;
+        rows += 1;
+    }
+    out.flush().expect("flush csv");
+    rows
+}
