@@ -134,6 +134,9 @@ impl From<DataFusionError> for ServerError {
         {
             return server.clone();
         }
+        if let Some(message) = skiff_tables::error::conflict(&error) {
+            return Self::new(SqlState::SerializationFailure, one_line(&message));
+        }
         // A managed table's error says what a user needs (which file,
         // line and column), whatever wrapped it on the way up.
         if let Some(table) = skiff_tables::error::find(&error) {

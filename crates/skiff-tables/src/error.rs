@@ -35,18 +35,16 @@ pub enum TableError {
 impl TableError {
     /// Wrap a Delta error, telling commit conflicts from the rest.
     pub(crate) fn delta(table: &str, e: DeltaTableError) -> Self {
-        match &e {
-            DeltaTableError::Transaction {
-                source: CommitConflict(_) | MaxCommitAttempts(_),
-            }
-            | DeltaTableError::VersionAlreadyExists(_) => TableError::Conflict {
+        if is_conflict(&e) {
+            TableError::Conflict {
                 table: table.to_string(),
                 detail: e.to_string(),
-            },
-            _ => TableError::Delta {
+            }
+        } else {
+            TableError::Delta {
                 table: table.to_string(),
                 source: e,
-            },
+            }
         }
     }
 }
@@ -54,6 +52,42 @@ impl TableError {
 impl From<TableError> for DataFusionError {
     fn from(e: TableError) -> Self {
         DataFusionError::External(Box::new(e))
+    }
+}
+
+/// Another writer committed first: a conflicting change, or (after
+/// deltalake's retries) always a newer version than this commit's.
+fn is_conflict(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::Transaction {
+            source: CommitConflict(_) | MaxCommitAttempts(_),
+        } | DeltaTableError::VersionAlreadyExists(_)
+    )
+}
+
+/// The message of a commit conflict inside `e`: a managed table's, or
+/// deltalake's own from a write it ran itself (`INSERT`'s sink).
+pub fn conflict(e: &DataFusionError) -> Option<String> {
+    let mut current: &(dyn std::error::Error + 'static) = e;
+    loop {
+        if let Some(found @ TableError::Conflict { .. }) = current.downcast_ref::<TableError>() {
+            return Some(found.to_string());
+        }
+        if let Some(delta) = current.downcast_ref::<DeltaTableError>()
+            && is_conflict(delta)
+        {
+            let why = match delta {
+                DeltaTableError::Transaction {
+                    source: MaxCommitAttempts(n),
+                } => format!("other writers committed first, {n} times over"),
+                other => other.to_string(),
+            };
+            return Some(format!(
+                "could not serialize access to a table: {why}; nothing was written, retry"
+            ));
+        }
+        current = current.source()?;
     }
 }
 
