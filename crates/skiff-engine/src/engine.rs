@@ -20,7 +20,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execut
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use skiff_tables::alter::AddColumns;
-use skiff_tables::copy::{Copy, CopySourceKind};
+use skiff_tables::copy::{Copy, CopySourceKind, LoadProgress};
 use skiff_tables::{DataLocation, TableStore};
 
 use crate::catalog::{self, FoundTable};
@@ -65,6 +65,8 @@ pub struct QueryOutput {
     /// The running pipeline graph, for progress and state; `None` for
     /// output computed without running a graph (`EXPLAIN PIPELINES`).
     pub execution: Option<Arc<QueryExecution>>,
+    /// How far a `COPY ... FROM` file has read, for its progress.
+    pub load: Option<Arc<LoadProgress>>,
 }
 
 /// An embedded Skiff engine.
@@ -191,6 +193,7 @@ impl Engine {
                     futures::stream::empty(),
                 )),
                 execution: None,
+                load: None,
             });
         }
         match classify(statement) {
@@ -200,6 +203,7 @@ impl Engine {
                 Ok(QueryOutput {
                     stream: execution.execute()?,
                     execution: Some(execution),
+                    load: None,
                 })
             }
             StatementKind::ExplainPipelines { analyze, query } => {
@@ -219,13 +223,22 @@ impl Engine {
                             .into(),
                     ));
                 };
-                let rows = skiff_tables::copy::load_file(&self.ctx, &from, path).await?;
-                let batch = skiff_tables::copy::count_batch(rows)?;
-                let schema = batch.schema();
-                let stream = futures::stream::once(async move { Ok(batch) });
+                // The load runs as the output is read, so the caller can
+                // show its progress, and cancels it by dropping the stream.
+                let schema = skiff_tables::copy::count_batch(0)?.schema();
+                let progress = Arc::new(LoadProgress::default());
+                let (ctx, path, reporting) =
+                    (self.ctx.clone(), path.clone(), Arc::clone(&progress));
+                let stream = futures::stream::once(async move {
+                    let rows =
+                        skiff_tables::copy::load_file_reporting(&ctx, &from, &path, reporting)
+                            .await?;
+                    skiff_tables::copy::count_batch(rows)
+                });
                 Ok(QueryOutput {
                     stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
                     execution: None,
+                    load: Some(progress),
                 })
             }
             Copy::ToStdout(to) => Box::pin(self.execute(&to.query)).await,
@@ -271,6 +284,7 @@ impl Engine {
         Ok(QueryOutput {
             stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
             execution: analyze.then_some(execution),
+            load: None,
         })
     }
 }

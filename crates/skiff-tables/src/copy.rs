@@ -10,6 +10,7 @@
 //! row was read, so a failed load changes nothing.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{RecordBatch, UInt64Array};
@@ -315,12 +316,48 @@ pub fn source_schema(target: &SchemaRef, columns: &[String]) -> Result<SchemaRef
 /// Load a file (or a directory of files) into `copy.table`; the rows
 /// loaded.
 pub async fn load_file(ctx: &SessionContext, copy: &CopyFrom, path: &str) -> Result<u64> {
-    read_and_load(ctx, copy, path)
+    load_file_reporting(ctx, copy, path, Arc::default()).await
+}
+
+/// How far a load from files has got: the bytes of its files read, and in
+/// all. Text and CSV count as they are read; Parquet and JSON, read by
+/// DataFusion, report only their total.
+#[derive(Debug, Default)]
+pub struct LoadProgress {
+    read: AtomicU64,
+    total: AtomicU64,
+}
+
+impl LoadProgress {
+    /// (bytes read, bytes in all).
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.read.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// [`load_file`], reporting how far it has read in `progress`. Dropping
+/// the future cancels the load: the commit is its last step, so a load
+/// stopped before it leaves the table as it was.
+pub async fn load_file_reporting(
+    ctx: &SessionContext,
+    copy: &CopyFrom,
+    path: &str,
+    progress: Arc<LoadProgress>,
+) -> Result<u64> {
+    read_and_load(ctx, copy, path, progress)
         .await
         .map_err(|e| e.context(format!("COPY {} FROM '{path}'", copy.table)))
 }
 
-async fn read_and_load(ctx: &SessionContext, copy: &CopyFrom, path: &str) -> Result<u64> {
+async fn read_and_load(
+    ctx: &SessionContext,
+    copy: &CopyFrom,
+    path: &str,
+    progress: Arc<LoadProgress>,
+) -> Result<u64> {
     let table = ctx.table_provider(copy.table.clone()).await?;
     let target = table.schema();
     let file_schema = source_schema(&target, &copy.columns)?;
@@ -348,19 +385,30 @@ async fn read_and_load(ctx: &SessionContext, copy: &CopyFrom, path: &str) -> Res
             .map(|e| format!(".{e}"))
             .unwrap_or_default()
     };
+    let files = files_of(path, meta.is_dir(), &extension)?;
+    let total = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    progress.total.store(total, Ordering::Relaxed);
     let source = match format {
         Format::Csv | Format::Text => {
-            let files = files_of(path, meta.is_dir(), &extension)?;
             let options = copy.options.clone();
             let schema = Arc::clone(&file_schema);
             let batches = futures::stream::iter(files)
                 .then(move |file| {
                     let (options, schema) = (options.clone(), Arc::clone(&schema));
+                    let progress = Arc::clone(&progress);
                     async move {
                         let bytes = tokio::fs::File::open(&file)
                             .await
                             .map(|f| {
                                 ReaderStream::with_capacity(f, READ_CHUNK_BYTES)
+                                    .inspect_ok(move |chunk| {
+                                        let n = chunk.len() as u64;
+                                        progress.read.fetch_add(n, Ordering::Relaxed);
+                                    })
                                     .map_err(DataFusionError::from)
                             })
                             .map_err(DataFusionError::from)?;

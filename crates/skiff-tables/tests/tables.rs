@@ -533,3 +533,64 @@ async fn ingest_creates_appends_and_replaces() {
     let all = ok(&ctx, &store, "SELECT * FROM t").await;
     assert!(all.contains("| only |"), "{all}");
 }
+
+/// A load dropped before its end (the shell's Ctrl-C drops it) commits
+/// nothing: its source here sends rows and then never ends, so only the
+/// drop can stop it. The table is as it was and takes writes after.
+#[tokio::test]
+async fn a_cancelled_load_leaves_the_table_as_it_was() {
+    use arrow::array::{ArrayRef, Int64Array};
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    ok(&ctx, &store, "CREATE TABLE t (a bigint)").await;
+    ok(&ctx, &store, "INSERT INTO t VALUES (1)").await;
+    let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..10_000));
+    let batch = arrow::array::RecordBatch::try_from_iter(vec![("a", column)]).unwrap();
+    let schema = batch.schema();
+    let sent: Vec<datafusion::error::Result<_>> =
+        vec![Ok(batch.clone()), Ok(batch.clone()), Ok(batch)];
+    let endless =
+        futures::StreamExt::chain(futures::stream::iter(sent), futures::stream::pending());
+    let source =
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, endless));
+    let table = datafusion::common::TableReference::bare("t");
+    let load = skiff_tables::copy::append_batches(&ctx, &table, &[], source);
+    let stopped = tokio::time::timeout(std::time::Duration::from_millis(300), load).await;
+    assert!(stopped.is_err(), "an endless load finished");
+    let (ctx, store) = session(dir.path()).await;
+    assert_eq!(number(&ok(&ctx, &store, "SELECT count(*) FROM t").await), 1);
+    let versions = std::fs::read_dir(dir.path().join("t/_delta_log"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".json")
+        })
+        .count();
+    assert_eq!(versions, 2, "the cancelled load committed");
+    ok(&ctx, &store, "INSERT INTO t VALUES (2)").await;
+    assert_eq!(number(&ok(&ctx, &store, "SELECT count(*) FROM t").await), 2);
+}
+
+/// A file load reports the bytes it has read against the files' total.
+#[tokio::test]
+async fn a_file_load_reports_its_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    ok(&ctx, &store, "CREATE TABLE t (a bigint, b varchar)").await;
+    let file = dir.path().join("rows.csv");
+    let text: String = (0..50_000).map(|i| format!("{i},row {i}\n")).collect();
+    std::fs::write(&file, &text).unwrap();
+    let sql = format!("COPY t FROM '{}' WITH (FORMAT csv)", file.display());
+    let Some(skiff_tables::copy::Copy::From(from)) = skiff_tables::copy::Copy::parse(&sql).unwrap()
+    else {
+        panic!("not a COPY FROM");
+    };
+    let progress = Arc::new(skiff_tables::copy::LoadProgress::default());
+    let path = file.display().to_string();
+    let rows = skiff_tables::copy::load_file_reporting(&ctx, &from, &path, Arc::clone(&progress))
+        .await
+        .unwrap();
+    assert_eq!(rows, 50_000);
+    let size = text.len() as u64;
+    assert_eq!(progress.bytes(), (size, size));
+}

@@ -35,6 +35,7 @@ pub async fn run_statement(
         skiff_engine::QueryOutput {
             stream: engine.execute_streaming(statement).await?,
             execution: None,
+            load: None,
         }
     } else {
         engine.execute(statement).await?
@@ -51,11 +52,17 @@ pub async fn run_statement(
                 None => break,
             },
             _ = ticker.tick() => {
-                if let Some(execution) = &output.execution
-                    && started.elapsed() >= PROGRESS_DELAY
-                {
-                    let bar = bar.get_or_insert_with(progress_bar);
+                if started.elapsed() < PROGRESS_DELAY {
+                    continue;
+                }
+                if let Some(execution) = &output.execution {
+                    let bar = bar.get_or_insert_with(|| progress_bar().with_elapsed(started.elapsed()));
                     show_progress(bar, execution);
+                } else if let Some(load) = &output.load {
+                    let bar = bar.get_or_insert_with(|| load_bar().with_elapsed(started.elapsed()));
+                    let (read, total) = load.bytes();
+                    bar.set_length(total);
+                    bar.set_position(read.min(total));
                 }
             }
         }
@@ -69,6 +76,11 @@ pub async fn run_statement(
         rows,
         elapsed: started.elapsed(),
     })
+}
+
+/// A `COPY ... FROM` file: bytes read of the files' total.
+fn load_bar() -> ProgressBar {
+    stderr_bar("{spinner} [{elapsed_precise}] [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})")
 }
 
 fn progress_bar() -> ProgressBar {
