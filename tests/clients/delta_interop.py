@@ -1,6 +1,8 @@
 # Read or write a Delta table with the Python `deltalake` library (the
 # delta-rs bindings), independent of Skiff's writer:
 #   delta_interop.py read DIR    prints the table's rows, one JSON list per line, sorted
+#   delta_interop.py duckdb DIR  the same, read by DuckDB's delta extension (from PyPI's
+#                                duckdb-extension-delta); "skip REASON" when it cannot load
 #   delta_interop.py write DIR   writes a three-row table (k int64, name string)
 import json
 import os
@@ -9,16 +11,30 @@ import sys
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+
+def show(columns, rows):
+    print("columns " + json.dumps(columns))
+    for row in sorted((list(r) for r in rows), key=lambda r: json.dumps(r)):
+        print("row " + json.dumps(row))
+
+
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "read":
     table = DeltaTable(path).to_pyarrow_table()
-    rows = sorted(
-        (list(row.values()) for row in table.to_pylist()),
-        key=lambda r: json.dumps(r),
-    )
-    print("columns " + json.dumps(table.column_names))
-    for row in rows:
-        print("row " + json.dumps(row))
+    show(table.column_names, (row.values() for row in table.to_pylist()))
+elif mode == "duckdb":
+    try:
+        import duckdb
+        import duckdb_extensions
+
+        con = duckdb.connect()
+        duckdb_extensions.import_extension("delta", con=con)
+        con.execute("LOAD delta")
+    except Exception as e:  # the extension is missing or does not fit this DuckDB
+        print("skip " + " ".join(str(e).split()))
+    else:
+        cursor = con.execute("SELECT * FROM delta_scan(?)", [path])
+        show([d[0] for d in cursor.description], cursor.fetchall())
 elif mode == "write":
     data = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "name": ["one", "two", None]})
     write_deltalake(path, data)

@@ -1,8 +1,8 @@
 //! The client software the client tests drive, fetched on first use under
 //! `target/skiff-testenv/` like the test data, so the README's one test
 //! command needs nothing installed beforehand but Python and Java: a
-//! Python environment with SQLAlchemy, psycopg, pandas and deltalake (from
-//! PyPI), and
+//! Python environment with SQLAlchemy, psycopg, pandas, deltalake, ADBC's
+//! Flight SQL driver and DuckDB with its delta extension (from PyPI), and
 //! PostgreSQL's JDBC driver (from Maven Central).
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use crate::data::repo_root;
 
 /// What the client tests import; pinned to major versions whose APIs the
 /// scripts use.
-pub const CLIENT_PACKAGES: [&str; 6] = [
+pub const CLIENT_PACKAGES: [&str; 9] = [
     "sqlalchemy>=2,<3",
     "psycopg[binary]>=3.1,<4",
     "pandas>=2,<4",
@@ -22,6 +22,12 @@ pub const CLIENT_PACKAGES: [&str; 6] = [
     "pyarrow>=14",
     // ADBC's Flight SQL driver: bulk ingest as ADBC clients send it.
     "adbc-driver-flightsql>=1,<2",
+    // DuckDB reading Skiff's Delta tables: its delta extension from PyPI
+    // (DuckDB's own download needs the network), built for one DuckDB
+    // version, hence the exact pins.
+    "duckdb==1.5.5",
+    "duckdb-extensions==1.5.5",
+    "duckdb-extension-delta==1.5.5",
 ];
 
 /// The interpreter of the client test environment, creating it (and
