@@ -338,6 +338,36 @@ async fn a_bad_copy_names_the_problem_and_writes_nothing() {
             "cut.parquet",
         ),
     ];
+    let mut cases: Vec<(String, String)> =
+        cases.into_iter().map(|(sql, names)| (sql, names.to_string())).collect();
+    // A real Parquet file cut in half (its footer gone).
+    let whole = files.path().join("whole.parquet");
+    ok(
+        &ctx,
+        &store,
+        &format!(
+            "COPY (SELECT CAST(v % 100 AS SMALLINT) AS a, 'x' AS b FROM range(20000) AS r(v)) \
+             TO '{}' STORED AS PARQUET",
+            whole.display()
+        ),
+    )
+    .await;
+    let bytes = std::fs::read(&whole).unwrap();
+    let half = write("half.parquet", &bytes[..bytes.len() / 2]);
+    cases.push((format!("COPY t FROM '{half}'"), "half.parquet".to_string()));
+    // A file its reader may not read; root reads every file, so there
+    // the case cannot happen and is skipped.
+    let locked = write("locked.csv", b"1,a\n");
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+        .unwrap();
+    if std::fs::File::open(&locked).is_err() {
+        cases.push((
+            format!("COPY t FROM '{locked}' WITH (FORMAT csv)"),
+            "permission denied".to_string(),
+        ));
+    } else {
+        eprintln!("running as a user who reads any file: the unreadable-file case is skipped");
+    }
     for (sql, names) in &cases {
         let error = copy(&ctx, sql)
             .await
