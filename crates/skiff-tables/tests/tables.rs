@@ -338,8 +338,10 @@ async fn a_bad_copy_names_the_problem_and_writes_nothing() {
             "cut.parquet",
         ),
     ];
-    let mut cases: Vec<(String, String)> =
-        cases.into_iter().map(|(sql, names)| (sql, names.to_string())).collect();
+    let mut cases: Vec<(String, String)> = cases
+        .into_iter()
+        .map(|(sql, names)| (sql, names.to_string()))
+        .collect();
     // A real Parquet file cut in half (its footer gone).
     let whole = files.path().join("whole.parquet");
     ok(
@@ -358,8 +360,7 @@ async fn a_bad_copy_names_the_problem_and_writes_nothing() {
     // A file its reader may not read; root reads every file, so there
     // the case cannot happen and is skipped.
     let locked = write("locked.csv", b"1,a\n");
-    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000))
-        .unwrap();
+    std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     if std::fs::File::open(&locked).is_err() {
         cases.push((
             format!("COPY t FROM '{locked}' WITH (FORMAT csv)"),

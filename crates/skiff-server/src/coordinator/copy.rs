@@ -83,16 +83,16 @@ impl Coordinator {
             Copy::ToStdout(_) => {
                 return Err(ServerError::new(
                     SqlState::FeatureNotSupported,
-                    "COPY ... TO STDOUT needs the PostgreSQL port's simple query protocol \
-                     (psql's \\copy, psycopg's cursor.copy()); elsewhere use COPY ... TO 'file'",
+                    "COPY ... TO STDOUT needs a PostgreSQL connection (psql's \\copy, \
+                     psycopg's cursor.copy()); elsewhere use COPY ... TO 'file'",
                 ));
             }
         };
         let CopySourceKind::File(file) = &from.source else {
             return Err(ServerError::new(
                 SqlState::FeatureNotSupported,
-                "COPY ... FROM STDIN needs the PostgreSQL port's simple query protocol \
-                 (psql's \\copy, psycopg's cursor.copy())",
+                "COPY ... FROM STDIN needs a PostgreSQL connection (psql's \\copy, \
+                 psycopg's cursor.copy()); over Flight SQL use bulk ingest",
             ));
         };
         let caller = Caller::of(session.ctx.copied_config().options());

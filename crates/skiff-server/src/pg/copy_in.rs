@@ -74,8 +74,15 @@ impl CopyInSlot {
 }
 
 /// Start `COPY ... FROM STDIN`: the load runs as the rows arrive; the
-/// client is told to send them.
-pub(super) async fn start<C>(client: &mut C, conn: &Connection, from: CopyFrom) -> PgWireResult<()>
+/// client is told to send them. `extended`: the statement came as an
+/// Execute, so the copy's end waits for the client's Sync to answer
+/// ReadyForQuery (pgwire's connection loop does that).
+pub(super) async fn start<C>(
+    client: &mut C,
+    conn: &Connection,
+    from: CopyFrom,
+    extended: bool,
+) -> PgWireResult<()>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
     C::Error: Debug,
@@ -105,7 +112,7 @@ where
     // (`decode_rows` refuses any other format).
     let response = CopyResponse::new(0, columns, futures::stream::empty());
     send_copy_in_response(client, response).await?;
-    client.set_state(PgWireConnectionState::CopyInProgress(false));
+    client.set_state(PgWireConnectionState::CopyInProgress(extended));
     Ok(())
 }
 

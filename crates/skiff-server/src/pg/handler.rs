@@ -316,7 +316,7 @@ impl Queries {
         };
         match Copy::parse(sql) {
             Ok(Some(Copy::From(from))) if from.source == CopySourceKind::Stdin => {
-                return match super::copy_in::start(client, &conn, from).await {
+                return match super::copy_in::start(client, &conn, from, false).await {
                     Ok(()) => Ok(None),
                     Err(PgWireError::UserError(info)) => Ok(Some(PgWireError::UserError(info))),
                     Err(e) => Err(e),
@@ -575,6 +575,8 @@ enum Started {
     /// A command: its CommandComplete is sent.
     Done,
     Rows(QueryResponse),
+    /// `COPY ... FROM STDIN`: the client sends the rows next.
+    CopyIn,
 }
 
 impl Queries {
@@ -594,6 +596,21 @@ impl Queries {
             Parsed::Planned { prepared, lenient } => (prepared, *lenient),
         };
         let conn = connection(client)?;
+        // COPY FROM STDIN and TO STDOUT talk to the client themselves, as
+        // through the simple protocol (tokio-postgres' copy_in/copy_out).
+        match Copy::parse(&prepared.sql) {
+            Ok(Some(Copy::From(from))) if from.source == CopySourceKind::Stdin => {
+                super::copy_in::start(client, &conn, from, true).await?;
+                return Ok(Started::CopyIn);
+            }
+            Ok(Some(Copy::ToStdout(to))) => {
+                return match super::copy_out::send(client, &self.coordinator, &conn, to).await? {
+                    Some(failure) => Err(failure),
+                    None => Ok(Started::Done),
+                };
+            }
+            _ => {}
+        }
         let params = parameters(portal, prepared).map_err(error)?;
         let result = match self
             .coordinator
@@ -699,10 +716,12 @@ impl ExtendedQueryHandler for Queries {
         if matches!(*state, PortalExecutionState::Initial) {
             client.set_state(PgWireConnectionState::QueryInProgress);
             let started = self.start(client, &portal).await;
-            client.set_state(PgWireConnectionState::ReadyForQuery);
+            if !matches!(started, Ok(Started::CopyIn)) {
+                client.set_state(PgWireConnectionState::ReadyForQuery);
+            }
             *state = match started {
                 Ok(Started::Rows(response)) => PortalExecutionState::Suspended(response),
-                Ok(Started::Done) => PortalExecutionState::Finished,
+                Ok(Started::Done | Started::CopyIn) => PortalExecutionState::Finished,
                 Err(e) => {
                     *state = PortalExecutionState::Finished;
                     return Err(e);

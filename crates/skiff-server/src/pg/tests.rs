@@ -832,3 +832,80 @@ async fn an_aborted_copy_from_stdin_writes_nothing() {
     assert!(seen.contains(&b'C') && !seen.contains(&b'E'), "{seen:?}");
     assert_eq!(count(&client, "SELECT count(*) FROM t").await, 2);
 }
+
+/// COPY through the extended protocol, as tokio-postgres sends it
+/// (Parse, Describe, Bind, Execute, Sync): `copy_in` loads rows in one
+/// commit, `copy_out` reads them back, an aborted `copy_in` writes nothing,
+/// and the connection serves statements after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_in_and_out_through_the_extended_protocol() {
+    use futures::{SinkExt, StreamExt};
+    let cluster = cluster(Users::default(), Limits::default()).await;
+    let client = connect(cluster.pg).await;
+    client
+        .batch_execute("CREATE TABLE t (a int, b varchar)")
+        .await
+        .unwrap();
+    let sink = client
+        .copy_in("COPY t FROM STDIN WITH (FORMAT csv)")
+        .await
+        .unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"1,one\n2,\"two, too\"\n"))
+        .await
+        .unwrap();
+    sink.send(bytes::Bytes::from_static(b"3,\n")).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 3);
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3);
+
+    let out = client
+        .copy_out("COPY (SELECT a, b FROM t ORDER BY a) TO STDOUT WITH (FORMAT csv)")
+        .await
+        .unwrap();
+    let chunks: Vec<bytes::Bytes> = out.map(|c| c.unwrap()).collect().await;
+    let text: String = chunks
+        .iter()
+        .map(|c| String::from_utf8_lossy(c).to_string())
+        .collect();
+    assert_eq!(text, "1,one\n2,\"two, too\"\n3,\n");
+
+    // Dropped before `finish`: tokio-postgres sends CopyFail.
+    {
+        let sink = client.copy_in("COPY t FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from_static(b"4\tfour\n"))
+            .await
+            .unwrap();
+    }
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3, "an aborted copy_in wrote rows");
+    let bad = client
+        .copy_in::<_, bytes::Bytes>("COPY t FROM STDIN")
+        .await
+        .unwrap();
+    futures::pin_mut!(bad);
+    bad.send(bytes::Bytes::from_static(b"x\ty\n"))
+        .await
+        .unwrap();
+    let failed = bad.finish().await.unwrap_err();
+    assert_eq!(
+        failed.code(),
+        Some(&PgState::INVALID_TEXT_REPRESENTATION),
+        "{failed:?}"
+    );
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3);
+}
