@@ -117,6 +117,20 @@ async fn tables_in_an_s3_bucket_keep_their_rows_across_a_kill() {
     .map(|(a, b)| vec![Some(a.to_string()), b.map(str::to_string), None])
     .collect();
     assert_eq!(rows, expected);
+    // Another Delta implementation reads the table from the bucket.
+    let read = crate::tables::delta_py_in("read", &format!("{url}/t"), &s3.env());
+    assert_eq!(
+        read,
+        [
+            r#"columns ["a", "b", "c"]"#,
+            r#"row [2, "w", null]"#,
+            r#"row [3, "w", null]"#,
+            r#"row [7, "loaded", null]"#,
+            r#"row [7, "loaded", null]"#,
+            r#"row [8, null, null]"#,
+            r#"row [8, null, null]"#,
+        ]
+    );
     assert_eq!(psql(&server, "DROP TABLE tens").trim(), "DROP TABLE");
     assert!(
         objects_under(&s3.bucket_dir().join("warehouse/tens")).is_empty(),

@@ -284,12 +284,19 @@ async fn copy_to_stdout_round_trips(
 
 /// Run the Python Delta interop script; its output lines.
 fn delta_py(mode: &str, dir: &std::path::Path) -> Vec<String> {
+    delta_py_in(mode, &dir.display().to_string(), &[])
+}
+
+/// [`delta_py`] on a table at `location` (a directory or a URL), with
+/// `env` added to the script's environment (an object store's keys).
+pub fn delta_py_in(mode: &str, location: &str, env: &[(String, String)]) -> Vec<String> {
     let python = skiff_testkit::clients::python();
     let script = skiff_testkit::repo_root().join("tests/clients/delta_interop.py");
     let output = std::process::Command::new(python)
         .arg(script)
         .arg(mode)
-        .arg(dir)
+        .arg(location)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("run python");
     assert!(
