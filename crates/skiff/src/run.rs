@@ -52,14 +52,15 @@ pub async fn run_statement(
                 None => break,
             },
             _ = ticker.tick() => {
-                if started.elapsed() < PROGRESS_DELAY {
+                let elapsed = started.elapsed();
+                if elapsed < PROGRESS_DELAY {
                     continue;
                 }
                 if let Some(execution) = &output.execution {
-                    let bar = bar.get_or_insert_with(|| progress_bar().with_elapsed(started.elapsed()));
+                    let bar = bar.get_or_insert_with(|| progress_bar().with_elapsed(elapsed));
                     show_progress(bar, execution);
                 } else if let Some(load) = &output.load {
-                    let bar = bar.get_or_insert_with(|| load_bar().with_elapsed(started.elapsed()));
+                    let bar = bar.get_or_insert_with(|| load_bar().with_elapsed(elapsed));
                     let (read, total) = load.bytes();
                     bar.set_length(total);
                     bar.set_position(read.min(total));

@@ -174,7 +174,8 @@ fn coordinator_config(
             if !dir.is_dir() {
                 return Err(DataFusionError::External(
                     format!(
-                        "data directory {} does not exist (pass --data DIR, or run `skiff demo` once)",
+                        "data directory {} does not exist \
+                         (pass --data DIR, or run `skiff demo` once)",
                         dir.display()
                     )
                     .into(),
