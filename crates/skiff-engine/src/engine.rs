@@ -144,16 +144,26 @@ impl Engine {
         }
         let store = TableStore::open_location(location).await?;
         let tables = store.object_tables().await?.unwrap_or_default();
+        let mut registered = 0;
         for (name, url) in &tables {
-            let managed = skiff_tables::ManagedTable::open(name, url.clone()).await?;
+            // One table that cannot be opened (a log damaged by another
+            // writer) must not keep every other one from being served.
+            let managed = match skiff_tables::ManagedTable::open(name, url.clone()).await {
+                Ok(managed) => managed,
+                Err(e) => {
+                    tracing::error!(table = %name, %url, error = %e, "table skipped: cannot open it");
+                    continue;
+                }
+            };
             let quoted = format!("\"{}\"", name.replace('"', "\"\""));
             self.ctx
                 .register_table(quoted.as_str(), Arc::new(managed))?;
+            registered += 1;
         }
         if self.tables.get().is_none() {
             let _ = self.tables.set(store);
         }
-        Ok(tables.len())
+        Ok(registered)
     }
 
     /// Where managed tables are made; `None` before a data directory is

@@ -118,9 +118,12 @@ impl ObjectRoot {
         url
     }
 
-    /// The prefix of table `name`'s objects.
+    /// The prefix of table `name`'s objects: the key deltalake derives from
+    /// [`ObjectRoot::table_url`] (decoded, unlike a path part, which would
+    /// escape `#` or `%` into another key).
     pub(crate) fn table_prefix(&self, name: &str) -> ObjectPath {
-        self.prefix.clone().join(name)
+        let url = self.table_url(name);
+        ObjectPath::from_url_path(url.path()).unwrap_or_else(|_| self.prefix.clone().join(name))
     }
 
     /// Fail fast, with the endpoint in the message, when the store cannot
@@ -374,7 +377,7 @@ impl ObjectStoreRegistry for Stores {
     fn get_store(&self, url: &Url) -> Result<Arc<dyn ObjectStore>> {
         match self.0.get_store(url) {
             Ok(store) => Ok(store),
-            Err(_) if url.scheme() == "s3" => {
+            Err(_) if url.scheme() == "s3" && url.host_str().is_some_and(|h| !h.is_empty()) => {
                 let bucket = url.host_str().unwrap_or_default();
                 let store = s3_store(bucket).map_err(|e| {
                     DataFusionError::External(Box::new(TableError::Io(format!(
@@ -447,5 +450,12 @@ mod tests {
             "s3://b/p/my%20table%231/"
         );
         assert_eq!(root.table_prefix("t").as_ref(), "p/t");
+        // The key deltalake writes under: the URL's path, decoded.
+        for name in ["a#b%c", "my table", "x?y*z"] {
+            let url = root.table_url(name);
+            let delta = ObjectPath::from_url_path(url.path()).unwrap();
+            assert_eq!(root.table_prefix(name), delta, "{name}");
+            assert_eq!(delta.filename(), Some(name), "{name}");
+        }
     }
 }

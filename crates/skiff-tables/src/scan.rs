@@ -72,11 +72,11 @@ impl Layout {
 
 /// The name a table's errors carry: the last part of its location.
 pub(crate) fn table_name(table: &DeltaTable) -> String {
-    table
-        .table_url()
-        .path_segments()
-        .and_then(|mut s| s.rfind(|p| !p.is_empty()).map(str::to_string))
-        .unwrap_or_else(|| table.table_url().to_string())
+    let url = table.table_url();
+    ObjectPath::from_url_path(url.path())
+        .ok()
+        .and_then(|path| path.filename().map(str::to_string))
+        .unwrap_or_else(|| url.to_string())
 }
 
 /// A Parquet scan over the active files of `table`'s loaded snapshot.
@@ -127,9 +127,12 @@ pub(crate) async fn plan(
             .iter()
             .map(|field| partition_value(&values, field))
             .collect::<Result<Vec<_>>>()?;
-        let path = format!("{root_path}/{}", file.object_store_path());
         let size = u64::try_from(file.size()).unwrap_or(0);
-        let mut part = PartitionedFile::new(path, size).with_partition_values(partition_values);
+        let mut part = PartitionedFile::new("", size).with_partition_values(partition_values);
+        // Joined part by part: a path made from a string is re-escaped,
+        // which would turn a `#` or `%` in a table's name into another key.
+        let file_path = file.object_store_path();
+        part.object_meta.location = root_path.parts().chain(file_path.parts()).collect();
         if let Some(n) = file.num_records() {
             rows += n;
             let mut stats = Statistics::new_unknown(&layout.file_schema);

@@ -37,6 +37,9 @@ const DROPPED_PREFIX: &str = ".dropped-";
 #[derive(Clone, Debug)]
 pub struct TableStore {
     root: DataLocation,
+    /// Held while a table is created or dropped: two sessions' `CREATE
+    /// TABLE IF NOT EXISTS t` at once must not both get past the check.
+    ddl: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// True for a directory holding a Delta table (it has a `_delta_log`).
@@ -68,6 +71,7 @@ impl TableStore {
             }
         }
         Ok(Self {
+            ddl: Arc::default(),
             root: DataLocation::Local(root),
         })
     }
@@ -87,6 +91,7 @@ impl TableStore {
             }
         }
         Ok(Self {
+            ddl: Arc::default(),
             root: location.clone(),
         })
     }
@@ -135,6 +140,11 @@ impl TableStore {
         ctx: &SessionContext,
         create: &CreateMemoryTable,
     ) -> Result<()> {
+        let _ddl = self.ddl.lock().await;
+        self.create_locked(ctx, create).await
+    }
+
+    async fn create_locked(&self, ctx: &SessionContext, create: &CreateMemoryTable) -> Result<()> {
         let name = managed_name(&create.name)?;
         if ctx.table_exist(create.name.clone())? {
             if create.if_not_exists {
@@ -148,7 +158,7 @@ impl TableStore {
                 if_exists: true,
                 schema: Arc::clone(create.input.schema()),
             };
-            if !self.drop(ctx, &drop).await? {
+            if !self.drop_locked(ctx, &drop).await? {
                 ctx.deregister_table(create.name.clone())?;
             }
         }
@@ -221,6 +231,11 @@ impl TableStore {
     /// renamed aside (atomic) and removed, or in an object store marked
     /// dropped and its objects deleted. False when it is not managed.
     async fn drop(&self, ctx: &SessionContext, drop: &DropTable) -> Result<bool> {
+        let _ddl = self.ddl.lock().await;
+        self.drop_locked(ctx, drop).await
+    }
+
+    async fn drop_locked(&self, ctx: &SessionContext, drop: &DropTable) -> Result<bool> {
         let Ok(provider) = ctx.table_provider(drop.name.clone()).await else {
             return Ok(false);
         };
@@ -330,11 +345,23 @@ fn with_defaults(create: &CreateMemoryTable) -> Result<Arc<Schema>, TableError> 
 
 impl TableStore {
     /// Remove what a failed `CREATE` left: files written before its commit.
+    /// A failed create committed nothing, so a Delta log there now is
+    /// another writer's (who won the race for version 0): then nothing is
+    /// removed, and the unreferenced files stay, as any failed write's do.
     async fn discard(&self, name: &str) {
         match &self.root {
-            DataLocation::Local(root) => remove_dir(&root.join(name)),
+            DataLocation::Local(root) => {
+                let dir = root.join(name);
+                let committed = std::fs::read_dir(dir.join("_delta_log"))
+                    .is_ok_and(|mut entries| entries.next().is_some());
+                if !committed {
+                    remove_dir(&dir);
+                }
+            }
             DataLocation::Object(root) => {
-                if let Err(e) = root.remove_table(name, DROPPED_MARKER).await {
+                if matches!(root.holds_table(name).await, Ok(false))
+                    && let Err(e) = root.remove_table(name, DROPPED_MARKER).await
+                {
                     warn!(table = %name, error = %e, "cannot remove a failed table's files");
                 }
             }

@@ -109,10 +109,12 @@ impl Coordinator {
             memory_limit: None,
             spill_dir: None,
         })?;
-        let found = engine.register_data(&config.data).await?;
         let data = config.data.display();
-        info!(tables = found, dir = %data, "data directory registered");
+        // The lock first: opening the tables finishes interrupted DROPs,
+        // which must not run beside another coordinator's CREATEs.
         let catalog = CatalogStore::open(&config.state_dir, &data)?;
+        let found = engine.register_data(&config.data).await?;
+        info!(tables = found, dir = %data, "data directory registered");
         pg_catalog::install(engine.context(), &config.users)?;
         let inner = Arc::new_cyclic(|weak| {
             system_tables::install(engine.context(), weak.clone());

@@ -220,6 +220,30 @@ fn the_shell_uses_s3_and_misconfiguration_fails_fast() {
     );
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "n\n2");
+    // A name with characters object paths escape: written, read and
+    // dropped under the key Delta gives it, in the bucket and on disk.
+    let odd = "\"odd #1%\"";
+    let script = format!("CREATE TABLE {odd} (a int); INSERT INTO {odd} VALUES (7);");
+    let (ok, _, err) = skiff(&env, &script);
+    assert!(ok, "{err}");
+    let (ok, out, err) = skiff(&env, &format!("SELECT a FROM {odd}"));
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "a\n7");
+    let table = s3.bucket_dir().join("shell/odd #1%");
+    assert!(table.join("_delta_log").is_dir(), "not under its own name");
+    let (ok, _, err) = skiff(&env, &format!("DROP TABLE {odd}"));
+    assert!(ok, "{err}");
+    assert!(objects_under(&table).is_empty(), "DROP TABLE left objects");
+    let local = tempfile::tempdir().expect("local data");
+    let output = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .arg("--data")
+        .arg(local.path())
+        .args(["--format", "csv", "-c"])
+        .arg(format!("{script} SELECT a FROM {odd}"))
+        .output()
+        .expect("run skiff");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.trim_end().ends_with("a\n7"), "{said}{output:?}");
 
     let with = |key: &str, value: &str| -> Vec<(String, String)> {
         env.iter()

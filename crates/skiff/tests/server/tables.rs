@@ -662,6 +662,27 @@ async fn concurrent_writers_lose_and_duplicate_nothing() {
     const INCREMENTS: i32 = 6;
     let data = tempfile::tempdir().expect("data");
     let server = Server::start_in(data.path(), Options::default());
+    // Sessions starting up at once, each making sure of its table: one
+    // creates it, the others find it, and no failed create removes it.
+    let mut starts = tokio::task::JoinSet::new();
+    for k in 0..4 {
+        let pg = server.pg().await;
+        starts.spawn(async move {
+            pg.simple_query("CREATE TABLE IF NOT EXISTS made (k int)")
+                .await
+                .expect("CREATE TABLE IF NOT EXISTS");
+            pg.simple_query(&format!("INSERT INTO made VALUES ({k})"))
+                .await
+                .expect("insert after create");
+        });
+    }
+    while let Some(done) = starts.join_next().await {
+        done.expect("session start");
+    }
+    let made = simple_rows(&server.pg().await, "SELECT count(*) FROM made")
+        .await
+        .expect("made");
+    assert_eq!(made, [[Some("4".to_string())]]);
     psql(&server, "CREATE TABLE w (client int, n int)");
     psql(&server, "CREATE TABLE counter (id int, v int)");
     psql(&server, "INSERT INTO counter VALUES (1, 0)");
