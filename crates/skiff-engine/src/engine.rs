@@ -151,7 +151,8 @@ impl Engine {
             let managed = match skiff_tables::ManagedTable::open(name, url.clone()).await {
                 Ok(managed) => managed,
                 Err(e) => {
-                    tracing::error!(table = %name, %url, error = %e, "table skipped: cannot open it");
+                    let error = e.to_string();
+                    tracing::error!(table = %name, %url, %error, "table skipped: cannot open it");
                     continue;
                 }
             };
