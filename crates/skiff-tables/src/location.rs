@@ -152,20 +152,10 @@ impl ObjectRoot {
             if name.starts_with('.') {
                 continue;
             }
-            let inside = self
-                .store
-                .list_with_delimiter(Some(&dir))
-                .await
-                .map_err(|e| self.error("cannot list", e))?;
-            let dropped = inside
-                .objects
-                .iter()
-                .any(|o| o.location.filename() == Some(marker));
-            let delta = inside
-                .common_prefixes
-                .iter()
-                .any(|p| p.filename() == Some("_delta_log"));
-            if delta || dropped {
+            // A HEAD and one page of the log: listing the prefix itself
+            // would list every data file of the table.
+            let dropped = self.holds(&name, marker).await?;
+            if dropped || self.holds_table(&name).await? {
                 tables.push((name, dropped));
             }
         }
