@@ -245,6 +245,9 @@ impl TableStore {
         if !managed.owned() {
             return Ok(false);
         }
+        // Writes in flight finish first (committing into the table, which
+        // then goes whole); later ones are refused.
+        let mut closed = managed.close_for_drop().await;
         match &self.root {
             DataLocation::Local(root) => {
                 let Ok(dir) = managed.url().to_file_path() else {
@@ -287,6 +290,7 @@ impl TableStore {
                 }
             }
         }
+        *closed = true;
         info!(table = %managed.name(), "managed table dropped");
         Ok(true)
     }

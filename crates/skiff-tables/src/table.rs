@@ -8,17 +8,20 @@ use arrow::datatypes::{Field, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::{TableProvider, TableType};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use datafusion::prelude::SessionContext;
 use deltalake_core::DeltaTable;
 use deltalake_core::kernel::StructField;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard};
 use tracing::warn;
 use url::Url;
 
@@ -40,6 +43,10 @@ pub struct ManagedTable {
     owned: bool,
     table: Mutex<DeltaTable>,
     layout: RwLock<Layout>,
+    /// Held shared by every write while it runs and exclusively by `DROP
+    /// TABLE`, which sets it (true: dropped). A write still running when
+    /// the table is dropped would commit into the removed table's place.
+    writes: Arc<tokio::sync::RwLock<bool>>,
     defaults: HashMap<String, Expr>,
 }
 
@@ -73,6 +80,7 @@ impl ManagedTable {
             url: table.table_url().clone(),
             owned: true,
             table: Mutex::new(table),
+            writes: Arc::default(),
             layout: RwLock::new(layout),
             defaults,
         })
@@ -109,6 +117,7 @@ impl ManagedTable {
 
     /// Add nullable columns: one commit changing only the schema.
     pub(crate) async fn add_columns(&self, fields: Vec<Field>) -> Result<(), TableError> {
+        let _writing = open_for_writing(Arc::clone(&self.writes), &self.name).await?;
         let table = self.latest().await?;
         let mut kernel: Vec<StructField> = Vec::with_capacity(fields.len());
         for field in &fields {
@@ -131,6 +140,12 @@ impl ManagedTable {
         Ok(())
     }
 
+    /// Wait for the table's writes to end and keep new ones out; set the
+    /// guard to true once the table is gone.
+    pub(crate) async fn close_for_drop(&self) -> OwnedRwLockWriteGuard<bool> {
+        Arc::clone(&self.writes).write_owned().await
+    }
+
     /// A plan deleting the rows `filters` match (all rows for none).
     async fn delete_where(&self, what: &str, filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
         let table = self.latest().await?;
@@ -150,7 +165,64 @@ impl ManagedTable {
     }
 
     fn command(&self, what: &str, run: crate::command::Command) -> Arc<dyn ExecutionPlan> {
-        Arc::new(CommandExec::new(format!("{what} {}", self.name), run))
+        let (gate, name) = (Arc::clone(&self.writes), self.name.clone());
+        let gated = Box::pin(async move {
+            let _writing = open_for_writing(gate, &name).await?;
+            run.await
+        });
+        Arc::new(CommandExec::new(format!("{what} {}", self.name), gated))
+    }
+}
+
+/// Enter a write: refused once the table is dropped.
+async fn open_for_writing(
+    gate: Arc<tokio::sync::RwLock<bool>>,
+    name: &str,
+) -> Result<OwnedRwLockReadGuard<bool>, TableError> {
+    let writing = gate.read_owned().await;
+    if *writing {
+        return Err(TableError::Io(format!(
+            "table \"{name}\" was dropped while this statement waited to write"
+        )));
+    }
+    Ok(writing)
+}
+
+/// deltalake's sink for an `INSERT`, entered through the table's write
+/// gate (see `ManagedTable::writes`).
+#[derive(Debug)]
+struct GatedSink {
+    name: String,
+    gate: Arc<tokio::sync::RwLock<bool>>,
+    /// deltalake's `DataSinkExec`, whose sink does the writing.
+    inner: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for GatedSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ManagedTableSink: {}", self.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for GatedSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        context: &Arc<TaskContext>,
+    ) -> Result<u64> {
+        let _writing = open_for_writing(Arc::clone(&self.gate), &self.name).await?;
+        let Some(inner) = self.inner.downcast_ref::<DataSinkExec>() else {
+            return Err(
+                TableError::Io(format!("table \"{}\": no sink to write to", self.name)).into(),
+            );
+        };
+        inner.sink().write_all(data, context).await
     }
 }
 
@@ -226,7 +298,21 @@ impl TableProvider for ManagedTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let table = self.latest().await?;
         let provider = table.table_provider().build().await?;
-        provider.insert_into(state, input, insert_op).await
+        let plan = provider.insert_into(state, input, insert_op).await?;
+        let Some(exec) = plan.downcast_ref::<DataSinkExec>() else {
+            return Ok(plan);
+        };
+        let sink = GatedSink {
+            name: self.name.clone(),
+            gate: Arc::clone(&self.writes),
+            schema: Arc::clone(exec.sink().schema()),
+            inner: Arc::clone(&plan),
+        };
+        Ok(Arc::new(DataSinkExec::new(
+            Arc::clone(exec.input()),
+            Arc::new(sink),
+            exec.sort_order().clone(),
+        )))
     }
 
     async fn delete_from(

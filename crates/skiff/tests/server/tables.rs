@@ -748,3 +748,51 @@ async fn concurrent_writers_lose_and_duplicate_nothing() {
     assert_eq!(counter, [[Some(incremented.to_string())]]);
     assert!(incremented > 0, "no increment committed");
 }
+
+/// `DROP TABLE` while a `\copy` streams into the table: the drop waits for
+/// the load (which commits into the table, then goes with it), or, had it
+/// come first, the load is refused; either way the table goes whole. A
+/// load committing into the dropped table's place would leave a log
+/// without its first version, which no start could open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_during_a_load_takes_the_whole_table() {
+    let data = tempfile::tempdir().expect("data dir");
+    let pipes = tempfile::tempdir().expect("pipes");
+    {
+        let server = Server::start_in(data.path(), Options::default());
+        psql(&server, "CREATE TABLE t (a bigint, b varchar)");
+        let mut copy = PipedCopy::start(&server, pipes.path(), "t");
+        assert!(copy.send(0, 5_000));
+        // Let the load start writing before the drop arrives.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let drop_table = crate::support::psql_command(&server, "DROP TABLE t")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("psql");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        copy.send(5_000, 10_000);
+        let (said, loaded) = copy.finish();
+        assert!(
+            (loaded && said.trim() == "COPY 10000") || said.contains("dropped"),
+            "{said}"
+        );
+        let dropped = drop_table.wait_with_output().expect("psql");
+        let tag = String::from_utf8_lossy(&dropped.stdout);
+        assert_eq!(tag.trim(), "DROP TABLE", "{dropped:?}");
+    }
+    assert!(
+        !data.path().join("t").exists(),
+        "the dropped table's files came back"
+    );
+    let server = Server::start_in(data.path(), Options::default());
+    assert_eq!(
+        psql(&server, "CREATE TABLE t (a bigint)").trim(),
+        "CREATE TABLE"
+    );
+    let client = server.pg().await;
+    let rows = simple_rows(&client, "SELECT count(*) FROM t")
+        .await
+        .expect("count");
+    assert_eq!(rows, [[Some("0".to_string())]]);
+}
