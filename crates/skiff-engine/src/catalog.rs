@@ -137,6 +137,12 @@ fn directory_format(dir: &Path) -> Result<Option<TableFormat>> {
     Ok(format)
 }
 
+/// `name` as a quoted SQL identifier, which keeps its case:
+/// `Orders.parquet` is the table "Orders".
+pub(crate) fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// Register every table of `dir` in `ctx`; returns what was registered.
 pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<FoundTable>> {
     let tables = discover(dir)?;
@@ -144,8 +150,7 @@ pub async fn register_data_dir(ctx: &SessionContext, dir: &Path) -> Result<Vec<F
         let Some(path) = table.path.to_str() else {
             return Err(CatalogError::NotUtf8(table.path.clone()).into());
         };
-        // A quoted name keeps the file's case: `Orders.parquet` is "Orders".
-        let name = format!("\"{}\"", table.name.replace('"', "\"\""));
+        let name = quoted(&table.name);
         match table.format {
             TableFormat::Parquet => {
                 let options = ParquetReadOptions::default();

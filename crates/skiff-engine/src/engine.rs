@@ -86,13 +86,13 @@ impl Engine {
         if let Some(partitions) = config.target_partitions {
             session = session.with_target_partitions(partitions.max(1));
         }
+        // `s3://` data directories: deltalake learns the scheme, and the
+        // registry builds a bucket's store when a plan first reads it.
+        skiff_tables::location::install();
         // No cache of directory listings: DataFusion's keeps them forever
         // by default, so a table over a directory never saw files added
         // after its first scan (a silent wrong answer). A listing per scan
         // is what correctness costs until tables carry versions.
-        // `s3://` data directories: deltalake learns the scheme, and the
-        // registry builds a bucket's store when a plan first reads it.
-        skiff_tables::location::install();
         let mut runtime = RuntimeEnvBuilder::new()
             .with_object_store_registry(Arc::new(skiff_tables::location::Stores::default()))
             .with_memory_pool(memory_pool(config.memory_limit))
@@ -139,16 +139,16 @@ impl Engine {
     /// [`Engine::register_data_dir`]) or an object-store prefix; returns how
     /// many tables were registered.
     pub async fn register_data(&self, location: &DataLocation) -> Result<usize> {
-        if let DataLocation::Local(dir) = location {
-            return Ok(self.register_data_dir(dir).await?.len());
-        }
-        let store = TableStore::open_location(location).await?;
-        let tables = store.object_tables().await?.unwrap_or_default();
+        let root = match location {
+            DataLocation::Local(dir) => return Ok(self.register_data_dir(dir).await?.len()),
+            DataLocation::Object(root) => root,
+        };
+        let (store, tables) = TableStore::open_object(root).await?;
         let mut registered = 0;
-        for (name, url) in &tables {
+        for (name, url) in tables {
             // One table that cannot be opened (a log damaged by another
             // writer) must not keep every other one from being served.
-            let managed = match skiff_tables::ManagedTable::open(name, url.clone()).await {
+            let managed = match skiff_tables::ManagedTable::open(&name, url.clone()).await {
                 Ok(managed) => managed,
                 Err(e) => {
                     let error = e.to_string();
@@ -156,7 +156,7 @@ impl Engine {
                     continue;
                 }
             };
-            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+            let quoted = catalog::quoted(&name);
             self.ctx
                 .register_table(quoted.as_str(), Arc::new(managed))?;
             registered += 1;

@@ -30,12 +30,11 @@ use datafusion::sql::sqlparser::ast::{
     CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
 };
 use futures::stream::BoxStream;
-
-pub use crate::rows::decode as decode_rows;
-
-use crate::error::TableError;
 use futures::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
+
+use crate::error::TableError;
+pub use crate::rows::decode as decode_rows;
 
 /// Bytes read from a file at a time by a text or CSV load: large enough
 /// that reads are few, small beside a batch.

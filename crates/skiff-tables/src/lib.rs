@@ -1,8 +1,9 @@
 //! Managed tables: the tables Skiff owns, each a Delta Lake table (a
 //! directory of Parquet files and a `_delta_log` of JSON commits) under
-//! the data directory.
+//! the data directory, a local directory or an `s3://` prefix.
 //!
-//! Owns: creating and dropping them ([`TableStore`]), reading a snapshot
+//! Owns: where the data directory is and how its object store is reached
+//! ([`location`]), creating and dropping tables ([`TableStore`]), reading a snapshot
 //! as a plain Parquet scan a worker can run ([`ManagedTable`]'s `scan`),
 //! the writes (`INSERT`, `UPDATE`, `DELETE`, `TRUNCATE`, CTAS, `COPY ...
 //! FROM` a file or a stream of text/CSV rows, see [`copy`]; bulk ingest of

@@ -61,7 +61,7 @@ impl DataLocation {
     /// from the environment, see [`s3_store`]); anything else a directory.
     pub fn parse(text: &OsStr) -> Result<Self, TableError> {
         match text.to_str() {
-            Some(url) if url.starts_with("s3://") => Ok(Self::Object(ObjectRoot::parse(url)?)),
+            Some(url) if names_object_store(text) => Ok(Self::Object(ObjectRoot::parse(url)?)),
             _ => Ok(Self::Local(PathBuf::from(text))),
         }
     }
@@ -81,6 +81,11 @@ impl DataLocation {
             Self::Object(root) => root.url.to_string(),
         }
     }
+}
+
+/// Whether `text` names an object store rather than a directory.
+pub fn names_object_store(text: &OsStr) -> bool {
+    text.to_str().is_some_and(|t| t.starts_with("s3://"))
 }
 
 impl ObjectRoot {
@@ -126,18 +131,9 @@ impl ObjectRoot {
         ObjectPath::from_url_path(url.path()).unwrap_or_else(|_| self.prefix.clone().join(name))
     }
 
-    /// Fail fast, with the endpoint in the message, when the store cannot
-    /// be listed: a wrong endpoint, bucket or key.
-    pub async fn probe(&self) -> Result<(), TableError> {
-        self.store
-            .list_with_delimiter(Some(&self.prefix))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.error("cannot list", e))
-    }
-
     /// The names of the sub-prefixes that hold a Delta table, and of those
-    /// holding `marker` (see the store's `DROP`), sorted.
+    /// holding `marker` (see the store's `DROP`), sorted. A wrong endpoint,
+    /// bucket or key fails here, with the store's answer.
     pub(crate) async fn tables(&self, marker: &str) -> Result<Vec<(String, bool)>, TableError> {
         let listed = self
             .store

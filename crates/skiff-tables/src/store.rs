@@ -1,5 +1,6 @@
 //! Where managed tables live and how they are made and removed: one Delta
-//! table per directory under the data directory, named as the table.
+//! table per directory under the data directory (per prefix in an object
+//! store), named as the table.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tracing::{info, warn};
 use url::Url;
 
 use crate::error::TableError;
-use crate::location::DataLocation;
+use crate::location::{DataLocation, ObjectRoot};
 use crate::table::{DEFAULT_KEY, ManagedTable};
 
 /// The catalog and schema managed tables are created in.
@@ -76,43 +77,26 @@ impl TableStore {
         })
     }
 
-    /// Tables at `location`, a directory or an object-store prefix (which
-    /// must be reachable). Finishes interrupted `DROP`s.
-    pub async fn open_location(location: &DataLocation) -> Result<Self, TableError> {
-        let root = match location {
-            DataLocation::Local(dir) => return Self::open(dir),
-            DataLocation::Object(root) => root,
-        };
-        root.probe().await?;
+    /// Tables under an object-store prefix (which must be reachable: its
+    /// listing is the first request), with the managed tables found there
+    /// and their locations. Finishes removing tables whose `DROP` a crash
+    /// interrupted.
+    pub async fn open_object(root: &ObjectRoot) -> Result<(Self, Vec<(String, Url)>), TableError> {
+        let mut tables = Vec::new();
         for (name, dropped) in root.tables(DROPPED_MARKER).await? {
             if dropped {
                 root.remove_table(&name, DROPPED_MARKER).await?;
                 info!(table = %name, "finished dropping a table");
+            } else {
+                let url = root.table_url(&name);
+                tables.push((name, url));
             }
         }
-        Ok(Self {
+        let store = Self {
             ddl: Arc::default(),
-            root: location.clone(),
-        })
-    }
-
-    /// The managed tables of an object-store data directory, with their
-    /// locations; `None` for a local one (see the engine's discovery).
-    pub async fn object_tables(&self) -> Result<Option<Vec<(String, Url)>>, TableError> {
-        let DataLocation::Object(root) = &self.root else {
-            return Ok(None);
+            root: DataLocation::Object(root.clone()),
         };
-        let tables = root.tables(DROPPED_MARKER).await?;
-        Ok(Some(
-            tables
-                .into_iter()
-                .filter(|(_, dropped)| !dropped)
-                .map(|(name, _)| {
-                    let url = root.table_url(&name);
-                    (name, url)
-                })
-                .collect(),
-        ))
+        Ok((store, tables))
     }
 
     pub fn location(&self) -> &DataLocation {

@@ -95,8 +95,11 @@ pub(crate) fn locked(what: &str) -> (PathBuf, std::fs::File) {
     (root, file)
 }
 
-fn run(command: &mut Command) {
-    let output = command.output().expect("run python3 (is it installed?)");
+/// Run `command` to the end; a panic with its output when it fails.
+pub(crate) fn run(command: &mut Command) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?} (is it installed?): {e}"));
     assert!(
         output.status.success(),
         "{command:?} failed:\n{}{}",

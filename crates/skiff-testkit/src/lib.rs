@@ -1,8 +1,9 @@
 //! Test support shared by the test suites of several crates: benchmark
 //! datasets generated once per machine, query files, and the DuckDB golden
 //! answers with the comparison rules that judge a result against them, the
-//! client libraries the client tests drive (Python's, JDBC), and
-//! the switch for the slow tests (`SKIFF_SLOW_TESTS`).
+//! client libraries the client tests drive (Python's, JDBC), an S3 API
+//! server for the object-store tests ([`s3`]), and the switch for the slow
+//! tests (`SKIFF_SLOW_TESTS`).
 //! Used only from tests; it panics on broken fixtures, never on results.
 
 pub mod clients;

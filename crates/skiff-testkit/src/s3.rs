@@ -4,11 +4,11 @@
 //! and started by each test on a port of its own.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::clients::locked;
+use crate::clients::{locked, run};
 
 /// The s3s-fs release the tests use.
 pub const S3S_FS_VERSION: &str = "0.14.1";
@@ -35,18 +35,11 @@ pub fn s3s_fs() -> PathBuf {
         return binary;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
+    run(Command::new(cargo)
         .args(["install", "--quiet", "--debug", "--features", "binary"])
         .args(["--version", &format!("={S3S_FS_VERSION}"), "--root"])
         .arg(&dir)
-        .arg("s3s-fs")
-        .output()
-        .expect("run cargo install");
-    assert!(
-        output.status.success(),
-        "cargo install s3s-fs failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .arg("s3s-fs"));
     std::fs::write(&marker, S3S_FS_VERSION).expect("s3s-fs marker");
     binary
 }
@@ -115,10 +108,6 @@ impl S3Server {
     /// The directory holding the bucket's objects.
     pub fn bucket_dir(&self) -> PathBuf {
         self.root.path().join(BUCKET)
-    }
-
-    pub fn root(&self) -> &Path {
-        self.root.path()
     }
 }
 

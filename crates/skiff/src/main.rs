@@ -74,7 +74,7 @@ async fn main_async(cli: Cli) -> Result<()> {
         Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
         Some(Command::Demo) => {
             let dir = session::data_dir(&cli.session);
-            if dir.to_string_lossy().starts_with("s3://") {
+            if skiff_tables::location::names_object_store(dir.as_os_str()) {
                 return Err(DataFusionError::External(
                     "skiff demo generates its data into a local directory, not an s3:// one".into(),
                 ));
