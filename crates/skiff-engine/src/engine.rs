@@ -256,9 +256,9 @@ impl Engine {
         }
     }
 
-    /// Cut `plan` into pipelines, ready to execute.
+    /// Split `plan` into pipelines, ready to execute.
     pub fn start(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<QueryExecution>> {
-        let graph = pipeline::cut(plan)?;
+        let graph = pipeline::split(plan)?;
         QueryExecution::new(graph, &self.ctx.task_ctx())
     }
 

@@ -77,11 +77,11 @@ pub enum Pause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PauseMode {
     /// Let them finish (lossless; the pause waits for the longest).
-    Drain,
+    Finish,
     /// Abort them: their partial output is dropped and they run again from
     /// the start on whichever engine continues the query from its state
     /// (not here: see [`QueryExecution::aborted`]). The pause comes at once.
-    Immediate,
+    Abort,
 }
 
 /// When the driver stops scheduling.
@@ -191,7 +191,7 @@ impl QueryExecution {
     }
 
     /// The state an earlier execution handed over, that this one's
-    /// `MigratedStateExec` leaves read.
+    /// migrated `MaterializedExec` leaves read.
     pub fn migrated_state(&self) -> Option<Arc<MigratedState>> {
         self.task_ctx
             .session_config()
@@ -302,7 +302,7 @@ impl QueryExecution {
                 }
                 // The sender lives in `self`, so this only ends by a change.
                 _ = point.changed() => {
-                    if *point.borrow_and_update() == PausePoint::Now(PauseMode::Immediate)
+                    if *point.borrow_and_update() == PausePoint::Now(PauseMode::Abort)
                         && !running.is_empty()
                     {
                         // Wait until the tasks are gone, so that none still
@@ -454,7 +454,7 @@ impl QueryExecution {
             self.pause_point.send_if_modified(|p| {
                 let hold = !matches!(p, PausePoint::Now(_));
                 if hold {
-                    *p = PausePoint::Now(PauseMode::Drain);
+                    *p = PausePoint::Now(PauseMode::Finish);
                 }
                 hold
             });
@@ -480,7 +480,7 @@ impl QueryExecution {
     }
 
     /// Whether an immediate pause aborted running pipelines, so that the
-    /// query cannot go on here (see [`PauseMode::Immediate`]).
+    /// query cannot go on here (see [`PauseMode::Abort`]).
     pub fn aborted(&self) -> bool {
         self.aborted.load(Ordering::Relaxed)
     }
@@ -573,7 +573,7 @@ impl QueryExecution {
         if let Some(control) = &self.cuts {
             control.request();
         }
-        self.pause_now(PauseMode::Drain);
+        self.pause_now(PauseMode::Finish);
     }
 
     /// Cut (as [`cut_now`](Self::cut_now)) once the gates have let `morsels`

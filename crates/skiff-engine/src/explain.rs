@@ -15,8 +15,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
 
+use crate::materialized::{MaterializedExec, Source, estimate};
 use crate::pipeline::{Breaker, PipelineGraph};
-use crate::scan::{IntermediateScanExec, estimate};
 use crate::store::{OutputSize, PipelineStatus, QueryState};
 
 /// Schema of `EXPLAIN PIPELINES`; `analyze` adds the measured columns.
@@ -137,8 +137,11 @@ fn draw_children(plan: &Arc<dyn ExecutionPlan>, prefix: &str, lines: &mut Vec<St
 /// One operator, with the detail that tells pipelines apart.
 fn describe(plan: &Arc<dyn ExecutionPlan>) -> String {
     let name = plan.name();
-    if let Some(scan) = plan.downcast_ref::<IntermediateScanExec>() {
-        return format!("{name}: {}", scan.pipeline());
+    if let Some(leaf) = plan.downcast_ref::<MaterializedExec>() {
+        return match leaf.source() {
+            Source::Store => format!("{name}: {}", leaf.pipeline()),
+            Source::Migrated => format!("{name}: migrated {}", leaf.pipeline()),
+        };
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         return format!("{name}: {}", join_type(join.join_type()));

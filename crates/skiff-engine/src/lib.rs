@@ -1,9 +1,11 @@
 //! Skiff's query engine: SQL planned by DataFusion, run as a graph of
 //! pipelines whose outputs are materialized in an intermediate store.
 //!
-//! Owns: cutting physical plans into pipelines ([`pipeline`]), running them
+//! Owns: splitting physical plans into pipelines ([`pipeline`]), running them
 //! ([`executor`], including pausing them at boundaries), their materialized
-//! outputs and the query state ([`store`]), batches ready for IPC
+//! outputs and the query state ([`store`]), the leaf that reads them in
+//! later pipelines, here or after a migration ([`materialized`]), batches
+//! ready for IPC
 //! ([`batch`]), mid-pipeline cut points ([`morsel`]), and the embedded session
 //! ([`Engine`]), which registers a data directory's tables ([`catalog`]) and
 //! hands managed-table DDL and `COPY` to `skiff-tables`. Knows nothing of
@@ -15,17 +17,20 @@ pub mod catalog;
 pub mod engine;
 pub mod executor;
 pub mod explain;
+pub mod materialized;
 pub mod migrated;
 pub mod morsel;
 pub mod options;
 pub mod pipeline;
-pub mod scan;
 pub mod statement;
 pub mod store;
+#[cfg(test)]
+mod test_rows;
 
 pub use engine::{Engine, EngineConfig, QueryOutput, memory_pool};
 pub use executor::{Pause, PauseMode, Progress, QueryExecution};
-pub use migrated::{MigratedState, MigratedStateExec, MigratedTable};
+pub use materialized::MaterializedExec;
+pub use migrated::{MigratedState, MigratedTable};
 pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};
 pub use store::{IntermediateStore, QueryState};

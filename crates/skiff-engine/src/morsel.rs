@@ -59,9 +59,8 @@ use datafusion::physical_plan::{
 use futures::{Stream, StreamExt};
 use tokio::sync::watch;
 
-use crate::migrated::MigratedStateExec;
+use crate::materialized::MaterializedExec;
 use crate::pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId, input_breaker};
-use crate::scan::IntermediateScanExec;
 
 /// How a cut pipeline's partial work joins the rest of its work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,8 +190,7 @@ fn row_wise(plan: &Arc<dyn ExecutionPlan>) -> bool {
             || plan.is::<UnionExec>()
             || is_exchange(plan)
             || plan.is::<DataSourceExec>()
-            || plan.is::<IntermediateScanExec>()
-            || plan.is::<MigratedStateExec>()
+            || plan.is::<MaterializedExec>()
             || plan.is::<MorselGateExec>()
     };
     own && plan
@@ -950,5 +948,140 @@ fn passed_through(
     match input_stats.first() {
         Some(stats) => Ok(Arc::clone(stats)),
         None => internal_err!("{} without input statistics", node.name()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionConfig;
+    use futures::TryStreamExt;
+
+    use super::*;
+    use crate::test_rows::{scan, schema, values};
+
+    /// One partition whose morsels are `batches`.
+    fn input(batches: &[&[i64]]) -> Arc<dyn ExecutionPlan> {
+        scan(&[batches])
+    }
+
+    /// A control over one pipeline of `kind` with one gate and one tap.
+    fn control(kind: CutKind, tap_max_bytes: usize) -> Arc<CutControl> {
+        let pipeline = PipelineId(0);
+        let gates = vec![Gate {
+            pipeline,
+            partitions: vec![GatePartition::default()],
+        }];
+        let taps = vec![Tap {
+            pipeline,
+            schema: schema(),
+            bytes: 0,
+            partitions: vec![Vec::new()],
+            withheld: false,
+        }];
+        Arc::new(CutControl::new(
+            vec![Some(kind)],
+            gates,
+            taps,
+            tap_max_bytes,
+        ))
+    }
+
+    fn context(control: &Arc<CutControl>) -> Arc<TaskContext> {
+        let config = SessionConfig::new().with_extension(Arc::clone(control));
+        Arc::new(TaskContext::default().with_session_config(config))
+    }
+
+    async fn run(plan: &Arc<dyn ExecutionPlan>, ctx: Arc<TaskContext>) -> Vec<i64> {
+        let stream = plan.execute(0, ctx).expect("execute");
+        values(&stream.try_collect::<Vec<_>>().await.expect("rows"))
+    }
+
+    #[tokio::test]
+    async fn a_gate_skips_what_an_earlier_cut_consumed_across_morsels() {
+        let gate: Arc<dyn ExecutionPlan> = Arc::new(MorselGateExec::new(
+            input(&[&[1, 2, 3], &[4, 5], &[6]]),
+            vec![4],
+        ));
+        let rows = run(&gate, Arc::new(TaskContext::default())).await;
+        assert_eq!(rows, vec![5, 6]);
+    }
+
+    #[tokio::test]
+    async fn a_gate_without_a_cut_passes_everything_and_records_it() {
+        let control = control(CutKind::Union, usize::MAX);
+        let gate: Arc<dyn ExecutionPlan> = Arc::new(
+            MorselGateExec::new(input(&[&[1, 2], &[3]]), vec![]).with_slot(PipelineId(0), 0),
+        );
+        assert_eq!(run(&gate, context(&control)).await, vec![1, 2, 3]);
+        let record = control.gates()[0].partitions[0];
+        assert_eq!(
+            record,
+            GatePartition {
+                consumed: 3,
+                cut: false
+            }
+        );
+        assert!(
+            control.cut_of(PipelineId(0)).is_none(),
+            "nothing ended early"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cut_ends_the_gate_before_its_next_morsel() {
+        let control = control(CutKind::Union, usize::MAX);
+        control.cut_after_morsels(1);
+        let gate: Arc<dyn ExecutionPlan> = Arc::new(
+            MorselGateExec::new(input(&[&[1, 2], &[3, 4], &[5]]), vec![])
+                .with_slot(PipelineId(0), 0),
+        );
+        assert_eq!(run(&gate, context(&control)).await, vec![1, 2]);
+        let cut = control.cut_of(PipelineId(0)).expect("the pipeline was cut");
+        assert_eq!(cut.kind, CutKind::Union);
+        assert_eq!(cut.consumed, vec![(0, vec![2])]);
+        // The rest of the pipeline skips exactly what was consumed.
+        let rest: Arc<dyn ExecutionPlan> = Arc::new(MorselGateExec::new(
+            input(&[&[1, 2], &[3, 4], &[5]]),
+            vec![2],
+        ));
+        assert_eq!(
+            run(&rest, Arc::new(TaskContext::default())).await,
+            vec![3, 4, 5]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tap_keeps_what_it_passes_and_withholds_after_a_cut() {
+        let control = control(CutKind::Aggregate, usize::MAX);
+        let tap: Arc<dyn ExecutionPlan> =
+            Arc::new(SinkTapExec::new(input(&[&[1], &[2, 3]]), PipelineId(0), 0));
+        assert_eq!(run(&tap, context(&control)).await, vec![1, 2, 3]);
+        assert_eq!(values(&control.taps()[0].partitions[0]), vec![1, 2, 3]);
+        // Asked to cut: rows are still kept, no longer passed on.
+        control.request();
+        assert_eq!(run(&tap, context(&control)).await, Vec::<i64>::new());
+        assert_eq!(
+            values(&control.taps()[0].partitions[0]),
+            vec![1, 2, 3, 1, 2, 3]
+        );
+        let cut = control
+            .cut_of(PipelineId(0))
+            .expect("withheld rows make a cut");
+        let (_, tapped) = cut.tapped.expect("an aggregation hands over its tap");
+        assert_eq!(values(&tapped[0]), vec![1, 2, 3, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn an_overflowing_tap_passes_everything_and_loses_the_cut() {
+        let control = control(CutKind::Aggregate, 1);
+        let tap: Arc<dyn ExecutionPlan> =
+            Arc::new(SinkTapExec::new(input(&[&[1], &[2]]), PipelineId(0), 0));
+        control.request();
+        assert_eq!(run(&tap, context(&control)).await, vec![1, 2]);
+        assert!(
+            control.taps()[0].partitions[0].is_empty(),
+            "kept rows dropped"
+        );
+        assert!(control.cut_of(PipelineId(0)).is_none());
     }
 }

@@ -127,6 +127,31 @@ impl ConfigField for StateCompression {
     }
 }
 
+/// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size like 512M or 4G"))?;
+    let multiplier = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1u64,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        other => return Err(format!("unknown size unit '{other}' (use K, M, G or T)")),
+    };
+    let bytes = number * multiplier as f64;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("'{text}' is not a positive size"));
+    }
+    Ok(bytes as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::common::config::ExtensionOptions;
@@ -158,5 +183,15 @@ mod tests {
         );
         let err = "snappy".parse::<StateCompression>().expect_err("unknown");
         assert!(err.to_string().contains("none, lz4 or zstd"), "{err}");
+    }
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("1024"), Ok(1024));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("5X").is_err());
+        assert!(parse_bytes("0").is_err());
     }
 }

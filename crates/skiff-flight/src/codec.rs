@@ -28,18 +28,19 @@ use datafusion_proto::physical_plan::{
 };
 use datafusion_proto::protobuf;
 use prost::Message;
+use skiff_engine::PipelineId;
+use skiff_engine::materialized::{MaterializedExec, Source};
 use skiff_engine::morsel::MorselGateExec;
-use skiff_engine::{MigratedStateExec, PipelineId};
 
 /// Extension codec for Skiff's own plan nodes. Plans shipped whole (before
-/// cutting) contain none; state separation adds [`MigratedStateExec`], the
-/// leaf that reads migrated state, and the rest of a pipeline cut in the
+/// splitting) contain none; state separation adds migrated
+/// [`MaterializedExec`] leaves, which read migrated state, and the rest of a pipeline cut in the
 /// middle reads its input through a [`MorselGateExec`] that skips what the
 /// source consumed. The two are told apart by their inputs (none or one).
 #[derive(Debug, Default)]
 pub struct SkiffCodec;
 
-/// A [`MigratedStateExec`] on the wire: what the leaf needs to stand where
+/// A migrated [`MaterializedExec`] on the wire: what the leaf needs to stand where
 /// the replaced subtree stood. Statistics are not shipped (unknown on
 /// arrival); nothing is re-planned after a migration, so nothing reads them.
 #[derive(Clone, PartialEq, Message)]
@@ -108,9 +109,9 @@ impl PhysicalExtensionCodec for SkiffCodec {
             _ => return not_impl_err!("Skiff plan node with {} inputs", inputs.len()),
         }
         let node = MigratedStateNode::decode(buf)
-            .map_err(|e| internal_datafusion_err!("bad MigratedStateExec node: {e}"))?;
+            .map_err(|e| internal_datafusion_err!("bad migrated MaterializedExec node: {e}"))?;
         let Some(schema) = &node.schema else {
-            return not_impl_err!("MigratedStateExec node without a schema");
+            return not_impl_err!("migrated MaterializedExec node without a schema");
         };
         let schema = Arc::new(Schema::try_from(schema)?);
         let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
@@ -120,7 +121,9 @@ impl PhysicalExtensionCodec for SkiffCodec {
             &schema,
             proto_converter,
         )?
-        .ok_or_else(|| internal_datafusion_err!("MigratedStateExec node without partitioning"))?;
+        .ok_or_else(|| {
+            internal_datafusion_err!("migrated MaterializedExec node without partitioning")
+        })?;
         let ordering =
             parse_physical_sort_exprs(&node.ordering, &decode_ctx, &schema, proto_converter)?;
         let orderings = LexOrdering::new(ordering).into_iter();
@@ -128,7 +131,7 @@ impl PhysicalExtensionCodec for SkiffCodec {
             EquivalenceProperties::new_with_orderings(Arc::clone(&schema), orderings);
         let decode_expr = |expr: Option<&protobuf::PhysicalExprNode>| match expr {
             Some(expr) => proto_converter.proto_to_physical_expr(expr, &schema, &decode_ctx),
-            None => not_impl_err!("MigratedStateExec node with an empty expression"),
+            None => not_impl_err!("migrated MaterializedExec node with an empty expression"),
         };
         for class in &node.equivalences {
             let mut exprs = class.exprs.iter().map(|e| decode_expr(Some(e)));
@@ -161,10 +164,13 @@ impl PhysicalExtensionCodec for SkiffCodec {
             Boundedness::Bounded,
         );
         let pipeline = PipelineId(usize::try_from(node.pipeline).map_err(|_| {
-            internal_datafusion_err!("MigratedStateExec pipeline {} out of range", node.pipeline)
+            internal_datafusion_err!(
+                "migrated MaterializedExec pipeline {} out of range",
+                node.pipeline
+            )
         })?);
         let statistics = Statistics::new_unknown(&schema);
-        Ok(Arc::new(MigratedStateExec::new(
+        Ok(Arc::new(MaterializedExec::migrated(
             pipeline,
             &properties,
             statistics,
@@ -185,7 +191,8 @@ impl PhysicalExtensionCodec for SkiffCodec {
                 .encode(buf)
                 .map_err(|e| internal_datafusion_err!("encoding MorselGateExec: {e}"));
         }
-        let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
+        // A store leaf reads this execution's own outputs: it never travels.
+        let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Migrated) else {
             return not_impl_err!("plan node {} cannot be shipped to a worker", node.name());
         };
         let properties = leaf.properties();
@@ -239,7 +246,7 @@ impl PhysicalExtensionCodec for SkiffCodec {
         };
         message
             .encode(buf)
-            .map_err(|e| internal_datafusion_err!("encoding MigratedStateExec: {e}"))
+            .map_err(|e| internal_datafusion_err!("encoding a migrated MaterializedExec: {e}"))
     }
 }
 

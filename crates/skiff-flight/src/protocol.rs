@@ -106,7 +106,7 @@ pub struct PauseQuery {
     pub reason: i32,
     /// Abort running pipelines instead of letting them finish.
     #[prost(bool, tag = "3")]
-    pub immediate: bool,
+    pub abort: bool,
     /// Stop without storing state: the coordinator chose to restart the
     /// query or to continue it from an older snapshot.
     #[prost(bool, tag = "4")]

@@ -27,15 +27,21 @@ pub struct Limits {
     pub worker_wait: Duration,
 }
 
-/// The longest statement the coordinator plans, in bytes. Parsing takes
-/// several times a statement's size in memory; data belongs in `COPY` or
-/// Flight SQL ingest, not in statement text.
 /// CopyData chunks a `COPY ... FROM STDIN` buffers ahead of its decoder;
 /// the client waits beyond that (each chunk is what the client sent, a few
 /// KiB in psql's and psycopg's case).
 pub const COPY_IN_CHUNKS: usize = 16;
 
+/// The longest statement the coordinator plans, in bytes. Parsing takes
+/// several times a statement's size in memory; data belongs in `COPY` or
+/// Flight SQL ingest, not in statement text.
 pub const MAX_STATEMENT_BYTES: usize = 64 << 20;
+
+/// How long a vacate waits for its worker to empty. A query whose result
+/// already streams cannot move and keeps the worker busy until it ends;
+/// past this the vacate stops waiting (the worker stays drained) and says
+/// so in the log.
+pub const VACATE_WAIT_MAX: Duration = Duration::from_secs(3600);
 
 /// Default of [`Limits::worker_wait`] (`--worker-wait-timeout`).
 pub const WORKER_WAIT: Duration = Duration::from_secs(30);

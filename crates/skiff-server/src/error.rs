@@ -95,6 +95,19 @@ impl SqlState {
 pub struct ServerError {
     pub state: SqlState,
     pub message: String,
+    /// What the server acts on; clients see only the state and message.
+    pub cause: Cause,
+}
+
+/// Why an error happened, where the server must act on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cause {
+    #[default]
+    Other,
+    /// A worker could not be reached, or its connection broke mid-call:
+    /// the worker is gone (killed, restarting), and another may take the
+    /// query.
+    WorkerGone,
 }
 
 pub type Result<T, E = ServerError> = std::result::Result<T, E>;
@@ -104,6 +117,15 @@ impl ServerError {
         Self {
             state,
             message: message.into(),
+            cause: Cause::Other,
+        }
+    }
+
+    /// A worker gone (SQLSTATE 57P03, [`Cause::WorkerGone`]).
+    pub fn worker_gone(message: impl Into<String>) -> Self {
+        Self {
+            cause: Cause::WorkerGone,
+            ..Self::new(SqlState::CannotConnectNow, message)
         }
     }
 
@@ -141,13 +163,13 @@ impl From<DataFusionError> for ServerError {
         // line and column), whatever wrapped it on the way up.
         if let Some(table) = skiff_tables::error::find(&error) {
             let message = one_line(&table.to_string());
-            return Self::new(classify(&error, &message), message);
+            return Self::new(sql_state(&error, &message), message);
         }
         let message = match root {
             DataFusionError::External(inner) => without_wrappers(&one_line(&inner.to_string())),
             other => one_line(&other.strip_backtrace()),
         };
-        Self::new(classify(&error, &message), message)
+        Self::new(sql_state(&error, &message), message)
     }
 }
 
@@ -159,7 +181,7 @@ impl From<ServerError> for DataFusionError {
 
 /// DataFusion's errors carry no SQLSTATE; derive one from the variant and,
 /// where one variant covers several cases, from the text.
-fn classify(error: &DataFusionError, message: &str) -> SqlState {
+fn sql_state(error: &DataFusionError, message: &str) -> SqlState {
     if let DataFusionError::External(inner) = error.find_root()
         && let Some(server) = inner.downcast_ref::<ServerError>()
     {

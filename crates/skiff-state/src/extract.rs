@@ -8,7 +8,7 @@
 //! optionally lz4- or zstd-compressed, with the CRC-32 of its bytes. The
 //! loader checks every checksum before decoding, and rebuilds each output
 //! partition by partition, in order, as a [`MigratedState`] for the
-//! `MigratedStateExec` leaves of the remaining plan.
+//! migrated `MaterializedExec` leaves of the remaining plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
@@ -231,7 +231,7 @@ pub enum LoadError {
     },
 }
 
-/// Verify every frame and rebuild the outputs for `MigratedStateExec`.
+/// Verify every frame and rebuild the outputs for migrated `MaterializedExec` leaves.
 pub fn load(state: &ExtractedState) -> Result<MigratedState, LoadError> {
     let mut tables = BTreeMap::new();
     for output in &state.outputs {

@@ -7,10 +7,11 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, plan_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
-use skiff_engine::{MigratedState, MigratedStateExec, QueryExecution, pipeline};
+use skiff_engine::materialized::{MaterializedExec, Source};
+use skiff_engine::{MigratedState, QueryExecution, pipeline};
 
 /// `ctx` with `state` in its session config, where the remaining plan's
-/// `MigratedStateExec` leaves look for it.
+/// migrated `MaterializedExec` leaves look for it.
 pub fn resume_context(ctx: &TaskContext, state: MigratedState) -> Arc<TaskContext> {
     let mut config = ctx.session_config().clone();
     config.set_extension(Arc::new(state));
@@ -26,7 +27,7 @@ pub fn resume_context(ctx: &TaskContext, state: MigratedState) -> Arc<TaskContex
     ))
 }
 
-/// Cut the remaining `plan` into pipelines that read `state`, ready to
+/// Split the remaining `plan` into pipelines that read `state`, ready to
 /// execute. Leaves of migrated state stay inside the pipelines that read
 /// them, so no finished pipeline runs again. Fails before running when a
 /// leaf has no state, or state of another shape: the plan keeps the
@@ -39,16 +40,16 @@ pub fn resume(
     state: MigratedState,
 ) -> Result<Arc<QueryExecution>> {
     check_state(&plan, &state)?;
-    let graph = pipeline::cut(plan)?;
+    let graph = pipeline::split(plan)?;
     QueryExecution::new(graph, &resume_context(ctx, state))
 }
 
-/// Every `MigratedStateExec` in `plan` finds its output in `state`, with
+/// Every migrated `MaterializedExec` in `plan` finds its output in `state`, with
 /// its schema's fields and its partition count.
 fn check_state(plan: &Arc<dyn ExecutionPlan>, state: &MigratedState) -> Result<()> {
     let mut problem = None;
     plan.apply(|node| {
-        let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
+        let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Migrated) else {
             return Ok(TreeNodeRecursion::Continue);
         };
         let id = leaf.pipeline();

@@ -1,11 +1,11 @@
 //! Plan modification (paper Algorithm 2): the plan that continues a query
 //! from its state.
 //!
-//! The engine cut the plan into pipelines whose plans read each other's
-//! outputs through `IntermediateScanExec` leaves. Walking down from the
+//! The engine split the plan into pipelines whose plans read each other's
+//! outputs through store `MaterializedExec` leaves. Walking down from the
 //! result pipeline, a leaf of an unfinished pipeline is expanded into that
-//! pipeline's plan, and a leaf of a finished one becomes a
-//! [`MigratedStateExec`] with the leaf's exact properties (schema,
+//! pipeline's plan, and a leaf of a finished one becomes a migrated
+//! [`MaterializedExec`] with the leaf's exact properties (schema,
 //! partitioning, ordering). The walk never descends below a finished
 //! pipeline, so the top-most replacement wins and the state the plan reads
 //! ([`RemainingPlan::reads`]) is exactly what must be extracted: a subset of
@@ -41,10 +41,10 @@ use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{
     ExecutionPlan, Partitioning, PlanProperties, replace_children_if_necessary,
 };
+use skiff_engine::materialized::{MaterializedExec, Source};
 use skiff_engine::morsel::{Cut, CutKind, MorselGateExec, SinkTapExec};
 use skiff_engine::pipeline::SubqueryBinding;
-use skiff_engine::scan::IntermediateScanExec;
-use skiff_engine::{MigratedStateExec, PipelineGraph, PipelineId};
+use skiff_engine::{PipelineGraph, PipelineId};
 
 /// The plan that continues a query from its state.
 #[derive(Debug, Clone)]
@@ -127,21 +127,21 @@ impl Rewrite<'_> {
     fn expand(&mut self, plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         Arc::clone(plan)
             .transform_up(|node| {
-                if let Some(leaf) = node.downcast_ref::<MigratedStateExec>() {
+                if let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Migrated) {
                     let id = PipelineId(self.graph.len() + self.carried.len());
                     self.carried.push((leaf.pipeline(), id));
                     let statistics = Statistics::new_unknown(&leaf.schema());
-                    let carried = MigratedStateExec::new(id, leaf.properties(), statistics);
+                    let carried = MaterializedExec::migrated(id, leaf.properties(), statistics);
                     return Ok(Transformed::yes(Arc::new(carried)));
                 }
-                let Some(leaf) = node.downcast_ref::<IntermediateScanExec>() else {
+                let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Store) else {
                     return Ok(Transformed::no(node));
                 };
                 let id = leaf.pipeline();
                 if self.finished.contains(&id) {
                     self.reads.insert(id);
                     let statistics = leaf.statistics().as_ref().clone();
-                    let state = MigratedStateExec::new(id, leaf.properties(), statistics);
+                    let state = MaterializedExec::migrated(id, leaf.properties(), statistics);
                     Ok(Transformed::yes(Arc::new(state)))
                 } else {
                     Ok(Transformed::yes(self.unfinished(id)?))
@@ -240,7 +240,7 @@ pub fn with_partitions(
             }
             return Ok(Transformed::yes(Arc::new(changed) as Arc<dyn ExecutionPlan>));
         }
-        let Some(leaf) = node.downcast_ref::<MigratedStateExec>() else {
+        let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Migrated) else {
             return Ok(Transformed::no(node));
         };
         let properties = leaf.properties();
@@ -330,7 +330,7 @@ fn rest(plan: Arc<dyn ExecutionPlan>, cut: &Cut) -> Result<Arc<dyn ExecutionPlan
         let like = like
             .clone()
             .with_eq_properties(EquivalenceProperties::new(schema));
-        Arc::new(MigratedStateExec::new(cut.pipeline, &like, statistics))
+        Arc::new(MaterializedExec::migrated(cut.pipeline, &like, statistics))
     };
     let with_partial = |input: Arc<dyn ExecutionPlan>, like: &PlanProperties| {
         let union = UnionExec::try_new(vec![partial(like), Arc::clone(&input)])?;

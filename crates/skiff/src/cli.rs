@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use skiff_bench::args::{BenchArgs, BenchChildArgs, GenArgs};
+use skiff_engine::options::parse_bytes;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,31 +34,92 @@ pub struct Cli {
     pub subcommand: Option<Command>,
 }
 
-/// How the session is set up; shared by the shell, -c, -f and bench.
+/// How the shell's session is set up (`skiff`, `-c`, `-f`). Subcommands
+/// take the few of these they use as their own options (see [`DataArg`],
+/// [`PartitionsArg`], [`MemoryLimitArg`]); given before the subcommand
+/// (`skiff --data DIR serve`) they still apply, the subcommand's own win.
 #[derive(Args, Debug, Clone)]
 pub struct SessionArgs {
-    /// Data directory: every Parquet/CSV table in it is registered.
-    /// Defaults to the embedded default directory ($SKIFF_HOME/data, or ~/.skiff/data).
-    #[arg(long, global = true, env = "SKIFF_DATA")]
-    pub data: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: DataArg,
 
     /// Output format of query results.
-    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
+    #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 
-    /// Memory limit for query execution, e.g. 512M or 4G; unbounded by default.
-    #[arg(long, value_parser = parse_bytes, global = true)]
-    pub memory_limit: Option<usize>,
+    #[command(flatten)]
+    pub memory: MemoryLimitArg,
 
-    /// Partitions (parallelism) per pipeline; defaults to the number of cores.
-    /// A `skiff worker` also computes on this many threads.
-    #[arg(long, global = true)]
-    pub partitions: Option<usize>,
+    #[command(flatten)]
+    pub partitions: PartitionsArg,
 
     /// Run statements with DataFusion's streaming executor instead of
     /// Skiff's pipelines (for comparisons; no progress, no EXPLAIN PIPELINES).
-    #[arg(long, global = true, hide = true)]
+    #[arg(long, hide = true)]
     pub streaming: bool,
+}
+
+impl SessionArgs {
+    /// These arguments with a subcommand's own in place of the ones given
+    /// before it.
+    pub fn with(
+        &self,
+        data: Option<&DataArg>,
+        partitions: Option<&PartitionsArg>,
+        memory: Option<&MemoryLimitArg>,
+    ) -> SessionArgs {
+        let mut merged = self.clone();
+        if let Some(path) = data.and_then(|d| d.data.clone()) {
+            merged.data.data = Some(path);
+        }
+        if let Some(n) = partitions.and_then(|p| p.partitions) {
+            merged.partitions.partitions = Some(n);
+        }
+        if let Some(bytes) = memory.and_then(|m| m.memory_limit) {
+            merged.memory.memory_limit = Some(bytes);
+        }
+        merged
+    }
+
+    pub fn data(&self) -> Option<&PathBuf> {
+        self.data.data.as_ref()
+    }
+
+    pub fn partitions(&self) -> Option<usize> {
+        self.partitions.partitions
+    }
+
+    pub fn memory_limit(&self) -> Option<usize> {
+        self.memory.memory_limit
+    }
+}
+
+/// `--data`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DataArg {
+    /// Data directory (or s3://bucket/prefix): every Parquet/CSV table in
+    /// it is registered. Defaults to the embedded default directory
+    /// ($SKIFF_HOME/data, or ~/.skiff/data).
+    #[arg(long, env = "SKIFF_DATA")]
+    pub data: Option<PathBuf>,
+}
+
+/// `--partitions`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PartitionsArg {
+    /// Partitions (parallelism) per pipeline; defaults to the number of
+    /// cores. A worker also computes on this many threads.
+    #[arg(long)]
+    pub partitions: Option<usize>,
+}
+
+/// `--memory-limit`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MemoryLimitArg {
+    /// Memory limit for query execution, e.g. 512M or 4G; unbounded by
+    /// default.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_limit: Option<usize>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -69,7 +132,7 @@ pub enum Format {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Generate TPC-H SF 0.1 into the default data directory (first use only) and open the shell.
-    Demo,
+    Demo(DataArg),
     /// Generate benchmark data as Parquet, one subdirectory per table.
     Gen(GenArgs),
     /// Measure Skiff against baselines on a benchmark.
@@ -94,225 +157,79 @@ pub enum Command {
     BenchChild(BenchChildArgs),
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BenchmarkName {
-    Tpch,
-    Tpcds,
-}
-
-/// What `skiff bench` measures.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BenchTarget {
-    Tpch,
-    Tpcds,
-    /// Loading TPC-H's lineitem from CSV (`COPY`).
-    Load,
-}
-
-impl BenchArgs {
-    /// The benchmark whose data and queries are used (`load` uses TPC-H's).
-    pub fn suite(&self) -> BenchmarkName {
-        match self.benchmark {
-            BenchTarget::Tpcds => BenchmarkName::Tpcds,
-            BenchTarget::Tpch | BenchTarget::Load => BenchmarkName::Tpch,
-        }
-    }
-}
-
-#[derive(Args, Debug)]
-pub struct GenArgs {
-    /// Which benchmark's tables to generate.
-    #[arg(value_enum)]
-    pub benchmark: BenchmarkName,
-    /// Scale factor (1 = about 1 GB of raw data).
-    #[arg(long, default_value_t = 1.0)]
-    pub sf: f64,
-    /// Output directory; one subdirectory per table is created in it.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Replace tables that already exist in the output directory.
-    #[arg(long)]
-    pub force: bool,
-}
-
-#[derive(Args, Debug)]
-#[command(after_long_help = BENCH_HELP)]
-pub struct BenchArgs {
-    /// Which benchmark to run: TPC-H or TPC-DS queries, or `load`, a COPY of
-    /// TPC-H's lineitem from CSV into a managed table against DuckDB's COPY
-    /// into its own storage.
-    #[arg(value_enum)]
-    pub benchmark: BenchTarget,
-    /// Scale factor. Without --data, data lives in bench/data/<benchmark>-sf<SF>
-    /// under the current directory and is generated there when missing.
-    #[arg(long, default_value_t = 1.0)]
-    pub sf: f64,
-    /// Runs per query and engine (the first is a warm-up and not counted when > 1).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
-    pub runs: u32,
-    /// Only these queries (comma-separated numbers, e.g. 1,5,18).
-    #[arg(long, value_delimiter = ',')]
-    pub queries: Vec<usize>,
-    /// Where CSV and PNG results go.
-    #[arg(long, default_value = "bench/results")]
-    pub results: PathBuf,
-    /// Engines to measure (comma-separated). DuckDB is skipped, with a note,
-    /// when python3 cannot import its `duckdb` module.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "skiff,datafusion,duckdb"
-    )]
-    pub engines: Vec<BenchEngine>,
-    /// Directory of the query files q1.sql/q01.sql ...; defaults to
-    /// tests/queries/<benchmark> under the current directory.
-    #[arg(long)]
-    pub query_dir: Option<PathBuf>,
-    /// Measure the server path instead: queries through `skiff serve` over
-    /// the PostgreSQL wire or Flight SQL, against the embedded engine, then
-    /// throughput with --clients concurrent clients.
-    #[arg(long, value_enum)]
-    pub via: Option<Via>,
-    /// Measure query migration instead (issue 4): runtimes with a migration
-    /// after every pipeline boundary against local runs and restarts, to an
-    /// identical and to a faster worker, the latency of vacating a worker
-    /// running 1-8 queries, and the cost when nothing migrates. Starts its
-    /// own clusters; results in RESULTS/<benchmark>-sf<SF>-migration-*.
-    #[arg(long, conflicts_with = "via")]
-    pub migration: bool,
-    /// With --migration: run nothing, re-read a migration CSV written by an
-    /// earlier run and print its summary again (with the current analysis).
-    #[arg(long, value_name = "CSV", requires = "migration")]
-    pub summarize: Option<PathBuf>,
-    /// With --migration: only the vacate experiment (after one local run of
-    /// each query to pick the longest), in every mode: drain, immediate and
-    /// cut (immediate with mid-pipeline cut points on).
-    #[arg(long, requires = "migration", conflicts_with = "summarize")]
-    pub vacate_only: bool,
-    /// Concurrent clients for the --via throughput runs.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
-    pub clients: Vec<usize>,
-    /// Seconds allowed for all runs of one query on one engine; the engine's
-    /// process is killed after that and the query reported as failed.
-    #[arg(long, default_value_t = 600)]
-    pub timeout: u64,
-    /// Measure state sizes instead: run every query once in this process
-    /// on Skiff, pause it after each pipeline, and measure the state
-    /// on-demand state separation would extract there (rows, bytes, bytes
-    /// shipped lz4/uncompressed) against full state separation.
-    #[arg(long, conflicts_with = "via")]
-    pub state_sizes: bool,
-}
-
-const BENCH_HELP: &str = "\
-What is measured:
-  Every (engine, query) pair runs in a fresh child process, so engines share no
-  caches and each has its own peak memory. The child runs the whole query file
-  (all its statements) --runs times and reports wall times, rows returned, its
-  RSS after registering the tables (the fixed overhead) and its peak RSS
-  (VmHWM). The reported time is the median of the runs after the first.
-
-Engines:
-  skiff       Skiff's pipeline executor
-  datafusion  plain DataFusion streaming execution of the same physical plan
-  duckdb      DuckDB (python3 module) over the same Parquet files
-
-Session flags that apply: --data DIR (use this data instead of bench/data/...),
---partitions N (parallelism of every engine, DuckDB threads included) and
---memory-limit SIZE (every engine).
-
-Output: a table per query and totals on stdout, progress on stderr, and
-RESULTS/<benchmark>-sf<SF>-<timestamp>.csv/.png plus -latest.csv/.png copies.
-See bench/README.md for how to read them.
-
---state-sizes (in process, Skiff only; --runs and --engines do not apply):
-  Every query runs once paused after each pipeline k (0 < k < pipelines): the
-  state Algorithm 1 selects there is measured (rows, bytes in memory, bytes
-  extracted with lz4 and uncompressed, extraction time), as is full state
-  separation (every finished pipeline's output written out once; and, as the
-  paper ran it, the whole state extracted at every boundary). A second,
-  unpaused run gives each boundary's progress in time. Output: per-query and
-  overall tables on stdout, RESULTS/<benchmark>-sf<SF>-state-sizes-<timestamp>
-  .csv/.png plus -latest copies.
-
-load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
-  Each run drops the table, creates it and loads the CSV (written once from
-  the Parquet data, beside it as <data>-csv/lineitem.csv) into a managed
-  table; DuckDB does the same into a database file and checkpoints. Output:
-  RESULTS/load-sf<SF>-<timestamp>.csv/.png plus -latest copies.
-
-Examples:
-  skiff bench tpch --sf 1
-  skiff bench load --sf 1
-  skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
-  skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
-  skiff bench tpch --sf 1 --state-sizes";
-
-/// A client protocol for `skiff bench --via`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Via {
-    Pg,
-    Flight,
-}
-
-/// An engine `skiff bench` can measure.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BenchEngine {
-    Skiff,
-    Datafusion,
-    Duckdb,
-}
-
-#[derive(Args, Debug)]
-pub struct BenchChildArgs {
-    /// skiff or datafusion (DuckDB runs in python3, not here).
-    #[arg(long, value_enum)]
-    pub engine: BenchEngine,
-    /// The query file; all of its statements run, in order.
-    #[arg(long)]
-    pub query: PathBuf,
-    /// How many times to run the whole file.
-    #[arg(long, default_value_t = 1)]
-    pub runs: u32,
-}
-
-/// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.
-pub fn parse_bytes(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size like 512M or 4G"))?;
-    let multiplier = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 1u64,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        "T" | "TB" | "TIB" => 1 << 40,
-        other => return Err(format!("unknown size unit '{other}' (use K, M, G or T)")),
-    };
-    let bytes = number * multiplier as f64;
-    if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("'{text}' is not a positive size"));
-    }
-    Ok(bytes as usize)
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
+    /// The long options of `skiff PATH...`, e.g. `["pod", "check"]`.
+    fn options(path: &[&str]) -> Vec<String> {
+        let mut command = Cli::command();
+        command.build();
+        let mut sub = &command;
+        for name in path {
+            sub = sub
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"));
+        }
+        sub.get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
+    }
+
     #[test]
-    fn parses_sizes() {
-        assert_eq!(parse_bytes("1024"), Ok(1024));
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("5X").is_err());
-        assert!(parse_bytes("0").is_err());
+    fn each_subcommand_lists_only_its_own_options() {
+        let shell = ["data", "format", "memory-limit", "partitions"];
+        let pod_check = options(&["pod", "check"]);
+        for option in shell {
+            assert!(
+                !pod_check.iter().any(|o| o == option),
+                "pod check: {option}"
+            );
+            assert!(
+                options(&[]).iter().any(|o| o == option),
+                "the shell: {option}"
+            );
+        }
+        let serve = options(&["serve"]);
+        for option in ["data", "partitions", "memory-limit"] {
+            assert!(serve.iter().any(|o| o == option), "serve: {option}");
+        }
+        assert!(!serve.iter().any(|o| o == "format"), "serve: format");
+        let worker = options(&["worker"]);
+        assert!(!worker.iter().any(|o| o == "data"), "worker: data");
+        assert!(
+            worker.iter().any(|o| o == "partitions"),
+            "worker: partitions"
+        );
+        let gen_options = options(&["gen"]);
+        for option in shell {
+            assert!(!gen_options.iter().any(|o| o == option), "gen: {option}");
+        }
+        let bench = options(&["bench"]);
+        assert!(bench.iter().any(|o| o == "data"), "bench: data");
+        assert!(!bench.iter().any(|o| o == "format"), "bench: format");
+    }
+
+    #[test]
+    fn flags_before_a_subcommand_still_apply_and_its_own_win() {
+        let cli = Cli::try_parse_from(["skiff", "--data", "/a", "--partitions", "3", "serve"])
+            .expect("command line");
+        let Some(Command::Serve(args)) = &cli.subcommand else {
+            panic!("not serve");
+        };
+        let own = cli
+            .session
+            .with(Some(&args.data), Some(&args.partitions), Some(&args.memory));
+        assert_eq!(own.data(), Some(&PathBuf::from("/a")));
+        assert_eq!(own.partitions(), Some(3));
+        let cli = Cli::try_parse_from(["skiff", "--data", "/a", "serve", "--data", "/b"])
+            .expect("command line");
+        let Some(Command::Serve(args)) = &cli.subcommand else {
+            panic!("not serve");
+        };
+        let own = cli.session.with(Some(&args.data), None, None);
+        assert_eq!(own.data(), Some(&PathBuf::from("/b")));
     }
 }

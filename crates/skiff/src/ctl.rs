@@ -6,17 +6,18 @@ use arrow::array::Array;
 use clap::{Args, Subcommand};
 use datafusion::error::{DataFusionError, Result};
 
+use skiff_bench::client::{Credentials, FlightConn};
+
 use crate::cli::Format;
-use crate::remote::{Credentials, FlightConn};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   skiff ctl workers
   skiff ctl --coordinator 10.0.0.5:50051 queries --format json
   skiff ctl cancel 42
-  skiff ctl migrate 42 --to 127.0.0.1:40067 --immediate
+  skiff ctl migrate 42 --to 127.0.0.1:40067 --abort
   skiff ctl suspend 42 && skiff ctl resume 42
-  skiff ctl drain 2 && skiff ctl drain 3 --immediate
+  skiff ctl drain 2 && skiff ctl drain 3 --abort
   skiff ctl undrain 2
   skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
 
@@ -25,6 +26,9 @@ pub struct CtlArgs {
     /// The coordinator's Flight SQL address.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub coordinator: String,
+    /// Output format of the tables.
+    #[arg(long, value_enum, global = true)]
+    pub format: Option<Format>,
     #[command(subcommand)]
     pub command: CtlCommand,
 }
@@ -48,15 +52,16 @@ pub enum CtlCommand {
         #[arg(long)]
         to: Option<String>,
         /// Abort the running pipelines instead of letting them finish.
-        #[arg(long)]
-        immediate: bool,
+        #[arg(long, alias = "immediate")]
+        abort: bool,
     },
     /// Stop a running query at its next pipeline boundary, keeping its state
     /// until `resume`; its client waits.
     Suspend {
         id: u64,
-        #[arg(long)]
-        immediate: bool,
+        /// Abort the running pipelines instead of letting them finish.
+        #[arg(long, alias = "immediate")]
+        abort: bool,
     },
     /// Continue a suspended query on any worker.
     Resume { id: u64 },
@@ -67,8 +72,8 @@ pub enum CtlCommand {
         worker: String,
         /// Abort running pipelines instead of letting them finish: the worker
         /// empties sooner, and the targets redo the aborted work.
-        #[arg(long)]
-        immediate: bool,
+        #[arg(long, alias = "immediate")]
+        abort: bool,
     },
     /// Let a drained worker take queries again (queries suspended because
     /// no worker was left resume on it).
@@ -77,7 +82,7 @@ pub enum CtlCommand {
         worker: String,
     },
     /// A spot notice: vacate a worker that goes away in SECONDS; migrations
-    /// turn immediate when half the notice has passed.
+    /// abort running pipelines once half the notice has passed.
     SpotNotice {
         worker: String,
         #[arg(long)]
@@ -100,21 +105,17 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
                                 FROM skiff.queries ORDER BY id"
             .to_string(),
         CtlCommand::Cancel { id } => format!("SELECT skiff.cancel({id}) AS canceled"),
-        CtlCommand::Migrate { id, to, immediate } => format!(
+        CtlCommand::Migrate { id, to, abort } => format!(
             "SELECT skiff.migrate({id}, {}, '{}')",
             to.as_deref().map_or("NULL".to_string(), quote),
-            mode(*immediate)
+            mode(*abort)
         ),
-        CtlCommand::Suspend { id, immediate } => {
-            format!("SELECT skiff.suspend({id}, '{}')", mode(*immediate))
+        CtlCommand::Suspend { id, abort } => {
+            format!("SELECT skiff.suspend({id}, '{}')", mode(*abort))
         }
         CtlCommand::Resume { id } => format!("SELECT skiff.resume({id})"),
-        CtlCommand::Drain { worker, immediate } => {
-            format!(
-                "SELECT skiff.drain({}, '{}')",
-                quote(worker),
-                mode(*immediate)
-            )
+        CtlCommand::Drain { worker, abort } => {
+            format!("SELECT skiff.drain({}, '{}')", quote(worker), mode(*abort))
         }
         CtlCommand::Undrain { worker } => format!("SELECT skiff.undrain({})", quote(worker)),
         CtlCommand::SpotNotice { worker, seconds } => {
@@ -164,8 +165,8 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
     Ok(())
 }
 
-fn mode(immediate: bool) -> &'static str {
-    if immediate { "immediate" } else { "drain" }
+fn mode(abort: bool) -> &'static str {
+    if abort { "abort" } else { "finish" }
 }
 
 /// `text` as a SQL string literal.

@@ -2,13 +2,10 @@
 //! and benchmarks on the embedded engine, and `skiff pod` for the
 //! transaction engine of the emulated CXL pod.
 
-mod bench;
 mod cli;
 mod ctl;
-mod generate;
 mod output;
 mod pod;
-mod remote;
 mod run;
 mod server;
 mod session;
@@ -19,6 +16,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use datafusion::error::{DataFusionError, Result};
+use skiff_bench::args::{BenchmarkName, EngineFlags, GenArgs};
+use skiff_bench::generate;
 use skiff_engine::statement::split_statements;
 
 use cli::{Cli, Command, SessionArgs};
@@ -44,8 +43,14 @@ fn main() -> ExitCode {
     // A worker given --partitions N computes on N threads: plans are
     // re-partitioned for N, but scans keep the file groups the coordinator
     // planned, and would otherwise still run on every core.
-    if let (Some(Command::Worker(_)), Some(n)) = (&cli.subcommand, cli.session.partitions) {
-        builder.worker_threads(n.max(1));
+    if let Some(Command::Worker(args)) = &cli.subcommand {
+        let partitions = cli
+            .session
+            .with(None, Some(&args.partitions), None)
+            .partitions();
+        if let Some(n) = partitions {
+            builder.worker_threads(n.max(1));
+        }
     }
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
@@ -64,26 +69,41 @@ fn main() -> ExitCode {
 }
 
 async fn main_async(cli: Cli) -> Result<()> {
+    let session = &cli.session;
     match &cli.subcommand {
-        Some(Command::Ctl(args)) => ctl::run(args, cli.session.format).await,
-        Some(Command::Serve(args)) => server::serve(&cli.session, args).await,
-        Some(Command::Coordinator(args)) => server::coordinator(&cli.session, args).await,
-        Some(Command::Worker(args)) => server::worker(&cli.session, args).await,
+        Some(Command::Ctl(args)) => ctl::run(args, args.format.unwrap_or(session.format)).await,
+        Some(Command::Serve(args)) => {
+            let own = session.with(Some(&args.data), Some(&args.partitions), Some(&args.memory));
+            server::serve(&own, args).await
+        }
+        Some(Command::Coordinator(args)) => {
+            let own = session.with(Some(&args.data), Some(&args.partitions), None);
+            server::coordinator(&own, args).await
+        }
+        Some(Command::Worker(args)) => {
+            let own = session.with(None, Some(&args.partitions), Some(&args.memory));
+            server::worker(&own, args).await
+        }
         Some(Command::Memnode(args)) => server::memnode(args).await,
         Some(Command::Pod(command)) => pod::run(command).map_err(external),
         Some(Command::Gen(args)) => generate::run(args).map(|_| ()).map_err(external),
-        Some(Command::Demo) => {
-            let dir = session::data_dir(&cli.session);
+        Some(Command::Demo(data)) => {
+            let own = session.with(Some(data), None, None);
+            let dir = session::data_dir(&own);
             if skiff_tables::location::names_object_store(dir.as_os_str()) {
                 return Err(DataFusionError::External(
                     "skiff demo generates its data into a local directory, not an s3:// one".into(),
                 ));
             }
             ensure_demo_data(&dir)?;
-            shell(&cli.session).await
+            shell(&own).await
         }
-        Some(Command::Bench(args)) => bench::run(&cli.session, args).await.map_err(external),
-        Some(Command::BenchChild(args)) => bench::child::run(&cli.session, args).await,
+        Some(Command::Bench(args)) => {
+            let mut args = args.clone();
+            args.engine = engine_flags(session, &args.engine);
+            skiff_bench::run(&args).await.map_err(external)
+        }
+        Some(Command::BenchChild(args)) => skiff_bench::child::run(args).await,
         None => match (&cli.command, &cli.file) {
             (Some(sql), _) => run_script(&cli.session, sql).await,
             (None, Some(file)) => {
@@ -126,13 +146,23 @@ fn ensure_demo_data(dir: &Path) -> Result<()> {
         "generating TPC-H SF {DEMO_SF} into {} (first use only)",
         dir.display()
     );
-    let args = cli::GenArgs {
-        benchmark: cli::BenchmarkName::Tpch,
+    let args = GenArgs {
+        benchmark: BenchmarkName::Tpch,
         sf: DEMO_SF,
         out: dir.to_path_buf(),
         force: false,
     };
     generate::run(&args).map(|_| ()).map_err(external)
+}
+
+/// The benches' engine flags, with the shell's given before `bench` where
+/// the bench's own are missing.
+fn engine_flags(session: &SessionArgs, own: &EngineFlags) -> EngineFlags {
+    EngineFlags {
+        data: own.data.clone().or_else(|| session.data().cloned()),
+        memory_limit: own.memory_limit.or(session.memory_limit()),
+        partitions: own.partitions.or(session.partitions()),
+    }
 }
 
 fn external(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {

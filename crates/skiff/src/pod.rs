@@ -11,7 +11,7 @@ use skiff_pod::{
     Launch, Mix, PodConfig, PodError,
 };
 
-use crate::cli::parse_bytes;
+use skiff_engine::options::parse_bytes;
 
 #[derive(Subcommand, Debug)]
 pub enum PodCommand {
@@ -116,9 +116,13 @@ pub struct PodBenchArgs {
     /// (TPC-C's 45/43/4/4/4); the standard mix writes pod-fig3[-quick]-standard-*.
     #[arg(long, default_value = "new-order-payment")]
     pub mix: String,
-    /// Where the CSV and PNG go.
+    /// Where the CSV and PNG go (`<stem>-latest.*`).
     #[arg(long, default_value = "bench/results")]
     pub results: PathBuf,
+    /// Besides the -latest files, archive this run's under its time
+    /// (`<stem>-<YYYYmmddTHHMMSSZ>.*`): for figures a document cites.
+    #[arg(long)]
+    pub archive: bool,
     /// Only these architectures (comma-separated letters or names).
     #[arg(long, value_delimiter = ',')]
     pub archs: Vec<String>,
@@ -287,8 +291,11 @@ fn bench(args: &PodBenchArgs) -> Result<(), PodCliError> {
         }
     })?;
     let stem = cfg.file_stem(args.quick);
-    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let written = write_results(&args.results, &stem, &stamp.to_string(), &points, &cfg)?;
+    let mut tags = vec!["latest".to_string()];
+    if args.archive {
+        tags.push(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string());
+    }
+    let written = write_results(&args.results, &stem, &tags, &points, &cfg)?;
     for path in written {
         println!("wrote {}", path.display());
     }
@@ -347,16 +354,16 @@ fn table_row(p: &BenchPoint) -> String {
     )
 }
 
-/// Writes `<stem>-<stamp>.csv/png` and `<stem>-latest.csv/png`.
+/// Writes `<stem>-<tag>.csv/png` for each of `tags`.
 fn write_results(
     dir: &Path,
     stem: &str,
-    stamp: &str,
+    tags: &[String],
     points: &[BenchPoint],
     cfg: &BenchConfig,
 ) -> Result<Vec<PathBuf>, PodCliError> {
     let mut written = Vec::new();
-    for tag in [stamp, "latest"] {
+    for tag in tags {
         let csv = dir.join(format!("{stem}-{tag}.csv"));
         skiff_pod::write_csv(points, &cfg.latency_ratios, &csv)?;
         let png = dir.join(format!("{stem}-{tag}.png"));
@@ -468,7 +475,7 @@ mod figure {
     ];
 
     pub fn draw(path: &Path, points: &[BenchPoint]) -> Result<(), String> {
-        crate::bench::plot::fonts()?;
+        skiff_bench::plot::fonts()?;
         let timing: Vec<&RunReport> = points
             .iter()
             .filter(|p| !p.correctness)

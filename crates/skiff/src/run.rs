@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use datafusion::error::Result;
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
+use skiff_bench::stderr_bar;
 use skiff_engine::{Engine, Progress, QueryExecution};
 
 use crate::cli::Format;
@@ -86,17 +87,6 @@ fn load_bar() -> ProgressBar {
 
 fn progress_bar() -> ProgressBar {
     stderr_bar("{spinner} [{elapsed_precise}] [{bar:30}] pipelines {pos}/{len}  {msg}")
-}
-
-/// A progress bar on stderr (hidden when stderr is not a terminal) drawn
-/// with the indicatif `template`.
-pub fn stderr_bar(template: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(template)
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar
 }
 
 fn show_progress(bar: &ProgressBar, execution: &QueryExecution) {

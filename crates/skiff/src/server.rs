@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use clap::Args;
 use datafusion::error::{DataFusionError, Result};
+use skiff_engine::options::parse_bytes;
 use skiff_server::{
     CoordinatorConfig, Limits, MemnodeConfig, ServerError, TlsFiles, Users, WorkerConfig,
 };
@@ -18,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::cli::{SessionArgs, parse_bytes};
+use crate::cli::{DataArg, MemoryLimitArg, PartitionsArg, SessionArgs};
 
 /// How long `serve` waits for its nodes to register before saying so.
 const REGISTER_WAIT: Duration = Duration::from_secs(20);
@@ -80,6 +81,12 @@ pub struct FrontArgs {
   psql -h 127.0.0.1 -p 5433 -U skiff
   SKIFF_USER=skiff SKIFF_PASSWORD=secret skiff serve --data DIR --workers 4")]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    #[command(flatten)]
+    pub partitions: PartitionsArg,
+    #[command(flatten)]
+    pub memory: MemoryLimitArg,
     /// Worker processes to start.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
@@ -92,6 +99,10 @@ pub struct ServeArgs {
 
 #[derive(Args, Debug)]
 pub struct CoordinatorArgs {
+    #[command(flatten)]
+    pub data: DataArg,
+    #[command(flatten)]
+    pub partitions: PartitionsArg,
     /// Internal address workers and memory nodes register at.
     #[arg(long, default_value = "127.0.0.1:50052")]
     pub cluster_addr: SocketAddr,
@@ -107,6 +118,10 @@ pub struct WorkerArgs {
     /// Where this worker listens for plans.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub partitions: PartitionsArg,
+    #[command(flatten)]
+    pub memory: MemoryLimitArg,
     /// Directory for spill files; the system temporary directory by default.
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
@@ -193,7 +208,7 @@ fn coordinator_config(
         pg_addr: Some(front.pg_addr),
         flight_addr: Some(front.flight_addr),
         metrics_addr: front.metrics_addr,
-        partitions: session.partitions,
+        partitions: session.partitions(),
         limits: Limits {
             max_connections: front.max_connections,
             statement_timeout: front
@@ -259,8 +274,8 @@ pub async fn worker(session: &SessionArgs, args: &WorkerArgs) -> Result<()> {
     let config = WorkerConfig {
         coordinator: args.coordinator.clone(),
         listen: args.listen,
-        partitions: session.partitions,
-        memory_limit: session.memory_limit,
+        partitions: session.partitions(),
+        memory_limit: session.memory_limit(),
         spill_dir: args.spill_dir.clone(),
     };
     let span = info_span!("worker", pid = std::process::id());
@@ -324,10 +339,10 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         let cluster = listening.cluster.to_string();
         for n in 0..args.workers {
             let mut command = child_command("worker", &cluster)?;
-            if let Some(p) = session.partitions {
+            if let Some(p) = session.partitions() {
                 command.arg("--partitions").arg(p.to_string());
             }
-            if let Some(m) = session.memory_limit {
+            if let Some(m) = session.memory_limit() {
                 command.arg("--memory-limit").arg(m.to_string());
             }
             kids.spawn(supervise(format!("worker {n}"), command, shutdown.clone()));

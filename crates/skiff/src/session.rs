@@ -23,7 +23,7 @@ pub fn default_data_dir() -> PathBuf {
 
 /// The data directory the session uses.
 pub fn data_dir(args: &SessionArgs) -> PathBuf {
-    args.data.clone().unwrap_or_else(default_data_dir)
+    args.data().cloned().unwrap_or_else(default_data_dir)
 }
 
 /// The data directory the session uses: `--data s3://bucket/prefix` is an
@@ -36,13 +36,13 @@ pub fn data_location(args: &SessionArgs) -> Result<DataLocation> {
 /// default directory is fine (an empty session); a missing `--data` is not.
 pub async fn open(args: &SessionArgs) -> Result<(Engine, PathBuf)> {
     let config = EngineConfig {
-        target_partitions: args.partitions,
-        memory_limit: args.memory_limit,
+        target_partitions: args.partitions(),
+        memory_limit: args.memory_limit(),
         spill_dir: None,
     };
     let engine = Engine::new(&config)?;
     let dir = data_dir(args);
-    if args.data.is_none() && !dir.exists() {
+    if args.data().is_none() && !dir.exists() {
         return Ok((engine, dir));
     }
     engine.register_data(&data_location(args)?).await?;

@@ -3,7 +3,7 @@
 //! DataFusion does not declare blocking per child (`emission_type` describes an
 //! operator's *output*; an inner hash join reports `Incremental` although it
 //! drains its build side first), so Skiff keeps its own table. Two kinds of
-//! cut exist:
+//! split exist:
 //!
 //! * the operator itself is the pipeline's sink and its *output* is
 //!   materialized (aggregation, sort, window): the pipeline ends at the
@@ -46,7 +46,7 @@ pub enum Breaker {
     /// A window aggregation that buffers its whole input partition.
     Window,
     /// A scalar subquery, evaluated before the plans that use its value
-    /// (see the cutter: `ScalarSubqueryExec` nodes are dissolved).
+    /// (see the splitter: `ScalarSubqueryExec` nodes are dissolved).
     ScalarSubquery,
     /// The query result, streamed to the client.
     Result,
@@ -119,7 +119,7 @@ pub fn input_breaker(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Brea
     None
 }
 
-/// Subtrees that must never be cut: a recursive query re-executes its
+/// Subtrees that must never be split: a recursive query re-executes its
 /// recursive term once per iteration, so a materialized copy would be stale;
 /// DataFusion's own EXPLAIN ANALYZE reports the metrics of the plan below it,
 /// which must stay one plan to be reported whole.

@@ -1,13 +1,13 @@
-//! The pipeline graph: a DataFusion physical plan cut at its pipeline breakers.
+//! The pipeline graph: a DataFusion physical plan split at its pipeline breakers.
 //!
 //! A [`Pipeline`] is a subtree of the physical plan whose leaves are base-table
-//! scans or [`IntermediateScanExec`](crate::scan::IntermediateScanExec)s that
+//! scans or [`MaterializedExec`](crate::materialized::MaterializedExec)s that
 //! read the materialized output of other pipelines. It ends at a [`Breaker`].
 //! Pipelines are numbered so that every input has a smaller id than its
 //! reader; the result pipeline has the largest id.
 
 mod breaker;
-mod cut;
+mod split;
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use breaker::{Breaker, input_breaker, is_opaque, output_breaker};
-pub use cut::cut;
+pub use split::split;
 
 /// Index of a pipeline within its query's [`PipelineGraph`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,11 +33,11 @@ impl fmt::Display for PipelineId {
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     pub id: PipelineId,
-    /// The subplan; materialized inputs appear as `IntermediateScanExec` leaves.
+    /// The subplan; materialized inputs appear as `MaterializedExec` leaves.
     pub plan: Arc<dyn ExecutionPlan>,
     pub breaker: Breaker,
     /// Pipelines whose output this one reads ("reads the output of" edges):
-    /// through an `IntermediateScanExec` leaf, or as a scalar subquery value.
+    /// through a `MaterializedExec` leaf, or as a scalar subquery value.
     pub inputs: Vec<PipelineId>,
     /// The reader collects this output whole and concatenates each partition
     /// (a join build side). The store then seals each partition as a single
@@ -137,7 +137,7 @@ impl PipelineGraph {
 
     /// The pipeline that produces the query result (always the last).
     pub fn result(&self) -> &Pipeline {
-        // `cut` always pushes the result pipeline last.
+        // `split` always pushes the result pipeline last.
         &self.pipelines[self.pipelines.len() - 1]
     }
 

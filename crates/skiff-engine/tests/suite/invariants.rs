@@ -6,9 +6,9 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_plan::scalar_subquery::ScalarSubqueryExec;
 use datafusion::physical_plan::{ExecutionPlan, displayable};
+use skiff_engine::materialized::{MaterializedExec, Source};
 use skiff_engine::morsel::{MorselGateExec, SinkTapExec};
 use skiff_engine::pipeline::{Breaker, PipelineGraph, input_breaker, is_opaque, output_breaker};
-use skiff_engine::scan::IntermediateScanExec;
 
 /// Panics with a description of the first broken invariant.
 pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
@@ -70,7 +70,7 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
         }
         assert_no_uncut_breaker(&pipeline.plan, true);
     }
-    // Cutting loses nothing: putting every pipeline back in place of its
+    // Splitting loses nothing: putting every pipeline back in place of its
     // leaf gives the original plan.
     // Scalar subquery nodes are dissolved into bindings, one per subquery.
     let stitched = stitch(graph, &graph.result().plan);
@@ -90,7 +90,7 @@ pub fn check(graph: &PipelineGraph, original: &Arc<dyn ExecutionPlan>) {
 fn scans(plan: &Arc<dyn ExecutionPlan>) -> Vec<skiff_engine::PipelineId> {
     let mut found = Vec::new();
     plan.apply(|node| {
-        if let Some(scan) = node.downcast_ref::<IntermediateScanExec>() {
+        if let Some(scan) = MaterializedExec::of(node.as_ref(), Source::Store) {
             found.push(scan.pipeline());
         }
         Ok(TreeNodeRecursion::Continue)
@@ -114,7 +114,7 @@ fn assert_no_uncut_breaker(node: &Arc<dyn ExecutionPlan>, is_root: bool) {
     for (index, child) in node.children().into_iter().enumerate() {
         if input_breaker(node, index).is_some() || output_breaker(child).is_some() {
             assert!(
-                child.is::<IntermediateScanExec>(),
+                MaterializedExec::of(child.as_ref(), Source::Store).is_some(),
                 "{} child {index} ({}) is a breaker edge but not cut",
                 node.name(),
                 child.name()
@@ -153,7 +153,7 @@ fn stitch(graph: &PipelineGraph, plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn Execu
             if let Some(tap) = node.downcast_ref::<SinkTapExec>() {
                 return Ok(Transformed::yes(Arc::clone(tap.input())));
             }
-            Ok(match node.downcast_ref::<IntermediateScanExec>() {
+            Ok(match MaterializedExec::of(node.as_ref(), Source::Store) {
                 Some(scan) => Transformed::yes(stitch(graph, &graph.get(scan.pipeline()).plan)),
                 None => Transformed::no(node),
             })

@@ -53,7 +53,7 @@ impl Handler for ClusterService {
                 let Some(id) = self.inner.membership.resolve_worker(&request.addr) else {
                     return Err(Status::not_found(format!("no worker at {}", request.addr)));
                 };
-                super::vacate::vacate(&self.inner, id, super::vacate::Vacate::Drain)
+                super::vacate::vacate(&self.inner, id, super::vacate::Vacate::Finish)
                     .map_err(|e| to_status(&e))?;
                 Ok(bytes::Bytes::new())
             }

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
-use arrow_flight::error::FlightError;
-use arrow_flight::flight_service_client::FlightServiceClient;
 use datafusion::common::config::ConfigExtension;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
@@ -16,16 +14,12 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use skiff_engine::explain;
-use skiff_flight::protocol::{CancelQuery, RunQuery, RunningQuery, action};
-use tonic::transport::Channel;
+use skiff_flight::protocol::{RunQuery, RunningQuery};
 use tracing::debug;
 
-use super::queries::lock;
 use super::relay::{self, Relay};
 use super::{ClientSession, Inner, QueryEntry, QueryStatus};
-use crate::error::{Result, ServerError, SqlState, from_status};
-
-pub(crate) type WorkerClient = FlightServiceClient<Channel>;
+use crate::error::{Result, ServerError, SqlState};
 
 /// What the worker returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +44,7 @@ pub(crate) async fn run_on_worker(
     };
     // The coordinator knows the pipeline count before the first heartbeat
     // does, so short queries show their progress too.
-    let pipelines_total = skiff_engine::pipeline::cut(Arc::clone(&plan))?.len() as u32;
+    let pipelines_total = skiff_engine::pipeline::split(Arc::clone(&plan))?.len() as u32;
     entry.update(|info| {
         info.progress = Some(RunningQuery {
             query_id: entry.id,
@@ -95,57 +89,6 @@ fn qualified(key: String) -> String {
     }
 }
 
-/// A connection to `addr`, reused across queries.
-pub(super) async fn client(inner: &Inner, addr: &str) -> Result<WorkerClient> {
-    if let Some(client) = lock(&inner.clients).get(addr) {
-        return Ok(client.clone());
-    }
-    let client = skiff_flight::connect(addr).await.map_err(|s| {
-        ServerError::new(
-            SqlState::CannotConnectNow,
-            format!("worker at {addr}: {}", s.message()),
-        )
-    })?;
-    lock(&inner.clients).insert(addr.to_string(), client.clone());
-    Ok(client)
-}
-
-/// Ask a worker to stop a query; best effort, the dropped stream stops it
-/// anyway.
-async fn cancel_on_worker(inner: Arc<Inner>, addr: String, query_id: u64) {
-    if let Ok(mut client) = client(&inner, &addr).await {
-        let _ = skiff_flight::do_action::<_, CancelQuery>(
-            &mut client,
-            action::CANCEL,
-            &CancelQuery { query_id },
-        )
-        .await;
-    }
-}
-
-pub(super) fn flight_error(worker: u64, error: FlightError) -> ServerError {
-    match error {
-        FlightError::Tonic(status) => lost_or(worker, &status),
-        other => ServerError::internal(format!("bad result stream from worker {worker}: {other}")),
-    }
-}
-
-/// A worker's error as it sent it, or "worker lost" when the transport
-/// broke (the process died or the connection dropped).
-pub(super) fn lost_or(worker: u64, status: &tonic::Status) -> ServerError {
-    let error = from_status(status);
-    if error.state == SqlState::ConnectionFailure {
-        return ServerError::new(
-            SqlState::CannotConnectNow,
-            format!(
-                "worker {worker} was lost while running the query ({})",
-                error.message
-            ),
-        );
-    }
-    error
-}
-
 /// State carried through a tracked stream.
 struct Tracked {
     inner: Arc<Inner>,
@@ -172,13 +115,13 @@ impl Tracked {
         if let Some((worker, _)) = worker {
             self.inner.membership.release(worker);
             if canceled && let Some((_, addr)) = self.entry.info().worker {
-                let inner = Arc::clone(&self.inner);
+                let workers = Arc::clone(&self.inner.workers);
                 let id = self.entry.id;
                 // Dropping the stream already stops the worker; the action
                 // makes sure even if the stream was never polled. Detached:
                 // nothing waits for a best-effort message.
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(cancel_on_worker(inner, addr, id));
+                    runtime.spawn(workers.cancel(addr, id));
                 }
             }
         }

@@ -1,27 +1,37 @@
 //! The coordinator: front doors hand it statements; it plans them with
 //! DataFusion, runs commands and system-table queries itself, ships every
 //! other plan to the least-loaded worker and streams the rows back.
+//!
+//! A statement's route: [`session`] (the client's settings and role) →
+//! this module (plan; commands, [`copy`] and [`system_tables`] run here) →
+//! [`dispatch`] (pick a worker in [`membership`], ship the plan over a
+//! connection of [`workers`], track the stream in [`queries`]) →
+//! [`relay`] (follow the query across hand-offs, choosing with [`cost`]
+//! whether it moves or starts over) → the client. [`vacate`] moves every
+//! query off a worker; [`cluster_service`] is where nodes register and
+//! send heartbeats; [`catalog_store`] and [`pg_catalog`] keep the catalog.
 
 mod catalog_store;
 mod cluster_service;
 mod copy;
-use copy::{TableStatement, table_statement};
-pub mod cost;
-pub(crate) use cluster_service::ClusterService;
+mod cost;
 mod dispatch;
 mod membership;
 pub(crate) mod pg_catalog;
 mod queries;
 mod relay;
-pub(crate) use queries::lock;
 mod session;
 mod system_tables;
 mod vacate;
+mod workers;
 
-use std::collections::HashMap;
+pub(crate) use cluster_service::ClusterService;
+use copy::{TableStatement, table_statement};
+pub(crate) use queries::lock;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::{DataType, Schema, SchemaRef};
@@ -92,7 +102,8 @@ pub(crate) struct Inner {
     fault_injection: bool,
     open_sessions: Arc<AtomicUsize>,
     next_session: AtomicU64,
-    clients: Mutex<HashMap<String, dispatch::WorkerClient>>,
+    /// Connections to the workers.
+    pub(crate) workers: Arc<workers::WorkerClients>,
     /// Measured state hand-off bandwidth, for the migration decision.
     pub(crate) bandwidth: cost::Bandwidth,
     /// Rewrites of the catalog queries PostgreSQL tools send.
@@ -128,7 +139,7 @@ impl Coordinator {
                 fault_injection: config.fault_injection,
                 open_sessions: Arc::new(AtomicUsize::new(0)),
                 next_session: AtomicU64::new(0),
-                clients: Mutex::new(HashMap::new()),
+                workers: Arc::default(),
                 bandwidth: cost::Bandwidth::default(),
                 catalog_sql: pg_catalog::CatalogSql::new(),
             }
@@ -401,7 +412,7 @@ impl Coordinator {
         let state = session.ctx.state();
         let physical = state.create_physical_plan(&plan).await?;
         if runs_on_coordinator(&plan) {
-            let graph = pipeline::cut(physical)?;
+            let graph = pipeline::split(physical)?;
             let execution = skiff_engine::QueryExecution::new(graph, &session.ctx.task_ctx())?;
             return Ok(Output::rows(execution.execute()?));
         }
@@ -576,7 +587,7 @@ impl Coordinator {
         }
         let physical = session.ctx.state().create_physical_plan(&plan).await?;
         if !analyze {
-            let batch = explain::render(&pipeline::cut(physical)?, None)?;
+            let batch = explain::render(&pipeline::split(physical)?, None)?;
             let schema = batch.schema();
             let stream = futures::stream::iter([Ok(batch)]).boxed();
             return Ok(Output::rows(Box::pin(RecordBatchStreamAdapter::new(
@@ -617,10 +628,8 @@ impl Coordinator {
 impl Inner {
     /// Fail the queries of a node that is gone.
     pub(crate) fn node_lost(&self, id: u64) {
-        let reason = ServerError::new(
-            SqlState::CannotConnectNow,
-            format!("worker {id} was lost while running the query"),
-        );
+        let reason =
+            ServerError::worker_gone(format!("worker {id} was lost while running the query"));
         self.queries.worker_lost(id, &reason);
         crate::metrics::node_lost();
     }

@@ -21,10 +21,10 @@ use skiff_flight::protocol::{Handoff, HandoffReason, PauseQuery, PauseReply, Run
 use tracing::{info, warn};
 
 use super::cost::{Choice, SnapshotAt, choose};
-use super::dispatch::{client, flight_error, lost_or};
 use super::membership::Placement;
+use super::workers::{flight_error, lost_or};
 use super::{Inner, QueryEntry, QueryStatus};
-use crate::error::{Result, ServerError, SqlState};
+use crate::error::{Cause, Result, ServerError, SqlState};
 
 /// One run of (part of) the query on one worker.
 struct Attempt {
@@ -379,10 +379,13 @@ async fn dispatch(
         match ship(inner, entry, &ticket, worker, &addr).await {
             // A worker that cannot be reached is gone (killed, restarting):
             // do not wait for its heartbeats to stop, try another.
-            Err(e) if e.state == SqlState::CannotConnectNow && unreachable(&e) => {
+            Err(e) if e.cause == Cause::WorkerGone => {
                 warn!(worker, error = %e, "worker unreachable; declared dead");
                 if inner.membership.mark_dead(worker) {
                     inner.node_lost(worker);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(e);
                 }
             }
             shipped => return shipped,
@@ -405,11 +408,6 @@ fn describe(what: &str, handoff: &Handoff) -> String {
     )
 }
 
-/// Whether dispatch failed before the worker answered.
-fn unreachable(error: &ServerError) -> bool {
-    error.message.contains("cannot reach") || error.message.contains("was lost")
-}
-
 async fn ship(
     inner: &Arc<Inner>,
     entry: &QueryEntry,
@@ -419,7 +417,7 @@ async fn ship(
 ) -> Result<Attempt> {
     entry.update(|info| info.worker = Some((worker, addr.to_string())));
     let started = async {
-        let mut client = client(inner, addr).await?;
+        let mut client = inner.workers.get(addr).await?;
         let response = client
             .do_get(Ticket::new(ticket.encode_to_vec()))
             .await
@@ -447,7 +445,7 @@ pub(crate) fn request_handoff(
     id: u64,
     reason: HandoffReason,
     target: Option<u64>,
-    immediate: bool,
+    abort: bool,
 ) -> Result<()> {
     let Some(entry) = inner.queries.get(id) else {
         return Err(ServerError::new(
@@ -494,10 +492,10 @@ pub(crate) fn request_handoff(
         let request = PauseQuery {
             query_id: id,
             reason: reason as i32,
-            immediate,
+            abort,
             discard_state,
         };
-        let reply = match client(&inner, &addr).await {
+        let reply = match inner.workers.get(&addr).await {
             Ok(mut client) => {
                 skiff_flight::do_action::<_, PauseReply>(&mut client, action::PAUSE, &request)
                     .await

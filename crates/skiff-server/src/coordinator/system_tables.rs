@@ -405,13 +405,13 @@ impl ScalarUDFImpl for CancelFunction {
 /// The state-separation operations on one query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Admin {
-    /// `skiff.migrate(id [, worker [, 'drain' | 'immediate']])`
+    /// `skiff.migrate(id [, worker [, 'finish' | 'abort']])`
     Migrate,
-    /// `skiff.suspend(id [, 'drain' | 'immediate'])`
+    /// `skiff.suspend(id [, 'finish' | 'abort'])`
     Suspend,
     /// `skiff.resume(id)`
     Resume,
-    /// `skiff.drain(worker [, 'drain' | 'immediate'])`
+    /// `skiff.drain(worker [, 'finish' | 'abort'])`
     Drain,
     /// `skiff.undrain(worker)`: a drained worker takes queries again.
     Undrain,
@@ -466,10 +466,10 @@ impl AdminFunction {
 
     fn usage(&self) -> &'static str {
         match self.op {
-            Admin::Migrate => "skiff.migrate(id [, worker [, 'drain' | 'immediate']])",
-            Admin::Suspend => "skiff.suspend(id [, 'drain' | 'immediate'])",
+            Admin::Migrate => "skiff.migrate(id [, worker [, 'finish' | 'abort']])",
+            Admin::Suspend => "skiff.suspend(id [, 'finish' | 'abort'])",
             Admin::Resume => "skiff.resume(id)",
-            Admin::Drain => "skiff.drain(worker [, 'drain' | 'immediate'])",
+            Admin::Drain => "skiff.drain(worker [, 'finish' | 'abort'])",
             Admin::Undrain => "skiff.undrain(worker)",
             Admin::SpotNotice => "skiff.spot_notice(worker, seconds)",
         }
@@ -486,19 +486,21 @@ impl AdminFunction {
                 )
             })
         };
-        let mode = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
-            None | Some("drain") => Ok(false),
-            Some("immediate") => Ok(true),
+        // Whether running pipelines are aborted. 'drain' and 'immediate'
+        // are the modes' names before 'finish' and 'abort', still accepted.
+        let abort = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
+            None | Some("finish" | "drain") => Ok(false),
+            Some("abort" | "immediate") => Ok(true),
             Some(other) => Err(ServerError::new(
                 SqlState::InvalidParameterValue,
-                format!("unknown mode '{other}': drain or immediate"),
+                format!("unknown mode '{other}': finish or abort"),
             )),
         };
         match (self.op, text) {
             (Admin::Drain, [] | [_]) => {
-                let how = match mode(text.first())? {
-                    true => Vacate::Immediate,
-                    false => Vacate::Drain,
+                let how = match abort(text.first())? {
+                    true => Vacate::Abort,
+                    false => Vacate::Finish,
                 };
                 vacate::vacate(inner, worker(first)?, how)?;
                 return Ok(true);
@@ -520,13 +522,13 @@ impl AdminFunction {
                     None => None,
                     Some(name) => Some(worker(name)?),
                 };
-                let immediate = mode(text.get(1))?;
-                relay::request_handoff(inner, id, HandoffReason::Migrate, target, immediate)?;
+                let abort = abort(text.get(1))?;
+                relay::request_handoff(inner, id, HandoffReason::Migrate, target, abort)?;
                 Ok(true)
             }
             (Admin::Suspend, [] | [_]) => {
-                let immediate = mode(text.first())?;
-                relay::request_handoff(inner, id, HandoffReason::Suspend, None, immediate)?;
+                let abort = abort(text.first())?;
+                relay::request_handoff(inner, id, HandoffReason::Suspend, None, abort)?;
                 Ok(true)
             }
             (Admin::Resume, []) => match inner.queries.get(id) {

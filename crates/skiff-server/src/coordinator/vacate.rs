@@ -4,8 +4,8 @@
 //! the vacate latency (`skiff.workers.vacate_ms`, and the log). A query
 //! whose result already streams cannot move (no boundary is left): it
 //! finishes where it is, and the vacate waits for it. Under a spot notice
-//! the migrations turn immediate (running pipelines are aborted and redone
-//! on the target) once half the notice has passed.
+//! the migrations abort running pipelines (they are redone on the target)
+//! once half the notice has passed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use super::Inner;
 use super::relay::request_handoff;
+use crate::config::VACATE_WAIT_MAX;
 use crate::error::{Result, ServerError, SqlState};
 
 /// How often a vacate checks whether the worker is empty.
@@ -24,10 +25,10 @@ const POLL: Duration = Duration::from_millis(2);
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Vacate {
     /// Let them finish: nothing is redone.
-    Drain,
+    Finish,
     /// Abort them: the worker empties sooner, the target redoes them.
-    Immediate,
-    /// Drain, and turn immediate when half of this notice has passed.
+    Abort,
+    /// Finish, and abort when half of this notice has passed.
     Notice(Duration),
 }
 
@@ -40,11 +41,11 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
         ));
     }
     let started = Instant::now();
-    let moved = ask_all(inner, id, matches!(how, Vacate::Immediate));
+    let moved = ask_all(inner, id, matches!(how, Vacate::Abort));
     info!(worker = id, queries = moved, ?how, "vacating worker");
     let notice = match how {
         Vacate::Notice(notice) => Some(notice),
-        Vacate::Drain | Vacate::Immediate => None,
+        Vacate::Finish | Vacate::Abort => None,
     };
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|e| ServerError::internal(format!("no runtime to vacate: {e}")))?;
@@ -54,6 +55,14 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
         let escalate_at = notice.map(|n| started + n / 2);
         let mut escalated = false;
         loop {
+            if started.elapsed() >= VACATE_WAIT_MAX {
+                warn!(
+                    worker = id,
+                    queries = queries_on(&inner, id),
+                    "worker not empty after {VACATE_WAIT_MAX:?}; stopped waiting (it stays drained)"
+                );
+                return;
+            }
             if queries_on(&inner, id) == 0 {
                 let ms = started.elapsed().as_millis() as u64;
                 inner.membership.vacated(id, ms);
@@ -76,11 +85,11 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
 }
 
 /// Ask every query on worker `id` to migrate; returns how many were asked.
-fn ask_all(inner: &Arc<Inner>, id: u64, immediate: bool) -> usize {
+fn ask_all(inner: &Arc<Inner>, id: u64, abort: bool) -> usize {
     let mut asked = 0;
     for entry in inner.queries.live() {
         if entry.info().worker.is_some_and(|(w, _)| w == id) {
-            let _ = request_handoff(inner, entry.id, HandoffReason::Migrate, None, immediate);
+            let _ = request_handoff(inner, entry.id, HandoffReason::Migrate, None, abort);
             asked += 1;
         }
     }

@@ -117,22 +117,19 @@ async fn an_extracted_state_round_trips_and_finishes_the_query() {
                GROUP BY a.k ORDER BY a.k";
     let plan = source.physical_plan(sql).await.unwrap();
     let execution = source.start(plan).unwrap();
-    let graph = Arc::clone(execution.graph());
     execution.pause_after(1);
     let stream = execution.execute().unwrap();
     assert!(matches!(
         execution.paused().await,
         Pause::Paused { finished: 1 }
     ));
-    let selection = skiff_state::select(&graph, &execution.state()).unwrap();
-    let remaining = skiff_state::remaining_plan(&graph, &selection.finished).unwrap();
-    let extracted = skiff_state::extract(
-        execution.store(),
-        &remaining.reads,
-        skiff_state::Compression::Lz4,
-    )
-    .await
-    .unwrap();
+    let skiff_state::Separated {
+        remaining,
+        state: extracted,
+        ..
+    } = skiff_state::separate(&execution, skiff_state::Compression::Lz4)
+        .await
+        .unwrap();
     assert!(extracted.rows() > 0, "the state holds rows");
 
     let options = PutOptions {

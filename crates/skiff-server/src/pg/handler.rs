@@ -115,8 +115,8 @@ pub(super) enum Kind {
     Sql,
 }
 
-/// Classify one statement by its leading keywords.
-pub(super) fn classify(sql: &str) -> Kind {
+/// What the front door does with one statement, by its leading keywords.
+pub(super) fn front_door_kind(sql: &str) -> Kind {
     let mut words = Words(sql);
     let first = words.next().unwrap_or_default().to_ascii_uppercase();
     match first.as_str() {
@@ -306,7 +306,7 @@ impl Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let conn = connection(client)?;
-        let lenient = match classify(sql) {
+        let lenient = match front_door_kind(sql) {
             Kind::Local(local) => {
                 forget(&conn, &local);
                 return local_command(client, &local).await.map(|()| None);
@@ -491,7 +491,7 @@ impl QueryParser for Parser {
                 )));
             }
         };
-        let lenient = match classify(sql) {
+        let lenient = match front_door_kind(sql) {
             Kind::Local(local) => return Ok(Some(Arc::new(Parsed::Local(local)))),
             Kind::Set { lenient } => lenient,
             Kind::Sql => false,
@@ -766,37 +766,43 @@ mod tests {
 
     #[test]
     fn statements_the_front_door_answers() {
-        assert_eq!(classify("begin"), Kind::Local(Local::Begin));
-        assert_eq!(classify("  START TRANSACTION"), Kind::Local(Local::Begin));
-        assert_eq!(classify("-- done\ncommit"), Kind::Local(Local::Commit));
-        assert_eq!(classify("ROLLBACK"), Kind::Local(Local::Rollback));
+        assert_eq!(front_door_kind("begin"), Kind::Local(Local::Begin));
         assert_eq!(
-            classify("DEALLOCATE ALL"),
+            front_door_kind("  START TRANSACTION"),
+            Kind::Local(Local::Begin)
+        );
+        assert_eq!(
+            front_door_kind("-- done\ncommit"),
+            Kind::Local(Local::Commit)
+        );
+        assert_eq!(front_door_kind("ROLLBACK"), Kind::Local(Local::Rollback));
+        assert_eq!(
+            front_door_kind("DEALLOCATE ALL"),
             Kind::Local(Local::Deallocate(None))
         );
         assert_eq!(
-            classify("deallocate prepare _pg3_0"),
+            front_door_kind("deallocate prepare _pg3_0"),
             Kind::Local(Local::Deallocate(Some("_pg3_0".into())))
         );
         assert_eq!(
-            classify("rollback to savepoint a"),
+            front_door_kind("rollback to savepoint a"),
             Kind::Local(Local::Savepoint("ROLLBACK"))
         );
         assert_eq!(
-            classify("SET extra_float_digits = 3"),
+            front_door_kind("SET extra_float_digits = 3"),
             Kind::Set { lenient: true }
         );
         assert_eq!(
-            classify("set session application_name to 'x'"),
+            front_door_kind("set session application_name to 'x'"),
             Kind::Set { lenient: true }
         );
         assert_eq!(
-            classify("SET datafusion.execution.batch_size = 1"),
+            front_door_kind("SET datafusion.execution.batch_size = 1"),
             Kind::Set { lenient: false }
         );
-        assert_eq!(classify("/* c */ select 1"), Kind::Sql);
-        assert_eq!(classify("settings"), Kind::Sql);
-        assert_eq!(classify(""), Kind::Sql);
+        assert_eq!(front_door_kind("/* c */ select 1"), Kind::Sql);
+        assert_eq!(front_door_kind("settings"), Kind::Sql);
+        assert_eq!(front_door_kind(""), Kind::Sql);
     }
 
     #[test]

@@ -236,7 +236,7 @@ impl Control {
     /// there is no boundary left, and nothing to snapshot.
     fn snapshot_at_next_boundary(&self, execution: &QueryExecution) {
         if self.snapshot_due_here(execution) {
-            execution.pause_now(PauseMode::Drain);
+            execution.pause_now(PauseMode::Finish);
         }
     }
 
@@ -277,10 +277,10 @@ impl Control {
             at: Instant::now(),
             discard,
         });
-        // With cut points an immediate hand-off keeps the running
+        // With cut points an aborting hand-off keeps the running
         // pipelines' partial work: cut where they can be cut (the others
         // are aborted) instead of throwing it all away.
-        if mode == PauseMode::Immediate && execution.can_cut() && !discard {
+        if mode == PauseMode::Abort && execution.can_cut() && !discard {
             execution.cut_now();
         } else {
             execution.pause_now(mode);
@@ -481,47 +481,21 @@ async fn store_state(
     reason: HandoffReason,
     handoff: &mut Handoff,
 ) -> Result<()> {
-    let graph = execution.graph();
-    let selection = skiff_state::select(graph, &execution.state())?;
-    let cuts = execution.cuts();
-    let cut_plans = cuts
-        .iter()
-        .map(|(id, (cut, _))| (*id, cut.clone()))
-        .collect();
-    let remaining = skiff_state::remaining_plan_after_cut(graph, &selection.finished, &cut_plans)?;
     let started = Instant::now();
-    let finished_reads = remaining
-        .reads
-        .iter()
-        .filter(|id| !cuts.contains_key(id))
-        .copied()
-        .collect();
-    let mut state = skiff_state::extract(
-        execution.store(),
-        &finished_reads,
-        control.triggers.compression,
-    )
-    .await?;
-    let partial = skiff_state::extract_cuts(&cuts, control.triggers.compression).await?;
-    state.outputs.extend(partial.outputs);
-    if !cuts.is_empty() {
+    let separated = skiff_state::separate(execution, control.triggers.compression).await?;
+    if !separated.cut.is_empty() {
         info!(
             query = control.query_id,
-            cut = cuts.len(),
+            cut = separated.cut.len(),
             "running pipelines cut mid-way; their partial work moves with the state"
         );
     }
-    let carried = skiff_state::extract_carried(
-        execution.migrated_state().as_deref(),
-        &remaining.carried,
-        control.triggers.compression,
-    )?;
-    state.outputs.extend(carried.outputs);
+    let mut state = separated.state;
     if control.triggers.corrupt {
         corrupt(&mut state);
     }
     handoff.extract_ms = started.elapsed().as_millis() as u64;
-    handoff.plan = skiff_flight::encode_plan(remaining.plan)?;
+    handoff.plan = skiff_flight::encode_plan(separated.remaining.plan)?;
     handoff.state_rows = state.rows();
     if control.cache.is_empty() {
         return Err(ServerError::new(

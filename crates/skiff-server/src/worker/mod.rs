@@ -243,7 +243,7 @@ impl WorkerService {
         // Planned at the coordinator's or the source worker's parallelism.
         let plan = skiff_state::with_partitions(plan, self.partitions)?;
         let execution = if request.state_key.is_empty() {
-            QueryExecution::new(pipeline::cut(plan)?, &task_ctx)?
+            QueryExecution::new(pipeline::split(plan)?, &task_ctx)?
         } else {
             handoff::continue_from_state(&request, plan, &task_ctx).await?
         };
@@ -292,10 +292,10 @@ impl WorkerService {
             };
         };
         let reason = HandoffReason::try_from(request.reason).unwrap_or(HandoffReason::Migrate);
-        let mode = if request.immediate {
-            PauseMode::Immediate
+        let mode = if request.abort {
+            PauseMode::Abort
         } else {
-            PauseMode::Drain
+            PauseMode::Finish
         };
         running
             .control

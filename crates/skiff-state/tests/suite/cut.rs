@@ -12,7 +12,7 @@
 //! go on, every cut pipeline's rest must skip what the source consumed, and
 //! the sweep must have cut every kind of sink.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,10 +26,7 @@ use skiff_engine::morsel::{Cut, MorselGateExec};
 use skiff_engine::{Engine, EngineConfig, Pause, PipelineId, QueryExecution};
 use skiff_flight::{decode_plan, encode_plan};
 use skiff_gen::Benchmark;
-use skiff_state::{
-    Compression, ExtractedState, extract, extract_carried, extract_cuts, load,
-    remaining_plan_after_cut, resume,
-};
+use skiff_state::{Compression, ExtractedState, Separated, load, resume, separate};
 use skiff_testkit::{
     Expected, Golden, compare, dataset, golden::Order, load_golden, queries, render_rows, repo_root,
 };
@@ -164,7 +161,6 @@ fn failed(e: DataFusionError) -> String {
 /// Run `execution` to its cut (or its end) and hand it off as a worker
 /// would. After a cut the execution must refuse to go on.
 async fn run_to_cut(execution: &Arc<QueryExecution>, trigger: Trigger) -> Result<Stop, String> {
-    let graph = Arc::clone(execution.graph());
     let stream = execution.execute().map_err(failed)?;
     let paused = tokio::time::timeout(LIMIT, execution.paused()).await;
     match paused.map_err(|_| "never paused".to_string())? {
@@ -179,12 +175,15 @@ async fn run_to_cut(execution: &Arc<QueryExecution>, trigger: Trigger) -> Result
         Pause::Running => return Err("driver still running".into()),
     }
     let cuts = execution.cuts();
-    let finished: BTreeSet<PipelineId> = execution.state().finished().collect();
     let plans: BTreeMap<PipelineId, Cut> = cuts
         .iter()
         .map(|(id, (cut, _))| (*id, cut.clone()))
         .collect();
-    let remaining = remaining_plan_after_cut(&graph, &finished, &plans).map_err(failed)?;
+    let Separated {
+        remaining, state, ..
+    } = separate(execution, Compression::Lz4)
+        .await
+        .map_err(failed)?;
     if let Some(id) = plans.keys().find(|id| !remaining.reads.contains(id)) {
         return Err(format!(
             "the rest plan does not read the partial work of {id}"
@@ -200,23 +199,6 @@ async fn run_to_cut(execution: &Arc<QueryExecution>, trigger: Trigger) -> Result
             skipping_gates(&remaining.plan)
         ));
     }
-    let finished_reads: BTreeSet<PipelineId> = remaining
-        .reads
-        .iter()
-        .filter(|id| finished.contains(id))
-        .copied()
-        .collect();
-    let mut state = extract(execution.store(), &finished_reads, Compression::Lz4)
-        .await
-        .map_err(failed)?;
-    let partial = extract_cuts(&cuts, Compression::None)
-        .await
-        .map_err(failed)?;
-    state.outputs.extend(partial.outputs);
-    let migrated = execution.migrated_state();
-    let carried = extract_carried(migrated.as_deref(), &remaining.carried, Compression::Zstd)
-        .map_err(failed)?;
-    state.outputs.extend(carried.outputs);
     if std::env::var_os("SKIFF_SHOW_CUTS").is_some() {
         let shown = datafusion::physical_plan::displayable(remaining.plan.as_ref()).indent(true);
         let consumed: Vec<_> = plans.values().map(|c| (c.pipeline, &c.consumed)).collect();

@@ -8,7 +8,6 @@
 //! outputs. The source then resumes and must reach the same answer
 //! (extraction is non-destructive).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -19,12 +18,11 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use futures::TryStreamExt;
 use std::time::Duration;
 
-use skiff_engine::{Engine, EngineConfig, MigratedStateExec, Pause, PauseMode, QueryExecution};
+use skiff_engine::materialized::{MaterializedExec, Source};
+use skiff_engine::{Engine, EngineConfig, Pause, PauseMode, QueryExecution};
 use skiff_flight::{decode_plan, encode_plan};
 use skiff_gen::Benchmark;
-use skiff_state::{
-    Compression, LoadError, extract, load, remaining_plan, resume, select, with_partitions,
-};
+use skiff_state::{Compression, LoadError, Separated, load, resume, separate, with_partitions};
 use skiff_testkit::{
     Expected, Golden, compare, dataset, load_golden, queries, render_rows, repo_root,
 };
@@ -84,7 +82,7 @@ async fn collect(execution: &Arc<QueryExecution>) -> Result<(Vec<RecordBatch>, u
 fn leaf_shapes(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     let mut shapes = Vec::new();
     let _ = plan.apply(|node| {
-        if let Some(leaf) = node.downcast_ref::<MigratedStateExec>() {
+        if let Some(leaf) = MaterializedExec::of(node.as_ref(), Source::Migrated) {
             let properties = leaf.properties();
             shapes.push(format!(
                 "{} {:?} {:?} {:?}",
@@ -128,7 +126,7 @@ fn base_scans(plan: &Arc<dyn ExecutionPlan>) -> usize {
 fn migrated_leaves(plan: &Arc<dyn ExecutionPlan>) -> usize {
     let mut leaves = 0;
     let _ = plan.apply(|node| {
-        leaves += usize::from(node.is::<MigratedStateExec>());
+        leaves += usize::from(MaterializedExec::of(node.as_ref(), Source::Migrated).is_some());
         Ok(TreeNodeRecursion::Continue)
     });
     leaves
@@ -171,21 +169,22 @@ async fn migrate(
         (other, _) => return Err(format!("{trigger:?}: driver {other:?}")),
     };
     let state = execution.state();
-    let selection = select(&graph, &state).map_err(err)?;
+    let compression = [Compression::None, Compression::Lz4, Compression::Zstd][k % 3];
+    let Separated {
+        selection,
+        remaining,
+        state: extracted,
+        ..
+    } = separate(&execution, compression).await.map_err(err)?;
     if selection.finished.len() != k {
         return Err(format!("k={k}: {} finished", selection.finished.len()));
     }
-    let remaining = remaining_plan(&graph, &selection.finished).map_err(err)?;
     if !remaining.reads.is_subset(&selection.pipelines) {
         return Err(format!(
             "k={k}: plan reads {:?} outside the state",
             remaining.reads
         ));
     }
-    let compression = [Compression::None, Compression::Lz4, Compression::Zstd][k % 3];
-    let extracted = extract(execution.store(), &remaining.reads, compression)
-        .await
-        .map_err(err)?;
     let read_rows: u64 = state
         .outputs
         .iter()
@@ -448,7 +447,7 @@ async fn tpch_sf0_01_migrates_on_demand() {
                 let _: Vec<RecordBatch> = output.stream.try_collect().await.expect(statement);
                 continue;
             };
-            for mode in [PauseMode::Drain, PauseMode::Immediate] {
+            for mode in [PauseMode::Finish, PauseMode::Abort] {
                 for delay_ms in [0, 1, 3, 8, 20] {
                     let trigger = Trigger::Now(mode, Duration::from_millis(delay_ms));
                     match migrate(&source, &target, statement, trigger, golden).await {
@@ -490,12 +489,10 @@ async fn corrupted_state_byte_is_detected() {
     execution.pause_after(k);
     let _stream = execution.execute().expect("execute");
     assert_eq!(execution.paused().await, Pause::Paused { finished: k });
-    let state = execution.state();
-    let selection = select(execution.graph(), &state).expect("select");
-    let reads: BTreeSet<_> = selection.pipelines.clone();
-    let mut extracted = extract(execution.store(), &reads, Compression::Lz4)
+    let mut extracted = separate(&execution, Compression::Lz4)
         .await
-        .expect("extract");
+        .expect("separate")
+        .state;
     assert!(extracted.rows() > 0, "empty state");
     let frame = extracted
         .outputs
@@ -527,15 +524,17 @@ async fn state_of_another_shape_is_refused() {
     execution.pause_after(2);
     let _stream = execution.execute().expect("execute");
     assert_eq!(execution.paused().await, Pause::Paused { finished: 2 });
-    let selection = select(execution.graph(), &execution.state()).expect("select");
-    let remaining = remaining_plan(execution.graph(), &selection.finished).expect("rewrite");
+    let Separated {
+        remaining,
+        state: mut extracted,
+        ..
+    } = separate(&execution, Compression::None)
+        .await
+        .expect("separate");
     assert!(
         !remaining.reads.is_empty(),
         "q03 reads state after 2 pipelines"
     );
-    let mut extracted = extract(execution.store(), &remaining.reads, Compression::None)
-        .await
-        .expect("extract");
     extracted.outputs[0].partitions.pop();
     let ctx = source.context().task_ctx();
     let plan = decode_plan(&encode_plan(remaining.plan).expect("encode"), &ctx).expect("decode");

@@ -48,12 +48,15 @@ fn number(record: &[(String, String)], name: &str) -> f64 {
 fn migration_bench_writes_a_row_per_query_and_boundary() {
     let tables = dataset(Benchmark::Tpch, 0.01);
     // A data directory of its own: the bench's coordinators lock theirs.
-    let data = tempfile::tempdir().expect("data dir");
+    // Results are named after it.
+    let scratch = tempfile::tempdir().expect("data dir");
+    let data = scratch.path().join("tpch-sf0.01");
+    std::fs::create_dir(&data).expect("data dir");
     for entry in std::fs::read_dir(&tables).expect("dataset") {
         let path = entry.expect("entry").path();
         let name = path.file_name().expect("name").to_owned();
         if !name.to_string_lossy().starts_with('.') {
-            std::os::unix::fs::symlink(&path, data.path().join(name)).expect("link table");
+            std::os::unix::fs::symlink(&path, data.join(name)).expect("link table");
         }
     }
     let results = tempfile::tempdir().expect("results dir");
@@ -70,7 +73,7 @@ fn migration_bench_writes_a_row_per_query_and_boundary() {
         ])
         .args(["--runs", "1", "--partitions", "2"])
         .arg("--data")
-        .arg(data.path())
+        .arg(&data)
         .arg("--query-dir")
         .arg(&queries)
         .arg("--results")
@@ -140,7 +143,7 @@ fn migration_bench_writes_a_row_per_query_and_boundary() {
             .iter()
             .filter(|r| field(r, "kind") == "vacate" && field(r, "concurrency") == n.to_string())
             .collect();
-        for how in ["drain", "immediate", "cut"] {
+        for how in ["finish", "abort", "cut"] {
             assert!(
                 reps.iter().any(|r| field(r, "vacate_how") == how),
                 "no {how} vacate rows for {n}\n{csv}"

@@ -101,7 +101,7 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
 
     let steering = [
         "SELECT skiff.migrate(1)",
-        "SELECT skiff.migrate(1, '1', 'immediate')",
+        "SELECT skiff.migrate(1, '1', 'abort')",
         "SELECT skiff.suspend(1)",
         "SELECT skiff.resume(1)",
         "SELECT skiff.drain('1')",

@@ -227,8 +227,6 @@ async fn tpch_migrates_between_workers_of_different_parallelism() {
             .arg("worker")
             .arg("--coordinator")
             .arg(server.cluster.to_string())
-            .arg("--data")
-            .arg(&data)
             .args(["--partitions", "3"])
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -724,7 +722,7 @@ async fn on_demand_migration_keeps_answers() {
     let mut failures = Vec::new();
     let mut moved = 0;
     for (query, sql) in queries("tpch") {
-        for mode in ["drain", "immediate"] {
+        for mode in ["finish", "abort"] {
             let running = spawn_query(&client, &sql);
             // Ask as soon as the query shows up on a worker.
             while !running.is_finished() {
@@ -843,8 +841,9 @@ async fn migrations_of(admin: &tokio_postgres::Client, ids: &[String]) -> Vec<u3
 
 const HELD: [&str; 4] = ["q03", "q05", "q09", "q10"];
 
-/// `skiff ctl drain --immediate` vacates a worker: its queries move, it
-/// takes no new query, and the latency is reported. (SIGTERM drains.)
+/// `skiff ctl drain --immediate` (the older spelling of `--abort`, still
+/// accepted) vacates a worker: its queries move, it takes no new query,
+/// and the latency is reported. (SIGTERM drains.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_vacates_a_worker() {
     let data = dataset(Benchmark::Tpch, 0.01);

@@ -1,18 +1,15 @@
 //! Starting `skiff serve` on free ports and connecting clients to it.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// How long a server may take to announce itself.
-const START_TIMEOUT: Duration = Duration::from_secs(90);
+use skiff_bench::launch::{Coordinator, START_TIMEOUT};
 
 /// A running `skiff serve`; killed (with its children) on drop.
 pub struct Server {
-    child: Child,
+    process: Coordinator,
     pub pg: SocketAddr,
     pub flight: SocketAddr,
     pub cluster: SocketAddr,
@@ -99,41 +96,23 @@ impl Server {
             .env_remove("SKIFF_PASSWORD")
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).expect("log file"));
         if let Some(limit) = options.data_limit {
             limit_data(&mut command, limit);
         }
-        let mut child = command.spawn().expect("start skiff serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("skiff: PostgreSQL on") && line.contains("workers") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let line = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "skiff serve did not announce itself; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
+        let process = match Coordinator::start(&mut command, START_TIMEOUT) {
+            Ok(process) => process,
+            Err(e) => panic!(
+                "skiff serve did not start: {e}; log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
         };
-        let addr = |after: &str| -> SocketAddr {
-            let rest = &line[line.find(after).expect(after) + after.len()..];
-            let end = rest.find([',', ' ']).unwrap_or(rest.len());
-            rest[..end].parse().expect("address")
-        };
+        let at = process.at;
         Server {
-            pg: addr("PostgreSQL on "),
-            flight: addr("Flight SQL on "),
-            cluster: addr("cluster on "),
-            child,
+            pg: at.pg.expect("a PostgreSQL front door"),
+            flight: at.flight.expect("a Flight SQL front door"),
+            cluster: at.cluster,
+            process,
             log,
             _log_dir: log_dir,
             _data_dir: None,
@@ -146,7 +125,7 @@ impl Server {
 
     /// The coordinator process is still running.
     pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.process.alive()
     }
 
     pub fn pg_config(&self, user: &str) -> tokio_postgres::Config {
@@ -163,14 +142,6 @@ impl Server {
     /// A PostgreSQL client as `skiff` (no password: loopback trust).
     pub async fn pg(&self) -> tokio_postgres::Client {
         connect(self.pg_config("skiff")).await.expect("connect")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Children die with the coordinator (PR_SET_PDEATHSIG).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,215 @@
+//! The command lines of `skiff bench`, `skiff gen` and the hidden
+//! `skiff bench-child`: each lists only its own options.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use skiff_engine::options::parse_bytes;
+
+/// How the measured engines run and where their data is: the flags the
+/// benches share with the shell (`--data`, `--partitions`,
+/// `--memory-limit`), without the shell's output options.
+#[derive(Args, Debug, Clone, Default)]
+pub struct EngineFlags {
+    /// Data directory of the benchmark's tables; without it, data lives in
+    /// bench/data/<benchmark>-sf<SF> and is generated there when missing.
+    #[arg(long, env = "SKIFF_DATA")]
+    pub data: Option<PathBuf>,
+    /// Memory limit of every engine, e.g. 512M or 4G; unbounded by default.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_limit: Option<usize>,
+    /// Partitions (parallelism) of every engine, DuckDB threads included;
+    /// defaults to the number of cores.
+    #[arg(long)]
+    pub partitions: Option<usize>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchmarkName {
+    Tpch,
+    Tpcds,
+}
+
+/// What `skiff bench` measures.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchTarget {
+    Tpch,
+    Tpcds,
+    /// Loading TPC-H's lineitem from CSV (`COPY`).
+    Load,
+}
+
+impl BenchArgs {
+    /// The benchmark whose data and queries are used (`load` uses TPC-H's).
+    pub fn suite(&self) -> BenchmarkName {
+        match self.benchmark {
+            BenchTarget::Tpcds => BenchmarkName::Tpcds,
+            BenchTarget::Tpch | BenchTarget::Load => BenchmarkName::Tpch,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    /// Which benchmark's tables to generate.
+    #[arg(value_enum)]
+    pub benchmark: BenchmarkName,
+    /// Scale factor (1 = about 1 GB of raw data).
+    #[arg(long, default_value_t = 1.0)]
+    pub sf: f64,
+    /// Output directory; one subdirectory per table is created in it.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace tables that already exist in the output directory.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(after_long_help = BENCH_HELP)]
+pub struct BenchArgs {
+    /// Which benchmark to run: TPC-H or TPC-DS queries, or `load`, a COPY of
+    /// TPC-H's lineitem from CSV into a managed table against DuckDB's COPY
+    /// into its own storage.
+    #[arg(value_enum)]
+    pub benchmark: BenchTarget,
+    #[command(flatten)]
+    pub engine: EngineFlags,
+    /// Scale factor. Without --data, data lives in bench/data/<benchmark>-sf<SF>
+    /// under the current directory and is generated there when missing.
+    #[arg(long, default_value_t = 1.0)]
+    pub sf: f64,
+    /// Runs per query and engine (the first is a warm-up and not counted when > 1).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+    /// Only these queries (comma-separated numbers, e.g. 1,5,18).
+    #[arg(long, value_delimiter = ',')]
+    pub queries: Vec<usize>,
+    /// Where CSV and PNG results go.
+    #[arg(long, default_value = "bench/results")]
+    pub results: PathBuf,
+    /// Besides the -latest files, archive this run's under its time
+    /// (STEM-<YYYYmmddTHHMMSSZ>.*): for figures a document cites.
+    #[arg(long)]
+    pub archive: bool,
+    /// Engines to measure (comma-separated). DuckDB is skipped, with a note,
+    /// when python3 cannot import its `duckdb` module.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "skiff,datafusion,duckdb"
+    )]
+    pub engines: Vec<BenchEngine>,
+    /// Directory of the query files q1.sql/q01.sql ...; defaults to
+    /// tests/queries/<benchmark> under the current directory.
+    #[arg(long)]
+    pub query_dir: Option<PathBuf>,
+    /// Measure the server path instead: queries through `skiff serve` over
+    /// the PostgreSQL wire or Flight SQL, against the embedded engine, then
+    /// throughput with --clients concurrent clients.
+    #[arg(long, value_enum)]
+    pub via: Option<Via>,
+    /// Measure query migration instead (issue 4): runtimes with a migration
+    /// after every pipeline boundary against local runs and restarts, to an
+    /// identical and to a faster worker, the latency of vacating a worker
+    /// running 1-8 queries, and the cost when nothing migrates. Starts its
+    /// own clusters; results in RESULTS/<benchmark>-sf<SF>-migration-*.
+    #[arg(long, conflicts_with = "via")]
+    pub migration: bool,
+    /// With --migration: run nothing, re-read a migration CSV written by an
+    /// earlier run and print its summary again (with the current analysis).
+    #[arg(long, value_name = "CSV", requires = "migration")]
+    pub summarize: Option<PathBuf>,
+    /// With --migration: only the vacate experiment (after one local run of
+    /// each query to pick the longest), in every mode: drain, immediate and
+    /// cut (immediate with mid-pipeline cut points on).
+    #[arg(long, requires = "migration", conflicts_with = "summarize")]
+    pub vacate_only: bool,
+    /// Concurrent clients for the --via throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub clients: Vec<usize>,
+    /// Seconds allowed for all runs of one query on one engine; the engine's
+    /// process is killed after that and the query reported as failed.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Measure state sizes instead: run every query once in this process
+    /// on Skiff, pause it after each pipeline, and measure the state
+    /// on-demand state separation would extract there (rows, bytes, bytes
+    /// shipped lz4/uncompressed) against full state separation.
+    #[arg(long, conflicts_with = "via")]
+    pub state_sizes: bool,
+}
+
+const BENCH_HELP: &str = "\
+What is measured:
+  Every (engine, query) pair runs in a fresh child process, so engines share no
+  caches and each has its own peak memory. The child runs the whole query file
+  (all its statements) --runs times and reports wall times, rows returned, its
+  RSS after registering the tables (the fixed overhead) and its peak RSS
+  (VmHWM). The reported time is the median of the runs after the first.
+
+Engines:
+  skiff       Skiff's pipeline executor
+  datafusion  plain DataFusion streaming execution of the same physical plan
+  duckdb      DuckDB (python3 module) over the same Parquet files
+
+Output: a table per query and totals on stdout, progress on stderr, and
+RESULTS/<benchmark>-<data>-latest.csv/.png, where <data> is sf<SF> for the
+generated data and the directory's name for --data DIR (tpch-sf10 for
+--data bench/data/tpch-sf10); --archive also writes a copy named after the
+time of the run, for figures a document cites. See bench/README.md for how to
+read them.
+
+--state-sizes (in process, Skiff only; --runs and --engines do not apply):
+  Every query runs once paused after each pipeline k (0 < k < pipelines): the
+  state Algorithm 1 selects there is measured (rows, bytes in memory, bytes
+  extracted with lz4 and uncompressed, extraction time), as is full state
+  separation (every finished pipeline's output written out once; and, as the
+  paper ran it, the whole state extracted at every boundary). A second,
+  unpaused run gives each boundary's progress in time. Output: per-query and
+  overall tables on stdout, RESULTS/<benchmark>-<data>-state-sizes-latest
+  .csv/.png.
+
+load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
+  Each run drops the table, creates it and loads the CSV (written once from
+  the Parquet data, beside it as <data>-csv/lineitem.csv) into a managed
+  table; DuckDB does the same into a database file and checkpoints. Output:
+  RESULTS/load-<data>-latest.csv/.png.
+
+Examples:
+  skiff bench tpch --sf 1
+  skiff bench load --sf 1
+  skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
+  skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
+  skiff bench tpch --sf 1 --state-sizes";
+
+/// A client protocol for `skiff bench --via`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    Pg,
+    Flight,
+}
+
+/// An engine `skiff bench` can measure.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchEngine {
+    Skiff,
+    Datafusion,
+    Duckdb,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchChildArgs {
+    #[command(flatten)]
+    pub session: EngineFlags,
+    /// skiff or datafusion (DuckDB runs in python3, not here).
+    #[arg(long, value_enum)]
+    pub engine: BenchEngine,
+    /// The query file; all of its statements run, in order.
+    #[arg(long)]
+    pub query: PathBuf,
+    /// How many times to run the whole file.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
+}

@@ -1,0 +1,614 @@
+//! Skiff's benchmarks and the tools they share with the tests.
+//!
+//! Owns `skiff bench` (Skiff's pipeline executor against plain DataFusion,
+//! and DuckDB when it is installed, on TPC-H, TPC-DS and a CSV load; the
+//! server path, query migration and state sizes), `skiff gen` (benchmark
+//! data with a progress bar), the launcher of a `skiff serve` process that
+//! benches and server tests share ([`launch`]), and the PostgreSQL and
+//! Flight SQL clients of a running server ([`client`], also `skiff ctl`'s).
+//!
+//! The query benches orchestrate only: make sure the data exists, run every
+//! (query, engine) pair in its own child process ([`child`], [`duckdb`]),
+//! then print the table and totals and write the CSV and PNG ([`report`],
+//! [`plot`]). The parent never runs a query itself, so its own memory never
+//! pollutes a figure.
+
+pub mod args;
+pub mod child;
+pub mod client;
+mod duckdb;
+pub mod generate;
+pub mod launch;
+mod load;
+mod migration;
+pub mod plot;
+mod report;
+mod state_sizes;
+mod via;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use skiff_engine::catalog;
+use skiff_engine::statement::split_statements;
+
+use crate::args::{BenchArgs, BenchEngine, BenchTarget, BenchmarkName, EngineFlags, GenArgs};
+
+use report::{Measurement, engine_name};
+
+/// What can stop a benchmark before or after it measures. A query that fails
+/// is not one of these: it is measured as failed and reported.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Data(String),
+    #[error("cannot generate the data: {0}")]
+    Gen(#[from] skiff_gen::GenError),
+    #[error("{0}")]
+    Queries(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot plot {path}: {message}")]
+    Plot { path: PathBuf, message: String },
+}
+
+/// One query file of the benchmark.
+struct QueryFile {
+    /// `q01`: zero-padded so that names sort like numbers.
+    name: String,
+    number: usize,
+    path: PathBuf,
+}
+
+/// `(name, text)` of every query file, for the benches that send scripts
+/// to a server.
+fn read_scripts(queries: &[QueryFile]) -> Result<Vec<(String, String)>, BenchError> {
+    queries
+        .iter()
+        .map(|q| {
+            fs::read_to_string(&q.path)
+                .map(|text| (q.name.clone(), text))
+                .map_err(|e| BenchError::Queries(format!("{}: {e}", q.path.display())))
+        })
+        .collect()
+}
+
+/// Everything a measurement needs besides the query and the engine.
+struct Setup<'a> {
+    session: &'a EngineFlags,
+    data: PathBuf,
+    runs: u32,
+    timeout: Duration,
+    threads: usize,
+}
+
+/// `skiff bench`.
+pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
+    let session = &args.engine;
+    if args.benchmark == BenchTarget::Load {
+        return load::run(args).await;
+    }
+    if let Some(csv) = args.summarize.as_deref() {
+        return migration::summarize(csv, &title(args));
+    }
+    let data = session
+        .data
+        .clone()
+        .unwrap_or_else(|| default_data_dir(args.suite(), args.sf));
+    ensure_data(&data, args.suite(), args.sf)?;
+    let query_dir = args
+        .query_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("tests/queries").join(bench_slug(args.suite())));
+    let queries = select_queries(&find_queries(&query_dir)?, &args.queries, &query_dir)?;
+    // The state-size mode runs Skiff alone, in process: no engine to probe.
+    let (engines, skipped) = if args.state_sizes {
+        (vec![BenchEngine::Skiff], None)
+    } else {
+        available_engines(&args.engines)
+    };
+    let setup = Setup {
+        session,
+        data: data.clone(),
+        runs: args.runs,
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        threads: session.partitions.unwrap_or_else(cores).max(1),
+    };
+    let title = title(args);
+    if let Some(via) = args.via {
+        return via::run(&setup, args, via, &queries, &title).await;
+    }
+    if args.migration {
+        return migration::run(&setup, args, &queries, &title).await;
+    }
+    if args.state_sizes {
+        return state_sizes::run(&setup, args, &queries, &title).await;
+    }
+    let mut header = format!(
+        "{title}: {} queries x {} engines ({}), runs per query {}{}, {} partitions, data {}\n",
+        queries.len(),
+        engines.len(),
+        names(&engines),
+        args.runs,
+        if args.runs > 1 {
+            " (first is a warm-up)"
+        } else {
+            ""
+        },
+        setup.threads,
+        data.display(),
+    );
+    if let Some(note) = &skipped {
+        header.push_str(&format!("duckdb skipped: {note}\n"));
+    }
+    eprint!("{header}");
+    let measurements = measure_all(&setup, &queries, &engines);
+    let mut out = std::io::stdout().lock();
+    let text = summary(&header, &measurements, &engines);
+    // Losing stdout (a closed pipe) must not lose the files below.
+    let _ = out.write_all(text.as_bytes());
+    let files = write_results(&args.results, args, &title, &measurements, &engines)?;
+    let _ = writeln!(out, "\nwrote {}", files.join(", "));
+    Ok(())
+}
+
+/// What the results are named after: `sf<SF>` for the generated data,
+/// the directory's name for `--data DIR` (without a leading
+/// `<benchmark>-`, so `bench/data/tpch-sf10` gives `tpch-sf10`, not
+/// `tpch-tpch-sf10`).
+fn data_tag(args: &BenchArgs) -> String {
+    let Some(dir) = &args.engine.data else {
+        return format!("sf{}", args.sf);
+    };
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let slug = format!("{}-", bench_slug(args.suite()));
+    let name = name.trim_start_matches('.');
+    let name = name.strip_prefix(&slug).unwrap_or(name);
+    // A file name of its own: no separators, nothing a shell would trip on.
+    let tag: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if tag.is_empty() {
+        "data".to_string()
+    } else {
+        tag
+    }
+}
+
+/// `<benchmark>-<data>`: the stem of every result file of `args`.
+fn results_stem(args: &BenchArgs) -> String {
+    format!("{}-{}", bench_slug(args.suite()), data_tag(args))
+}
+
+/// `TPC-H SF1`, or `TPC-H (mydata)` for `--data DIR`.
+fn title(args: &BenchArgs) -> String {
+    match &args.engine.data {
+        None => format!("{} SF{}", bench_title(args.suite()), args.sf),
+        Some(_) => format!("{} ({})", bench_title(args.suite()), data_tag(args)),
+    }
+}
+
+pub(crate) fn default_data_dir(benchmark: BenchmarkName, sf: f64) -> PathBuf {
+    PathBuf::from("bench/data").join(format!("{}-sf{sf}", bench_slug(benchmark)))
+}
+
+fn bench_slug(benchmark: BenchmarkName) -> &'static str {
+    match benchmark {
+        BenchmarkName::Tpch => "tpch",
+        BenchmarkName::Tpcds => "tpcds",
+    }
+}
+
+fn bench_title(benchmark: BenchmarkName) -> &'static str {
+    match benchmark {
+        BenchmarkName::Tpch => "TPC-H",
+        BenchmarkName::Tpcds => "TPC-DS",
+    }
+}
+
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn names(engines: &[BenchEngine]) -> String {
+    let names: Vec<&str> = engines.iter().map(|e| engine_name(*e)).collect();
+    names.join(", ")
+}
+
+/// Generate the tables into `dir` unless they are all there. Half a data set
+/// (an interrupted `skiff gen`) is refused rather than silently measured.
+pub(crate) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Result<(), BenchError> {
+    let present: Vec<String> = if dir.is_dir() {
+        catalog::discover(dir)
+            .map_err(|e| BenchError::Data(e.to_string()))?
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let expected = skiff_gen::table_names(benchmark.into());
+    let missing: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|t| !present.iter().any(|p| p == t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if missing.len() < expected.len() {
+        return Err(BenchError::Data(format!(
+            "{} has only some of the {} tables (missing: {}); regenerate them with \
+             `skiff gen {} --sf {sf} --out {} --force`",
+            dir.display(),
+            bench_title(benchmark),
+            missing.join(", "),
+            bench_slug(benchmark),
+            dir.display()
+        )));
+    }
+    eprintln!(
+        "generating {} SF {sf} into {} (first run only)",
+        bench_title(benchmark),
+        dir.display()
+    );
+    let args = GenArgs {
+        benchmark,
+        sf,
+        out: dir.to_path_buf(),
+        force: false,
+    };
+    generate::run(&args)?;
+    Ok(())
+}
+
+/// `q1.sql` or `q01.sql` files of `dir`, by number.
+fn find_queries(dir: &Path) -> Result<Vec<QueryFile>, BenchError> {
+    let entries = fs::read_dir(dir).map_err(|e| {
+        BenchError::Queries(format!(
+            "cannot read the query directory {} ({e}); run from the repository root or \
+             pass --query-dir",
+            dir.display()
+        ))
+    })?;
+    let mut queries: Vec<QueryFile> = entries
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let number = query_number(path.file_name()?.to_str()?)?;
+            Some(QueryFile {
+                name: format!("q{number:02}"),
+                number,
+                path,
+            })
+        })
+        .collect();
+    queries.sort_by_key(|q| q.number);
+    if queries.is_empty() {
+        return Err(BenchError::Queries(format!(
+            "no qNN.sql files in {}",
+            dir.display()
+        )));
+    }
+    Ok(queries)
+}
+
+/// `q07.sql` -> 7.
+fn query_number(file_name: &str) -> Option<usize> {
+    let digits = file_name.strip_prefix('q')?.strip_suffix(".sql")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The requested queries, in the order asked; all of them when none are.
+fn select_queries(
+    all: &[QueryFile],
+    wanted: &[usize],
+    dir: &Path,
+) -> Result<Vec<QueryFile>, BenchError> {
+    let pick = |q: &QueryFile| QueryFile {
+        name: q.name.clone(),
+        number: q.number,
+        path: q.path.clone(),
+    };
+    if wanted.is_empty() {
+        return Ok(all.iter().map(pick).collect());
+    }
+    // Run and report in query order, each once, however they were asked for.
+    let mut wanted = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    wanted
+        .iter()
+        .map(|n| {
+            all.iter()
+                .find(|q| q.number == *n)
+                .map(pick)
+                .ok_or_else(|| {
+                    BenchError::Queries(format!("no query {n} (q{n:02}.sql) in {}", dir.display()))
+                })
+        })
+        .collect()
+}
+
+/// The requested engines, each once, minus DuckDB when it cannot run; the
+/// note says why it was skipped.
+pub(crate) fn available_engines(requested: &[BenchEngine]) -> (Vec<BenchEngine>, Option<String>) {
+    let mut engines: Vec<BenchEngine> = Vec::new();
+    for engine in requested {
+        if !engines.contains(engine) {
+            engines.push(*engine);
+        }
+    }
+    if !engines.contains(&BenchEngine::Duckdb) {
+        return (engines, None);
+    }
+    match duckdb::probe() {
+        Ok(version) => {
+            eprintln!("duckdb {version} found (python3 module)");
+            (engines, None)
+        }
+        Err(note) => {
+            engines.retain(|e| *e != BenchEngine::Duckdb);
+            (engines, Some(note))
+        }
+    }
+}
+
+fn measure_all(setup: &Setup, queries: &[QueryFile], engines: &[BenchEngine]) -> Vec<Measurement> {
+    let bar = progress_bar((queries.len() * engines.len()) as u64);
+    let mut all = Vec::new();
+    for query in queries {
+        let mut results: Vec<Measurement> = Vec::new();
+        for engine in engines {
+            bar.set_message(format!("{} on {}", query.name, engine_name(*engine)));
+            results.push(measure(setup, query, *engine));
+            bar.inc(1);
+        }
+        report::check_rows(&mut results);
+        let line = progress_line(&query.name, &results);
+        // indicatif drops println on a hidden bar (stderr not a terminal);
+        // a log file still gets one line per query.
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        all.extend(results);
+    }
+    bar.finish_and_clear();
+    all
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = stderr_bar("{spinner} [{elapsed_precise}] [{bar:30}] {pos}/{len} query runs  {msg}");
+    bar.set_length(len);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal) drawn
+/// with the indicatif `template`; the shell's query progress uses it too.
+pub fn stderr_bar(template: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}
+
+/// One line per finished query, printed above the progress bar.
+fn progress_line(query: &str, results: &[Measurement]) -> String {
+    let mut line = query.to_string();
+    for m in results {
+        let figure = match (&m.error, m.median_ms()) {
+            (Some(e), _) => format!("FAILED ({e})"),
+            (None, Some(ms)) => format!("{ms:.1} ms"),
+            (None, None) => "-".to_string(),
+        };
+        line.push_str(&format!("  {} {figure}", engine_name(m.engine)));
+    }
+    if let Some(mismatch) = results.iter().find_map(|m| m.row_mismatch.as_ref()) {
+        line.push_str(&format!("  !! {mismatch}"));
+    } else if let Some(rows) = results.iter().find_map(|m| m.rows) {
+        line.push_str(&format!("  rows {rows}"));
+    }
+    line
+}
+
+fn measure(setup: &Setup, query: &QueryFile, engine: BenchEngine) -> Measurement {
+    let outcome = match engine {
+        BenchEngine::Duckdb => duckdb_outcome(setup, query),
+        _ => child::command(setup.session, &setup.data, engine, &query.path, setup.runs)
+            .and_then(|command| child::collect(command, None, setup.timeout)),
+    };
+    Measurement::new(&query.name, engine, setup.runs, outcome)
+}
+
+fn duckdb_outcome(setup: &Setup, query: &QueryFile) -> child::ChildOutcome {
+    let script = fs::read_to_string(&query.path)
+        .map_err(|e| format!("cannot read {}: {e}", query.path.display()))?;
+    // Split here, as the Rust children do, so all engines run the same statements.
+    let statements = split_statements(&script);
+    let (command, job) = duckdb::command(
+        &setup.data,
+        &statements,
+        setup.runs,
+        setup.threads,
+        setup.session.memory_limit,
+        None,
+    )?;
+    child::collect(command, Some(job), setup.timeout)
+}
+
+/// The text printed at the end: the table, failures, mismatches, totals.
+fn summary(header: &str, measurements: &[Measurement], engines: &[BenchEngine]) -> String {
+    let mut text = format!("\n{header}\n");
+    text.push_str(&report::table(measurements, engines));
+    let failures: Vec<String> = measurements
+        .iter()
+        .filter_map(|m| {
+            let error = m.error.as_ref()?;
+            Some(format!(
+                "  {} {}: {error}\n",
+                m.query,
+                engine_name(m.engine)
+            ))
+        })
+        .collect();
+    if !failures.is_empty() {
+        text.push_str(&format!("\n{} FAILED:\n", failures.len()));
+        text.extend(failures);
+    }
+    let mut mismatches: Vec<String> = measurements
+        .iter()
+        .filter_map(|m| Some(format!("  {}: {}\n", m.query, m.row_mismatch.as_ref()?)))
+        .collect();
+    mismatches.dedup();
+    if !mismatches.is_empty() {
+        text.push_str(&format!(
+            "\n!! ROW COUNT MISMATCH in {} queries:\n",
+            mismatches.len()
+        ));
+        text.extend(mismatches);
+    }
+    text.push('\n');
+    text.push_str(&report::totals(measurements, engines));
+    text
+}
+
+/// Write the CSV and PNG of a run.
+fn write_results(
+    dir: &Path,
+    args: &BenchArgs,
+    title: &str,
+    measurements: &[Measurement],
+    engines: &[BenchEngine],
+) -> Result<Vec<String>, BenchError> {
+    let stem = results_stem(args);
+    let mut csv = Vec::new();
+    report::write_csv(&mut csv, measurements).map_err(|source| BenchError::Write {
+        path: dir.join(format!("{stem}.csv")),
+        source,
+    })?;
+    publish(dir, &stem, args.archive, &csv, |png| {
+        plot::draw(png, title, measurements, engines)
+    })
+}
+
+/// Write `STEM-latest.csv` and `.png` (drawn by `draw`) into `dir`; with
+/// `archive`, copies named after the run's time (`STEM-<timestamp>.*`)
+/// too, for figures a document cites. Only those and the latest live in
+/// `bench/results/`. Returns the paths written.
+pub(crate) fn publish(
+    dir: &Path,
+    stem: &str,
+    archive: bool,
+    csv_bytes: &[u8],
+    draw: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<Vec<String>, BenchError> {
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BenchError::Write { path, source }
+    };
+    fs::create_dir_all(dir).map_err(write_err(dir))?;
+    let csv = dir.join(format!("{stem}-latest.csv"));
+    fs::write(&csv, csv_bytes).map_err(write_err(&csv))?;
+    let png = dir.join(format!("{stem}-latest.png"));
+    draw(&png).map_err(|message| BenchError::Plot {
+        path: png.clone(),
+        message,
+    })?;
+    let mut written = vec![csv.display().to_string(), png.display().to_string()];
+    if archive {
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+        for (file, extension) in [(&csv, "csv"), (&png, "png")] {
+            let kept = dir.join(format!("{stem}-{stamp}.{extension}"));
+            fs::copy(file, &kept).map_err(write_err(&kept))?;
+            written.push(kept.display().to_string());
+        }
+    }
+    Ok(written)
+}
+
+/// `skiff bench`'s command line alone, parsed: for tests.
+#[cfg(test)]
+pub(crate) fn bench_args<S: AsRef<str>>(line: &[S]) -> BenchArgs {
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+    Bench::try_parse_from(line.iter().map(AsRef::as_ref))
+        .expect("command line")
+        .args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stem(line: &[&str]) -> String {
+        results_stem(&bench_args(line))
+    }
+
+    #[test]
+    fn results_are_named_after_the_data() {
+        assert_eq!(stem(&["bench", "tpch"]), "tpch-sf1");
+        assert_eq!(stem(&["bench", "tpcds", "--sf", "0.1"]), "tpcds-sf0.1");
+        // A run over SF 10 data without --sf 10 is still named after it.
+        let sf10 = ["bench", "tpch", "--data", "bench/data/tpch-sf10"];
+        assert_eq!(stem(&sf10), "tpch-sf10");
+        assert_eq!(
+            stem(&["bench", "tpch", "--data", "/x/my data/"]),
+            "tpch-my_data"
+        );
+        assert_eq!(
+            stem(&["bench", "load", "--data", "/x/.tmpAb1"]),
+            "tpch-tmpAb1"
+        );
+    }
+
+    #[test]
+    fn query_files_are_numbered() {
+        assert_eq!(query_number("q1.sql"), Some(1));
+        assert_eq!(query_number("q07.sql"), Some(7));
+        assert_eq!(query_number("q99.sql"), Some(99));
+        assert_eq!(query_number("q.sql"), None);
+        assert_eq!(query_number("q1a.sql"), None);
+        assert_eq!(query_number("q1.sql.bak"), None);
+        assert_eq!(query_number("x1.sql"), None);
+    }
+
+    #[test]
+    fn default_data_dir_names_benchmark_and_scale() {
+        assert_eq!(
+            default_data_dir(BenchmarkName::Tpch, 1.0),
+            PathBuf::from("bench/data/tpch-sf1")
+        );
+        assert_eq!(
+            default_data_dir(BenchmarkName::Tpcds, 0.1),
+            PathBuf::from("bench/data/tpcds-sf0.1")
+        );
+    }
+}
