@@ -11,9 +11,10 @@ use skiff_engine::options::parse_bytes;
 /// `--memory-limit`), without the shell's output options.
 #[derive(Args, Debug, Clone, Default)]
 pub struct EngineFlags {
-    /// Data directory of the benchmark's tables; without it, data lives in
-    /// bench/data/<benchmark>-sf<SF> and is generated there when missing.
-    #[arg(long, env = "SKIFF_DATA")]
+    /// Data directory of the benchmark's tables (else $SKIFF_DATA); without
+    /// either, data lives in bench/data/<benchmark>-sf<SF> and is generated
+    /// there when missing.
+    #[arg(long)]
     pub data: Option<PathBuf>,
     /// Memory limit of every engine, e.g. 512M or 4G; unbounded by default.
     #[arg(long, value_parser = parse_bytes)]

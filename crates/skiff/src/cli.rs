@@ -81,8 +81,13 @@ impl SessionArgs {
         merged
     }
 
-    pub fn data(&self) -> Option<&PathBuf> {
-        self.data.data.as_ref()
+    /// `--data`, else `SKIFF_DATA`. The variable is read here, after the
+    /// flags are merged, so that a flag given anywhere beats it.
+    pub fn data(&self) -> Option<PathBuf> {
+        self.data
+            .data
+            .clone()
+            .or_else(|| std::env::var_os(DATA_ENV).map(PathBuf::from))
     }
 
     pub fn partitions(&self) -> Option<usize> {
@@ -94,13 +99,16 @@ impl SessionArgs {
     }
 }
 
+/// The environment variable that stands for `--data` when no flag is given.
+pub const DATA_ENV: &str = "SKIFF_DATA";
+
 /// `--data`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DataArg {
     /// Data directory (or s3://bucket/prefix): every Parquet/CSV table in
-    /// it is registered. Defaults to the embedded default directory
-    /// ($SKIFF_HOME/data, or ~/.skiff/data).
-    #[arg(long, env = "SKIFF_DATA")]
+    /// it is registered. Without it, $SKIFF_DATA, else the embedded default
+    /// directory ($SKIFF_HOME/data, or ~/.skiff/data).
+    #[arg(long)]
     pub data: Option<PathBuf>,
 }
 
@@ -222,7 +230,7 @@ mod tests {
         let own = cli
             .session
             .with(Some(&args.data), Some(&args.partitions), Some(&args.memory));
-        assert_eq!(own.data(), Some(&PathBuf::from("/a")));
+        assert_eq!(own.data.data, Some(PathBuf::from("/a")));
         assert_eq!(own.partitions(), Some(3));
         let cli = Cli::try_parse_from(["skiff", "--data", "/a", "serve", "--data", "/b"])
             .expect("command line");
@@ -230,6 +238,6 @@ mod tests {
             panic!("not serve");
         };
         let own = cli.session.with(Some(&args.data), None, None);
-        assert_eq!(own.data(), Some(&PathBuf::from("/b")));
+        assert_eq!(own.data.data, Some(PathBuf::from("/b")));
     }
 }

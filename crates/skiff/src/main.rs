@@ -159,7 +159,7 @@ fn ensure_demo_data(dir: &Path) -> Result<()> {
 /// the bench's own are missing.
 fn engine_flags(session: &SessionArgs, own: &EngineFlags) -> EngineFlags {
     EngineFlags {
-        data: own.data.clone().or_else(|| session.data().cloned()),
+        data: own.data.clone().or_else(|| session.data()),
         memory_limit: own.memory_limit.or(session.memory_limit()),
         partitions: own.partitions.or(session.partitions()),
     }

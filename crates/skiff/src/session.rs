@@ -23,7 +23,7 @@ pub fn default_data_dir() -> PathBuf {
 
 /// The data directory the session uses.
 pub fn data_dir(args: &SessionArgs) -> PathBuf {
-    args.data().cloned().unwrap_or_else(default_data_dir)
+    args.data().unwrap_or_else(default_data_dir)
 }
 
 /// The data directory the session uses: `--data s3://bucket/prefix` is an

@@ -8,23 +8,16 @@
 use std::collections::BTreeSet;
 
 use skiff_engine::PipelineId;
-use skiff_flight::protocol::{Handoff, RunningQuery};
-pub(crate) use skiff_state::decision::{Bandwidth, Choice, Estimate};
-use skiff_state::decision::{Snapshot, estimate};
-
-/// The snapshot a query could continue from, with when it was taken.
-pub(crate) struct SnapshotAt<'a> {
-    pub handoff: &'a Handoff,
-    /// The query's running time when the snapshot arrived.
-    pub elapsed_ms: f64,
-}
+use skiff_flight::protocol::RunningQuery;
+use skiff_state::decision::estimate;
+pub(crate) use skiff_state::decision::{Bandwidth, Choice, Estimate, Snapshot};
 
 /// Choose how query leaves its worker. `report` is the worker's last
 /// report; `elapsed_ms` how long the query has run.
 pub(crate) fn choose(
     report: Option<&RunningQuery>,
     elapsed_ms: f64,
-    snapshot: Option<SnapshotAt<'_>>,
+    snapshot: Option<Snapshot>,
     bandwidth: f64,
 ) -> Estimate {
     let (done, total) = report.map_or((0, 0), |r| (r.pipelines_finished, r.pipelines_total));
@@ -34,10 +27,6 @@ pub(crate) fn choose(
         f64::from(done) / f64::from(total)
     };
     let state_bytes = report.map_or(0, state_bytes);
-    let snapshot = snapshot.map(|s| Snapshot {
-        state_bytes: s.handoff.state_bytes,
-        elapsed_ms: s.elapsed_ms,
-    });
     estimate(progress, state_bytes, elapsed_ms, snapshot, bandwidth)
 }
 
@@ -118,13 +107,8 @@ mod tests {
 
     #[test]
     fn a_recent_small_snapshot_beats_a_large_state() {
-        let snapshot = Handoff {
+        let at = Snapshot {
             state_bytes: MB,
-            pipelines_finished: 2,
-            ..Handoff::default()
-        };
-        let at = SnapshotAt {
-            handoff: &snapshot,
             elapsed_ms: 2900.0,
         };
         let e = choose(

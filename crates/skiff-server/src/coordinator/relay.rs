@@ -20,7 +20,7 @@ use prost::Message;
 use skiff_flight::protocol::{Handoff, HandoffReason, PauseQuery, PauseReply, RunQuery, action};
 use tracing::{info, warn};
 
-use super::cost::{Choice, SnapshotAt, choose};
+use super::cost::{Choice, Snapshot, choose};
 use super::membership::Placement;
 use super::workers::{flight_error, lost_or};
 use super::{Inner, QueryEntry, QueryStatus};
@@ -468,8 +468,8 @@ pub(crate) fn request_handoff(
     let mut discard_state = false;
     if reason == HandoffReason::Migrate {
         let info = entry.info();
-        let snapshot = info.snapshot.as_ref().map(|handoff| SnapshotAt {
-            handoff,
+        let snapshot = info.snapshot.as_ref().map(|handoff| Snapshot {
+            state_bytes: handoff.state_bytes,
             elapsed_ms: info.snapshot_elapsed_ms,
         });
         let elapsed_ms = entry.elapsed().as_secs_f64() * 1000.0;

@@ -488,7 +488,7 @@ impl AdminFunction {
         };
         // Whether running pipelines are aborted. 'drain' and 'immediate'
         // are the modes' names before 'finish' and 'abort', still accepted.
-        let abort = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
+        let aborts = |arg: Option<&Option<String>>| match arg.and_then(|m| m.as_deref()) {
             None | Some("finish" | "drain") => Ok(false),
             Some("abort" | "immediate") => Ok(true),
             Some(other) => Err(ServerError::new(
@@ -498,7 +498,7 @@ impl AdminFunction {
         };
         match (self.op, text) {
             (Admin::Drain, [] | [_]) => {
-                let how = match abort(text.first())? {
+                let how = match aborts(text.first())? {
                     true => Vacate::Abort,
                     false => Vacate::Finish,
                 };
@@ -522,12 +522,12 @@ impl AdminFunction {
                     None => None,
                     Some(name) => Some(worker(name)?),
                 };
-                let abort = abort(text.get(1))?;
+                let abort = aborts(text.get(1))?;
                 relay::request_handoff(inner, id, HandoffReason::Migrate, target, abort)?;
                 Ok(true)
             }
             (Admin::Suspend, [] | [_]) => {
-                let abort = abort(text.first())?;
+                let abort = aborts(text.first())?;
                 relay::request_handoff(inner, id, HandoffReason::Suspend, None, abort)?;
                 Ok(true)
             }
