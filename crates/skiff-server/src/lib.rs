@@ -12,7 +12,7 @@
 //!   and hands queries off at pipeline boundaries;
 //! - the **memory node** ([`memnode`]): the state cache.
 //!
-//! Internal traffic uses `skiff-flight`. This crate never cuts or runs
+//! Internal traffic uses `skiff-flight`. This crate never splits or runs
 //! pipelines itself beyond asking `skiff-engine` to; it must not reach into
 //! the engine's store or executor internals.
 
