@@ -25,6 +25,12 @@ pub const CACHE_LINE_BYTES: u64 = 64;
 /// Header page of the pod file and of each partition file.
 pub const HEADER_BYTES: u64 = 4096;
 
+/// Largest message between shared-nothing hosts (`remote`): a PREPARE
+/// with every row a transaction may change at one participant (15 stock
+/// rows of NewOrder: 15 * (24 + 80) bytes; Payment's customer: 2 * 24 +
+/// 184 + 500) fits many times over.
+pub const MESSAGE_BYTES_MAX: u64 = 16 * 1024;
+
 /// Locks one transaction may hold. StockLevel is the largest: its district,
 /// 20 orders and up to 300 distinct stock rows = 321 (NewOrder takes 20).
 pub const TXN_LOCKS_MAX: usize = 384;

@@ -33,51 +33,48 @@
 //! should set [`Launch::Processes`] so each host is its own process.
 //!
 //! All five architectures run: (a)/(b) shared nothing with two-phase commit
-//! over TCP / pod-memory channels (`remote`), (c) shared-everything, (d)
-//! Pasha static, (e) Pasha dynamic (`dynamic`); under NO_WAIT or WAIT_DIE.
-//! [`bench`] runs the Figure 3 sweep. Every host logs its commits (`wal`,
-//! group commit) and checkpoints its partition during the run
-//! (`checkpoint`); a host killed mid-run is reclaimed by a survivor
-//! (`lease`, `recovery`; in (a) and (b) its two-phase commits are resolved,
-//! `remote`) and restarts from its checkpoint and its log
+//! over TCP / pod-memory channels (`arch::remote`, `run::participant`), (c)
+//! shared-everything, (d) Pasha static, (e) Pasha dynamic (`arch::dynamic`);
+//! under NO_WAIT or WAIT_DIE (`cc`). [`bench`] runs the Figure 3 sweep.
+//! Every host logs its commits (`durability::wal`, group commit) and
+//! checkpoints its partition during the run (`durability::checkpoint`); a
+//! host killed mid-run is reclaimed by a survivor (`durability::lease`,
+//! `durability::recovery`; in (a) and (b) its two-phase commits are
+//! resolved, `arch::remote`) and restarts from its checkpoint and its log
 //! ([`PodConfig::fault`]). See `docs/pod.md` for the design and for what is
 //! not built yet.
+//!
+//! # Modules
+//!
+//! Grouped by concern: `memory` (the pod's files, layout, run control and
+//! CXL accounting), `cc` (lock words and the transaction context),
+//! `durability` (log, reclaim, leases, checkpoints), `arch` (the
+//! architectures and their mechanisms), `tpcc` (the workload) and `run`
+//! (the coordinator, a host and its threads, reports, the sweep). Each
+//! module imports only from its own layer or below: vocabulary, memory,
+//! durability, architectures, transactions, run (`docs/pod.md`, Modules;
+//! the `skiff-tidy` test `layers.rs` checks it).
 
 mod arch;
-mod bench;
-mod checkpoint;
-mod config;
+mod cc;
 mod constants;
-mod cxl;
-mod dynamic;
+mod durability;
 mod error;
-mod futex;
-mod header;
-mod host;
-mod layout;
-mod lease;
-mod lockword;
 mod memory;
-mod recovery;
-mod region;
-mod remote;
-mod report;
 mod run;
-mod stats;
 mod tpcc;
-mod txn;
-mod wal;
 
 use std::path::Path;
 
 pub use arch::{Arch, CcProtocol};
-pub use bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
-pub use config::{CheckConfig, HostCommand, HostFault, Launch, Mix, PodConfig};
-pub use cxl::{CxlCounters, CxlModel};
+pub use durability::lease::ReclaimFacts;
 pub use error::PodError;
-pub use host::{HostArgs, host_main};
-pub use lease::ReclaimFacts;
-pub use report::{
+pub use memory::cxl::{CxlCounters, CxlModel};
+pub use memory::params::Mix;
+pub use run::bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
+pub use run::config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
+pub use run::host::{HostArgs, host_main};
+pub use run::report::{
     AuditReport, FaultReport, LogReport, Modeled, MovementReport, RunReport, TxnReport,
 };
 pub use run::{LoadReport, load, run};
@@ -90,12 +87,12 @@ pub fn check(cfg: &CheckConfig) -> Result<CheckReport, PodError> {
     let s = mem.control().state();
     if !matches!(
         s,
-        header::state::LOADED | header::state::DONE | header::state::FAILED
+        memory::header::state::LOADED | memory::header::state::DONE | memory::header::state::FAILED
     ) {
         return Err(PodError::Busy(format!(
             "{} is {}; check needs a loaded or finished pod",
             cfg.shm_path.display(),
-            header::state::name(s)
+            memory::header::state::name(s)
         )));
     }
     Ok(tpcc::check::check_pod(&mem))
@@ -104,5 +101,5 @@ pub fn check(cfg: &CheckConfig) -> Result<CheckReport, PodError> {
 /// Deletes the pod file at `path` and its partition files; missing files are
 /// not an error.
 pub fn remove_pod(path: &Path) -> Result<(), PodError> {
-    memory::remove_files(path)
+    memory::files::remove_files(path)
 }

@@ -6,7 +6,9 @@
 //!   task when dropped) and no unbounded channels on the data path;
 //! - lines of at most 100 columns, as rustfmt is configured to produce.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use skiff_tidy::rust_files;
 
 const LINE_COLUMNS_MAX: usize = 100;
 
@@ -26,20 +28,6 @@ fn banned() -> Vec<(String, &'static str)> {
             "every queue needs a bound",
         ),
     ]
-}
-
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            found.push(path);
-        }
-    }
 }
 
 #[test]

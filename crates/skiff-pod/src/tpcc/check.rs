@@ -15,8 +15,8 @@ use bytemuck::Pod;
 use serde::Serialize;
 
 use crate::constants::CHECK_GAP_SCAN_MAX;
-use crate::layout::Array;
 use crate::memory::PodMemory;
+use crate::memory::layout::Array;
 use crate::tpcc::keys;
 use crate::tpcc::schema::*;
 

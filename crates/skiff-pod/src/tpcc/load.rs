@@ -7,8 +7,8 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::error::Result;
-use crate::layout::Array;
 use crate::memory::PodMemory;
+use crate::memory::layout::Array;
 use crate::tpcc::keys;
 use crate::tpcc::random::{Rng, last_name};
 use crate::tpcc::schema::*;

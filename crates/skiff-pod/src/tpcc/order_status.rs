@@ -9,13 +9,13 @@
 //! customer can appear (or be half-inserted) while OrderStatus holds it:
 //! the read is phantom-free.
 
-use crate::layout::{Array, LockTable};
-use crate::lockword::Mode;
+use crate::cc::lockword::Mode;
+use crate::cc::txn::{Txn, TxnError, TxnResult};
+use crate::memory::layout::{Array, LockTable};
 use crate::tpcc::input::{CustomerKey, OrderStatusInput};
 use crate::tpcc::keys;
 use crate::tpcc::payment::by_last_name;
 use crate::tpcc::schema::*;
-use crate::txn::{Txn, TxnError, TxnResult};
 
 /// The terminal's output (clause 2.6.3.3), the parts tests check; workers
 /// discard it.

@@ -9,12 +9,12 @@
 //! while it inserts, so no order can appear in (or be half-inserted into)
 //! the range of 20 — the read set has no phantoms.
 
-use crate::layout::{Array, LockTable};
-use crate::lockword::Mode;
+use crate::cc::lockword::Mode;
+use crate::cc::txn::{Txn, TxnError, TxnResult};
+use crate::memory::layout::{Array, LockTable};
 use crate::tpcc::input::StockLevelInput;
 use crate::tpcc::keys;
 use crate::tpcc::schema::*;
-use crate::txn::{Txn, TxnError, TxnResult};
 
 /// Orders StockLevel examines.
 pub(crate) const STOCK_LEVEL_ORDERS: u32 = 20;

@@ -5,10 +5,10 @@
 use std::time::Instant;
 
 use crate::arch::Arch;
-use crate::config::PodConfig;
-use crate::layout::Array;
+use crate::memory::layout::Array;
+use crate::memory::region::tests::TempShm;
 use crate::memory::{Parts, PodMemory};
-use crate::region::tests::TempShm;
+use crate::run::config::PodConfig;
 use crate::tpcc::check::check_pod;
 use crate::tpcc::keys;
 use crate::tpcc::schema::*;
@@ -105,13 +105,13 @@ fn loader_populates_one_warehouse_per_spec() {
     }
 }
 
-use crate::layout::LockTable;
-use crate::lockword::Mode;
+use crate::cc::lockword::Mode;
+use crate::cc::txn::{Txn, TxnError};
+use crate::memory::layout::LockTable;
 use crate::tpcc::input::{CustomerKey, InputGen, NewOrderInput, OrderLineInput, PaymentInput};
 use crate::tpcc::neworder::new_order;
 use crate::tpcc::payment::payment;
 use crate::tpcc::random::Rng;
-use crate::txn::{Txn, TxnError};
 
 fn order_input(w_id: u32, d_id: u32, c_id: u32, lines: &[(u32, u32, u32)]) -> NewOrderInput {
     let mut input = NewOrderInput {

@@ -5,8 +5,8 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::arch::{Arch, CcProtocol};
-use crate::cxl::{CxlCounters, CxlModel};
-use crate::stats::{Histogram, TxnCounters, WorkerStats};
+use crate::memory::cxl::{CxlCounters, CxlModel};
+use crate::run::stats::{Histogram, TxnCounters, WorkerStats};
 
 /// One transaction type's outcomes.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -76,7 +76,7 @@ pub struct FaultReport {
     /// When a survivor found the lease expired, and finished reclaiming.
     pub detected_s: Option<f64>,
     pub reclaimed_s: Option<f64>,
-    pub reclaim: crate::lease::ReclaimFacts,
+    pub reclaim: crate::durability::lease::ReclaimFacts,
     /// Commits reported by the other hosts per second: in the second
     /// before the kill, between kill and reclaim, between reclaim and
     /// restart, and after the restart.
@@ -95,7 +95,7 @@ pub struct FaultReport {
     pub restarted_host_committed: u64,
     /// Per host: commits reported (durable, all incarnations) of NewOrder,
     /// Payment, Delivery, OrderStatus, StockLevel.
-    pub reported: Vec<[u64; crate::lease::REPORTED_KINDS]>,
+    pub reported: Vec<[u64; crate::durability::lease::REPORTED_KINDS]>,
     /// Per host, read from the pod after the run: orders and history rows
     /// its districts gained (each committed NewOrder adds one order, each
     /// Payment one history row; only the owner writes them).
@@ -147,7 +147,7 @@ pub struct RunReport {
     /// Seconds between the end of the warm-up (the start, without one) and
     /// the stop signal.
     pub elapsed_s: f64,
-    pub mix: crate::config::Mix,
+    pub mix: crate::memory::params::Mix,
     pub new_order: TxnReport,
     pub payment: TxnReport,
     /// Zero unless the mix is [`crate::Mix::Standard`]. Delivery counts
@@ -245,7 +245,7 @@ pub(crate) struct RunFacts {
     pub elapsed_s: f64,
     pub cxl_model: CxlModel,
     pub ended_early: Option<String>,
-    pub mix: crate::config::Mix,
+    pub mix: crate::memory::params::Mix,
 }
 
 impl RunReport {

@@ -1,23 +1,34 @@
 //! The coordinator: creates and loads the pod, starts the hosts, gives the
 //! start and stop signals, and gathers what the hosts left in their slots.
+//!
+//!
+//! The group is everything a run is made of above the transactions: what a
+//! caller configures (`config`), a host process and its threads (`host`,
+//! `participant`), the figures they keep (`stats`) and report (`report`),
+//! and the Figure 3 sweep (`bench`).
+
+pub(crate) mod bench;
+pub(crate) mod config;
+pub(crate) mod host;
+pub(crate) mod participant;
+pub(crate) mod report;
+pub(crate) mod stats;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{HostFault, Launch, Params, PodConfig};
+use crate::durability::lease::{HostRecord, mono_ms};
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::header::state;
-use crate::host::{HostArgs, host_main};
-use crate::lease::{HostRecord, mono_ms};
 use crate::memory::PodMemory;
-use crate::report::FaultReport;
-use crate::report::{RunFacts, RunReport};
-use crate::stats::{
-    HOST_STATS_BYTES, HOST_STATUS_FAILED, HOST_STATUS_OK, HostStatsRaw, WorkerStats,
-};
+use crate::memory::futex;
+use crate::memory::header::state;
+use config::{HostFault, Launch, PodConfig};
+use host::{HostArgs, host_main};
+use report::FaultReport;
+use report::{RunFacts, RunReport};
+use stats::{HOST_STATS_BYTES, HOST_STATUS_FAILED, HOST_STATUS_OK, HostStatsRaw, WorkerStats};
 
 /// How long hosts may take to attach to a loaded pod.
 const HOSTS_ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -47,13 +58,13 @@ pub fn load(cfg: &PodConfig) -> Result<LoadReport> {
 fn create_and_load(cfg: &PodConfig) -> Result<(PodMemory, LoadReport)> {
     cfg.validate()?;
     let started = Instant::now();
-    let mem = PodMemory::create(&cfg.shm_path, Params::from_config(cfg))?;
+    let mem = PodMemory::create(&cfg.shm_path, cfg.params())?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_secs().max(1));
     crate::tpcc::load::load(&mem, now)?;
     // A restarted host starts over from its partition as loaded.
-    crate::recovery::write_checkpoints(&mem)?;
+    crate::durability::checkpoint::write_checkpoints(&mem)?;
     mem.control().set_state(state::LOADED);
     let report = LoadReport {
         load_s: started.elapsed().as_secs_f64(),
@@ -504,7 +515,7 @@ impl FaultLog {
 /// Orders and history rows host `h`'s districts gained since the load
 /// (D_NEXT_O_ID and D_NEXT_H_SLOT past their initial values).
 fn created(mem: &PodMemory, h: u16) -> (u64, u64) {
-    use crate::layout::Array;
+    use crate::memory::layout::Array;
     use crate::tpcc::schema::{
         CUSTOMERS_PER_DISTRICT, DISTRICTS_PER_WAREHOUSE, District, ORDERS_PER_DISTRICT_INITIAL,
     };

@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytemuck::Pod;
 use serde::Serialize;
 
+use crate::cc::lockword;
 use crate::constants::{CACHE_LINE_BYTES, TXN_LINES_MAX};
-use crate::lockword;
-use crate::region::Mapping;
+use crate::memory::region::Mapping;
 
 /// Raw counts of modeled CXL traffic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -436,8 +436,10 @@ impl<'m> CxlAccess<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lockword::{try_lock_exclusive, try_lock_shared, unlock_exclusive, unlock_shared};
-    use crate::region::tests::TempShm;
+    use crate::cc::lockword::{
+        try_lock_exclusive, try_lock_shared, unlock_exclusive, unlock_shared,
+    };
+    use crate::memory::region::tests::TempShm;
 
     /// A pod of one coherent page and four shared pages.
     fn pod(tag: &str) -> (TempShm, Mapping) {
@@ -510,7 +512,7 @@ mod tests {
         unlock_shared(word);
     }
 
-    const VALID_BITS: u64 = crate::lockword::VALID_MASK;
+    const VALID_BITS: u64 = crate::cc::lockword::VALID_MASK;
 
     #[test]
     fn writebacks_count_once_per_dirty_line_per_transaction() {

@@ -65,8 +65,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::constants::WAL_RECORD_BYTES_MAX;
 use crate::error::{PodError, Result};
-use crate::layout::{ARRAYS, Array};
-use crate::region::Mapping;
+use crate::memory::layout::{ARRAYS, Array};
+use crate::memory::region::Mapping;
 
 const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
 const LOG_MAGIC: u64 = 0x4C41_5746_4649_4B53; // "SKIFFWAL"
@@ -75,13 +75,6 @@ const LOG_HEADER_BYTES: u64 = 4096;
 const RECORD_HEAD_BYTES: usize = 16;
 const PAYLOAD_HEAD_BYTES: usize = 36;
 const ENTRY_HEAD_BYTES: usize = 20;
-
-/// `PATH.hostN.wal`: the log of host `host`.
-pub(crate) fn wal_path(pod_path: &Path, host: u16) -> PathBuf {
-    let mut s = pod_path.as_os_str().to_owned();
-    s.push(format!(".host{host}.wal"));
-    s.into()
-}
 
 /// FNV-1a over bytes: detects a torn tail, not an adversary.
 fn checksum(bytes: &[u8]) -> u64 {
@@ -704,7 +697,8 @@ impl Drop for Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::region::tests::TempShm;
+    use crate::memory::files::wal_path;
+    use crate::memory::region::tests::TempShm;
 
     fn redo_of(n: u8) -> Redo {
         let mut r = Redo::default();
@@ -825,13 +819,14 @@ mod tests {
 #[cfg(test)]
 mod cost {
     use super::*;
+    use crate::memory::files::wal_path;
 
     /// `cargo test --release -p skiff-pod --lib wal_commit_cost -- --ignored
     /// --nocapture`: CPU cost of one commit's log append on /dev/shm.
     #[test]
     #[ignore]
     fn wal_commit_cost() {
-        let shm = crate::region::tests::TempShm::new("wal-cost");
+        let shm = crate::memory::region::tests::TempShm::new("wal-cost");
         let path = wal_path(&shm.0, 0);
         let wal = Wal::open(&path, true).unwrap();
         let mut r = Redo::default();

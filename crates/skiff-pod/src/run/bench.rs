@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::arch::{Arch, CcProtocol};
-use crate::config::{CheckConfig, Launch, Mix, PodConfig};
 use crate::error::{PodError, Result};
-use crate::report::RunReport;
+use crate::memory::params::Mix;
+use crate::run::config::{CheckConfig, Launch, PodConfig};
+use crate::run::report::RunReport;
 
 /// The warm-up of a timing run of the full sweep (TPC-C measures after
 /// ramp-up). In (e) the first seconds are spent moving the tuples other

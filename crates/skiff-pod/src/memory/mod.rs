@@ -1,16 +1,29 @@
 //! The pod memory one process sees: the pod file, the partition files it may
 //! touch, and the layout that says where everything is.
+//!
+//! The group owns everything about pod memory below the transactions:
+//! the mapped files (`region`, named in `files`), where each row and lock
+//! word lives (`layout`, from the run's `params`), the headers and run
+//! control (`header`), waiting on its words (`futex`) and the emulated CXL
+//! accounting (`cxl`).
+
+pub(crate) mod cxl;
+pub(crate) mod files;
+pub(crate) mod futex;
+pub(crate) mod header;
+pub(crate) mod layout;
+pub(crate) mod params;
+pub(crate) mod region;
 
 use std::path::Path;
 
 use crate::arch::Place;
-use crate::config::Params;
-use crate::constants::HOSTS_MAX;
+use crate::cc::lockword;
 use crate::error::{PodError, Result};
-use crate::header::{self, Control};
-use crate::layout::{Array, Layout, Loc};
-use crate::lockword;
-use crate::region::Mapping;
+use header::Control;
+use layout::{Array, Layout, Loc};
+use params::Params;
+use region::Mapping;
 use std::sync::atomic::Ordering;
 
 /// Which partition files to map.
@@ -35,13 +48,13 @@ impl PodMemory {
     /// any left by an earlier run at the same path, with state LOADING.
     pub(crate) fn create(path: &Path, params: Params) -> Result<PodMemory> {
         let layout = Layout::compute(params)?;
-        crate::remove_pod(path)?;
+        files::remove_files(path)?;
         let pod = Mapping::create(path, layout.pod_bytes)?;
         header::write_pod_header(&pod, &layout);
         let mut parts = Vec::new();
         if layout.has_partitions() {
             for h in 0..params.hosts {
-                let part = Mapping::create(&header::part_path(path, h), layout.part_bytes)?;
+                let part = Mapping::create(&files::part_path(path, h), layout.part_bytes)?;
                 header::write_part_header(&part, &layout, h);
                 parts.push(Some(part));
             }
@@ -58,7 +71,7 @@ impl PodMemory {
         if layout.has_partitions() {
             for h in 0..hosts {
                 if which == Parts::All || which == Parts::Own(h) {
-                    let part = Mapping::open(&header::part_path(path, h), writable)?;
+                    let part = Mapping::open(&files::part_path(path, h), writable)?;
                     header::check_part_header(&part, &layout, h)?;
                     parts[h as usize] = Some(part);
                 }
@@ -74,7 +87,7 @@ impl PodMemory {
 
     /// Maps the pod for host `host` restarting after a crash: its old
     /// partition was its private memory and is gone, so the file is
-    /// replaced by a zeroed one (`recovery::rebuild_partition` fills it
+    /// replaced by a zeroed one (`host::rebuild_partition` fills it
     /// from the checkpoint and the logs).
     pub(crate) fn open_restarting(path: &Path, host: u16) -> Result<PodMemory> {
         let pod = Mapping::open(path, true)?;
@@ -87,7 +100,7 @@ impl PodMemory {
         }
         let mut parts: Vec<Option<Mapping>> = (0..hosts).map(|_| None).collect();
         if layout.has_partitions() {
-            let part = Mapping::create(&header::part_path(path, host), layout.part_bytes)?;
+            let part = Mapping::create(&files::part_path(path, host), layout.part_bytes)?;
             header::write_part_header(&part, &layout, host);
             parts[host as usize] = Some(part);
         }
@@ -140,23 +153,4 @@ impl PodMemory {
             Place::Replicated => self.part(replica_host),
         }
     }
-}
-
-/// Removes a pod file and every partition file beside it; missing files are
-/// fine.
-pub(crate) fn remove_files(path: &Path) -> Result<()> {
-    let remove = |p: &Path| match std::fs::remove_file(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(PodError::io(p, e)),
-    };
-    remove(path)?;
-    for h in 0..HOSTS_MAX as u16 {
-        remove(&header::part_path(path, h))?;
-        remove(&crate::wal::wal_path(path, h))?;
-        for image in 0..2 {
-            remove(&crate::recovery::checkpoint_path(path, h, image))?;
-        }
-    }
-    Ok(())
 }

@@ -16,10 +16,10 @@
 //! own warehouses, so every partition has the same layout.
 
 use crate::arch::{Place, TableGroup, movable, place};
-use crate::config::Params;
 use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
 use crate::error::{PodError, Result};
-use crate::stats::HOST_STATS_BYTES;
+use crate::memory::params::Params;
+use crate::run::stats::HOST_STATS_BYTES;
 use crate::tpcc::schema::*;
 
 /// A row array (a table or one column group of a table).
@@ -312,7 +312,7 @@ impl Layout {
             }
         }
         if shared_nothing {
-            let per = 2 * crate::remote::MESSAGE_BYTES_MAX;
+            let per = 2 * crate::constants::MESSAGE_BYTES_MAX;
             remote.channel_buffers = shared.take(channels * per);
         }
         let shared_used = shared.0.next_multiple_of(4096) - shared_start;
@@ -566,7 +566,7 @@ impl Layout {
         assert!(r.workers > 0 && from < self.params.hosts && to < self.params.hosts);
         assert!((worker as u64) < r.workers);
         let i = (from as u64 * r.workers + worker as u64) * hosts + to as u64;
-        let per = 2 * crate::remote::MESSAGE_BYTES_MAX;
+        let per = 2 * crate::constants::MESSAGE_BYTES_MAX;
         (
             r.channel_controls + i * CACHE_LINE_BYTES,
             r.channel_buffers + i * per,
@@ -794,13 +794,13 @@ impl Fnv {
 mod tests {
     use super::*;
     use crate::arch::Arch;
-    use crate::config::PodConfig;
+    use crate::run::config::PodConfig;
 
     fn params(arch: Arch, hosts: u16, w: u32) -> Params {
         let mut c = PodConfig::new("/dev/shm/unused", hosts, w);
         c.arch = arch;
         c.duration = std::time::Duration::from_secs(1);
-        Params::from_config(&c)
+        c.params()
     }
 
     #[test]

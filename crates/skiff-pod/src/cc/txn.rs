@@ -24,18 +24,18 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
+use crate::arch::dynamic::{self, Miss, Reply, Route, Tuples};
+use crate::arch::remote::{self, Coordinator, RemoteError};
 use crate::arch::{CcProtocol, Place};
+use crate::cc::lockword::{self, Conflict, Mode};
 use crate::constants::{DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
-use crate::cxl::{Coherence, CxlAccess};
-use crate::dynamic::{self, Miss, Reply, Route, Tuples};
-use crate::futex;
-use crate::header::state;
-use crate::layout::{Array, Loc, LockTable};
-use crate::lockword::{self, Conflict, Mode};
+use crate::durability::recovery::{self, TxnSlot};
+use crate::durability::wal::{Redo, Tag, Wal, kind};
 use crate::memory::PodMemory;
-use crate::recovery::{self, TxnSlot};
-use crate::remote::{self, Coordinator, RemoteError};
-use crate::wal::{Redo, Tag, Wal, kind};
+use crate::memory::cxl::{Coherence, CxlAccess};
+use crate::memory::futex;
+use crate::memory::header::state;
+use crate::memory::layout::{Array, Loc, LockTable};
 
 /// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
 const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -159,7 +159,7 @@ impl<'m> Txn<'m> {
     /// The context of worker `worker` of `host` (its mailbox in (e)).
     pub(crate) fn for_worker(mem: &'m PodMemory, host: u16, worker: u16) -> Txn<'m> {
         let l = &mem.layout;
-        let incarnation = crate::lease::HostRecord::of(mem, host).incarnation();
+        let incarnation = crate::durability::lease::HostRecord::of(mem, host).incarnation();
         Txn {
             mem,
             host,
@@ -255,7 +255,7 @@ impl<'m> Txn<'m> {
         self.mem
     }
 
-    pub(crate) fn cxl_counters(&self) -> crate::cxl::CxlCounters {
+    pub(crate) fn cxl_counters(&self) -> crate::memory::cxl::CxlCounters {
         self.cxl.counters()
     }
 
@@ -666,7 +666,7 @@ impl<'m> Txn<'m> {
         Some(&mut c.tuples[i].rows[group])
     }
 
-    fn local(&self, loc: Loc) -> &'m crate::region::Mapping {
+    fn local(&self, loc: Loc) -> &'m crate::memory::region::Mapping {
         match loc.place {
             Place::Partition => {
                 assert_eq!(loc.host, self.host, "row in another host's partition");

@@ -10,22 +10,21 @@
 //! host does, when it runs out of room); hosts finish, publish their stats
 //! and count themselves in `hosts_done`.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytemuck::{Pod, Zeroable};
 
 use crate::arch::{Arch, CcProtocol};
-use crate::config::Params;
 use crate::constants::{
     DURATION_MS_MAX, DYNAMIC_SLOTS_MAX, DYNAMIC_SLOTS_MIN, HEADER_BYTES, HOSTS_MAX,
     REGION_BYTES_MAX, STOP_REASON_BYTES_MAX, WAREHOUSES_MAX,
 };
-use crate::cxl::CxlModel;
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::layout::Layout;
-use crate::region::Mapping;
+use crate::memory::cxl::CxlModel;
+use crate::memory::futex;
+use crate::memory::layout::Layout;
+use crate::memory::params::Params;
+use crate::memory::region::Mapping;
 use crate::tpcc::random::NurandConstants;
 
 pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
@@ -253,7 +252,7 @@ fn params_from(h: &PodHeaderFixed) -> std::result::Result<Params, String> {
             1,
             crate::constants::WORKERS_PER_HOST_MAX as u64,
         )? as u16,
-        mix: crate::config::Mix::from_code(h.mix)
+        mix: crate::memory::params::Mix::from_code(h.mix)
             .ok_or_else(|| format!("mix {} unknown", h.mix))?,
         new_order_pct: in_range("new_order_pct", h.new_order_pct, 0, 100)? as u8,
         multi_warehouse_pct: mwp,
@@ -381,6 +380,11 @@ impl<'m> Control<'m> {
         futex::wake_all(self.measure_epoch);
     }
 
+    /// Where a thread's figures start: from now, until the warm-up ends.
+    pub(crate) fn window(&self) -> crate::run::stats::Window<'m> {
+        crate::run::stats::Window::on(self.measure_epoch)
+    }
+
     /// Why a host stopped the run early, if one did.
     pub(crate) fn stop_reason(&self) -> Option<String> {
         let n = (self
@@ -410,20 +414,16 @@ impl<'m> Control<'m> {
     }
 }
 
-/// `PATH.hostN`: the partition file of host `host`.
-pub(crate) fn part_path(pod_path: &Path, host: u16) -> std::path::PathBuf {
-    let mut s = pod_path.as_os_str().to_owned();
-    s.push(format!(".host{host}"));
-    s.into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
     use crate::arch::Arch;
-    use crate::config::PodConfig;
+    use crate::memory::files::part_path;
+    use crate::memory::region::tests::TempShm;
     use crate::memory::{Parts, PodMemory};
-    use crate::region::tests::TempShm;
+    use crate::run::config::PodConfig;
 
     fn damaged(path: &Path, f: impl Fn(&mut PodHeaderFixed)) -> String {
         let pod = Mapping::open(path, true).unwrap();
@@ -445,7 +445,7 @@ mod tests {
         let mut cfg = PodConfig::new(&shm.0, 2, 2);
         cfg.arch = Arch::PashaStatic;
         cfg.duration = std::time::Duration::from_secs(1);
-        let created = PodMemory::create(&shm.0, Params::from_config(&cfg)).unwrap();
+        let created = PodMemory::create(&shm.0, cfg.params()).unwrap();
         let reopened = PodMemory::open(&shm.0, false, Parts::All).unwrap();
         assert_eq!(reopened.layout.hash, created.layout.hash);
         assert_eq!(reopened.params().nurand, created.params().nurand);

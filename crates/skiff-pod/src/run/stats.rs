@@ -5,7 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::constants::HOST_ERROR_BYTES_MAX;
-use crate::cxl::CxlCounters;
+use crate::memory::cxl::CxlCounters;
 
 /// Log-linear latency buckets: values below 32 ns exactly, then 16 buckets
 /// per power of two (6% resolution) up to 2^40 ns (18 minutes).
@@ -334,11 +334,8 @@ pub(crate) struct Window<'m> {
 }
 
 impl<'m> Window<'m> {
-    pub(crate) fn new(control: &crate::header::Control<'m>) -> Window<'m> {
-        Window::on(control.measure_epoch)
-    }
-
-    fn on(epoch: &'m std::sync::atomic::AtomicU32) -> Window<'m> {
+    /// A window on the run's measurement epoch (`Control::window`).
+    pub(crate) fn on(epoch: &'m std::sync::atomic::AtomicU32) -> Window<'m> {
         Window {
             epoch,
             seen: epoch.load(std::sync::atomic::Ordering::Acquire),

@@ -5,7 +5,7 @@
 //! in pod memory in (b); the protocol and the transaction code are the same.
 //!
 //! Messages (request → reply), all synchronous, from a coordinator worker
-//! to a **participant**: one thread on the owner host per remote worker,
+//! to a **participant** (`participant`): one thread on the owner host per remote worker,
 //! with its own transaction context, so it can wait for a lock (WAIT_DIE)
 //! without holding anyone else up.
 //! - `LOCK table w idx mode age` → `OK rows...` | `CONFLICT`: the owner takes
@@ -33,8 +33,9 @@
 //! coordinator's decision in the coordinator's log, or for the coordinator
 //! to be gone, which without a decision means abort ([`await_decision`]).
 //! A restarted participant resolves its in-doubt records the same way
-//! (`recovery`).
+//! ([`settle_in_doubt`]).
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicU32;
@@ -42,20 +43,15 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
-use crate::cxl::{CxlAccess, CxlCounters};
-use crate::futex;
-use crate::header::state;
-use crate::layout::{Array, LockTable};
-use crate::lease::{HostRecord, life};
-use crate::lockword::Mode;
+use crate::cc::lockword::Mode;
+use crate::constants::MESSAGE_BYTES_MAX;
+use crate::durability::lease::{HostRecord, life};
+use crate::durability::wal;
 use crate::memory::PodMemory;
-use crate::txn::{Txn, TxnError};
-use crate::wal;
-
-/// Largest message: a PREPARE with every row a transaction may change at
-/// one participant (15 stock rows of NewOrder: 15 * (24 + 80) bytes;
-/// Payment's customer: 2 * 24 + 184 + 500) fits many times over.
-pub(crate) const MESSAGE_BYTES_MAX: u64 = 16 * 1024;
+use crate::memory::cxl::CxlAccess;
+use crate::memory::futex;
+use crate::memory::header::state;
+use crate::memory::layout::{Array, LockTable};
 
 /// How long a coordinator waits for any one reply before it gives the
 /// participant up as down.
@@ -69,7 +65,8 @@ const DOWN_POLL: Duration = Duration::from_millis(10);
 /// Longest single futex sleep of a pod-memory channel end.
 const CHANNEL_SLICE: Duration = Duration::from_millis(50);
 
-mod op {
+/// Message codes: requests, then replies.
+pub(crate) mod op {
     pub const LOCK: u32 = 1;
     pub const PREPARE: u32 = 2;
     pub const COMMIT: u32 = 3;
@@ -94,11 +91,11 @@ pub(crate) fn arrays_of(table: LockTable) -> &'static [Array] {
     }
 }
 
-fn table_code(t: LockTable) -> u32 {
+pub(crate) fn table_code(t: LockTable) -> u32 {
     t as u32 + 1
 }
 
-fn table_of(code: u32) -> Option<LockTable> {
+pub(crate) fn table_of(code: u32) -> Option<LockTable> {
     [
         LockTable::Warehouse,
         LockTable::District,
@@ -111,7 +108,7 @@ fn table_of(code: u32) -> Option<LockTable> {
     .find(|&t| table_code(t) == code)
 }
 
-fn array_of(code: u32) -> Option<Array> {
+pub(crate) fn array_of(code: u32) -> Option<Array> {
     [
         Array::Warehouse,
         Array::District,
@@ -134,7 +131,7 @@ impl Msg {
         m.u32(op);
         m
     }
-    fn u32(&mut self, v: u32) -> &mut Msg {
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Msg {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
@@ -142,7 +139,7 @@ impl Msg {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn bytes(&mut self, b: &[u8]) -> &mut Msg {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> &mut Msg {
         self.u32(b.len() as u32);
         self.0.extend_from_slice(b);
         self
@@ -150,20 +147,20 @@ impl Msg {
 }
 
 /// Reads a message; every read is checked, a short message is an error.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         let (h, t) = self.0.split_at_checked(4)?;
         self.0 = t;
         Some(u32::from_le_bytes(h.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         let (h, t) = self.0.split_at_checked(8)?;
         self.0 = t;
         Some(u64::from_le_bytes(h.try_into().ok()?))
     }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
         let (h, t) = self.0.split_at_checked(n)?;
         self.0 = t;
@@ -585,114 +582,6 @@ impl Serve for PodChannel<'_> {
     }
 }
 
-// ------------------------------------------------------------ participant
-
-/// Serves one coordinator worker until it closes the link: LOCK, PREPARE,
-/// COMMIT and ABORT on this host's partition. Returns the CPU time it used
-/// and the CXL traffic its channel caused since measurement started
-/// (`Window`: it restarts its clock at the first request after the warm-up
-/// ended).
-pub(crate) fn serve<'m>(
-    mem: &'m PodMemory,
-    host: u16,
-    wal: &'m crate::wal::Wal,
-    gate: &crate::checkpoint::Gate,
-    mut link: impl Serve,
-) -> Result<(u64, CxlCounters), String> {
-    let mut window = crate::stats::Window::new(&mem.control());
-    let mut cpu_start = crate::stats::thread_cpu_ns();
-    let mut txn = Txn::for_worker(mem, host, 0);
-    let mut cxl_start = CxlCounters::default();
-    // The owner logs what it writes for remote coordinators; shared nothing
-    // writes only partitions, so no transaction slot.
-    txn.attach_log(wal, false);
-    let (mut request, mut reply) = (Vec::new(), Msg::default());
-    // Inside the checkpoint gate from a transaction's first request to
-    // its end.
-    let mut inside = false;
-    loop {
-        match link.recv(txn.cxl_mut(), &mut request)? {
-            Received::Request => {
-                if window.restarted() {
-                    cpu_start = crate::stats::thread_cpu_ns();
-                    cxl_start = txn.cxl_counters();
-                }
-                if !inside {
-                    gate.enter();
-                    inside = true;
-                }
-                reply.0.clear();
-                let prepared = txn.prepared();
-                handle(&mut txn, host, &request, &mut reply);
-                settled(mem, prepared, &txn);
-                if !txn.is_active() {
-                    gate.leave();
-                    inside = false;
-                }
-                link.reply(txn.cxl_mut(), &reply.0)?;
-            }
-            Received::Closed => break,
-            Received::CoordinatorGone => {
-                let prepared = txn.prepared();
-                end_session(mem, &mut txn)?;
-                settled(mem, prepared, &txn);
-                if inside {
-                    gate.leave();
-                    inside = false;
-                }
-                if !link.outlives_coordinator() {
-                    break;
-                }
-            }
-        }
-    }
-    let prepared = txn.prepared();
-    end_session(mem, &mut txn)?;
-    settled(mem, prepared, &txn);
-    if inside {
-        gate.leave();
-    }
-    if window.restarted() {
-        // No request since the warm-up ended: nothing was measured.
-        cpu_start = crate::stats::thread_cpu_ns();
-        cxl_start = txn.cxl_counters();
-    }
-    Ok((
-        crate::stats::thread_cpu_ns() - cpu_start,
-        txn.cxl_counters().since(&cxl_start),
-    ))
-}
-
-/// A prepared part (`prepared`, before the request) that is resolved now
-/// no longer holds its coordinator's decision in its log.
-fn settled(mem: &PodMemory, prepared: Option<wal::Tag>, txn: &Txn<'_>) {
-    if let Some(tag) = prepared
-        && txn.prepared().is_none()
-        && let Some(coordinator) = coordinator_of(mem, tag)
-    {
-        HostRecord::of(mem, coordinator).in_doubt_sub();
-    }
-}
-
-/// The coordinator's transaction ends without it: what was not prepared is
-/// undone; a prepared one is in doubt and follows the coordinator's
-/// decision.
-fn end_session(mem: &PodMemory, txn: &mut Txn<'_>) -> Result<(), String> {
-    if !txn.is_active() {
-        return Ok(());
-    }
-    let committed = match txn.prepared() {
-        Some(tag) => await_decision(mem, tag)?,
-        None => false,
-    };
-    if committed {
-        txn.commit();
-    } else {
-        txn.abort();
-    }
-    txn.take_fatal().map_or(Ok(()), Err)
-}
-
 /// The coordinator host of the distributed transaction a tag names, if it
 /// is one (tags are data).
 pub(crate) fn coordinator_of(mem: &PodMemory, tag: wal::Tag) -> Option<u16> {
@@ -709,7 +598,7 @@ pub(crate) fn await_decision(mem: &PodMemory, tag: wal::Tag) -> Result<bool, Str
     let Some(coordinator) = coordinator_of(mem, tag) else {
         return Err(format!("prepared record names transaction {:#x}", tag.peer));
     };
-    let log = wal::wal_path(mem.pod.path(), coordinator);
+    let log = crate::memory::files::wal_path(mem.pod.path(), coordinator);
     let give_up = Instant::now() + DECISION_WAIT_MAX;
     loop {
         // Read before the log: if it was gone then, the log was final.
@@ -730,120 +619,58 @@ pub(crate) fn await_decision(mem: &PodMemory, tag: wal::Tag) -> Result<bool, Str
     }
 }
 
-fn handle(txn: &mut Txn<'_>, host: u16, request: &[u8], reply: &mut Msg) {
-    let mut r = Reader(request);
-    let ok = match r.u32() {
-        Some(op::LOCK) => lock(txn, host, &mut r, reply),
-        Some(op::PREPARE) => prepare(txn, host, &mut r, reply),
-        Some(op::COMMIT) if txn.is_active() => {
-            txn.commit();
-            reply.u32(op::ACK);
-            true
+/// The outcomes of a restarted host's prepared transactions, by distributed
+/// transaction (`wal::Tag::peer`), for the replay of its log
+/// (`recovery::replay_own_log`): its own `RESOLVED_*` marker says, or, for
+/// one that was in doubt when the host died, the coordinator's log
+/// ([`await_decision`]); that outcome is logged now, so the log answers for
+/// itself from here on. (Its locks were held until the outcome, so records
+/// after it in the log are later writes.)
+pub(crate) fn settle_in_doubt(
+    mem: &PodMemory,
+    host: u16,
+    wal: &wal::Wal,
+) -> crate::error::Result<HashMap<u64, bool>> {
+    use crate::error::PodError;
+    use wal::kind;
+    let path = crate::memory::files::wal_path(mem.pod.path(), host);
+    let mut outcomes: HashMap<u64, bool> = HashMap::new();
+    let mut prepared = Vec::new();
+    wal::read_log(&path, |r, _| {
+        match r.tag.kind {
+            kind::RESOLVED_COMMIT => _ = outcomes.insert(r.tag.peer, true),
+            kind::RESOLVED_ABORT => _ = outcomes.insert(r.tag.peer, false),
+            kind::PREPARED => prepared.push((r.txn_id, r.tag)),
+            _ => {}
         }
-        Some(op::ABORT) => {
-            if txn.is_active() {
-                txn.abort();
-            }
-            reply.u32(op::ACK);
-            true
+        Ok(())
+    })?;
+    for (txn_id, tag) in prepared {
+        if outcomes.contains_key(&tag.peer) {
+            continue;
         }
-        _ => false,
-    };
-    if !ok {
-        reply.0.clear();
-        reply.u32(op::ERROR);
-    }
-}
-
-/// A tuple key from a request, validated against this host's partition.
-fn key(txn: &Txn<'_>, host: u16, table: u32, w: u32, idx: u64) -> Option<(LockTable, u32, u64)> {
-    let l = &txn.mem().layout;
-    let table = table_of(table)?;
-    let owned = (1..=l.params.warehouses).contains(&w) && l.host_of(w) == host;
-    (owned && idx < l.lock_rows(table) && !arrays_of(table).is_empty()).then_some((table, w, idx))
-}
-
-fn lock(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) -> bool {
-    let (Some(t), Some(w), Some(idx), Some(mode), Some(age)) =
-        (r.u32(), r.u32(), r.u64(), r.u32(), r.u32())
-    else {
-        return false;
-    };
-    let Some((table, w, idx)) = key(txn, host, t, w, idx) else {
-        return false;
-    };
-    let mode = match mode {
-        0 => Mode::Shared,
-        1 => Mode::Exclusive,
-        _ => return false,
-    };
-    if !txn.is_active() {
-        txn.begin(age & ((1 << crate::lockword::AGE_BITS) - 1));
-    }
-    match txn.lock(table, w, idx, mode) {
-        Ok(()) => {
-            reply.u32(op::OK);
-            let mut buf = Vec::new();
-            for &a in arrays_of(table) {
-                buf.resize(a.row_bytes() as usize, 0);
-                txn.get_bytes(a, w, idx, &mut buf);
-                reply.bytes(&buf);
-            }
-            true
+        let committed = await_decision(mem, tag).map_err(PodError::Corrupt)?;
+        outcomes.insert(tag.peer, committed);
+        if let Some(coordinator) = coordinator_of(mem, tag) {
+            HostRecord::of(mem, coordinator).in_doubt_sub();
         }
-        Err(TxnError::Conflict) => {
-            reply.u32(op::CONFLICT);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-fn prepare(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) -> bool {
-    let (Some(id), Some(inc), Some(n)) = (r.u64(), r.u32(), r.u32()) else {
-        return false;
-    };
-    if !txn.is_active() || txn.prepared().is_some() {
-        return false;
-    }
-    for _ in 0..n {
-        let (Some(a), Some(w), Some(idx), Some(bytes)) = (r.u32(), r.u32(), r.u64(), r.bytes())
-        else {
-            return false;
+        let kind = if committed {
+            kind::RESOLVED_COMMIT
+        } else {
+            kind::RESOLVED_ABORT
         };
-        let Some(array) = array_of(a) else {
-            return false;
-        };
-        let l = &txn.mem().layout;
-        let Some((table, lidx)) = l.covering_lock(array, idx) else {
-            return false;
-        };
-        if key(txn, host, table_code(table), w, lidx).is_none()
-            || bytes.len() as u64 != array.row_bytes()
-            || !txn.holds(table, w, lidx, Mode::Exclusive)
-        {
-            return false;
-        }
-        txn.put_bytes(array, w, idx, bytes);
+        let logged = wal
+            .append(
+                &wal::Redo::default(),
+                txn_id,
+                wal.next_seq(None),
+                wal::Tag { kind, ..tag },
+                |_, _| {},
+            )
+            .and_then(|end| wal.wait_durable(end));
+        logged.map_err(PodError::Corrupt)?;
     }
-    let tag = wal::Tag {
-        kind: wal::kind::PREPARED,
-        peer: id,
-        peer_inc: inc,
-    };
-    let Some(coordinator) = coordinator_of(txn.mem(), tag) else {
-        return false;
-    };
-    // Counted before it is logged, so the coordinator never drops a
-    // decision a logged prepared part may need.
-    HostRecord::of(txn.mem(), coordinator).in_doubt_add();
-    // Durable before the vote: a restart redoes it if the coordinator
-    // decides to commit.
-    if txn.prepare(tag).is_err() {
-        return false;
-    }
-    reply.u32(op::YES);
-    true
+    Ok(outcomes)
 }
 
 // ------------------------------------------------------------ coordinator

@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use crate::constants::{LEASE_BEAT_MS, LEASE_MS};
+use crate::durability::recovery;
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::header::state;
 use crate::memory::PodMemory;
-use crate::recovery;
+use crate::memory::futex;
+use crate::memory::header::state;
 
 pub(crate) mod life {
     pub const NONE: u32 = 0;
@@ -61,7 +61,7 @@ const REBUILD_ROWS: u64 = REBUILD_RECORDS + 8;
 /// (a), (b): participants' prepared transactions of this coordinator that
 /// are not resolved yet, on any host.
 const IN_DOUBT: u64 = REBUILD_ROWS + 8;
-const _: () = assert!(IN_DOUBT + 4 <= crate::layout::HOST_RECORD_BYTES);
+const _: () = assert!(IN_DOUBT + 4 <= crate::memory::layout::HOST_RECORD_BYTES);
 
 /// Milliseconds of CLOCK_MONOTONIC: the same clock in every process.
 pub(crate) fn mono_ms() -> u64 {

@@ -10,22 +10,23 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::arch::dynamic::Mover;
+use crate::arch::remote;
 use crate::arch::{Arch, Place};
-use crate::checkpoint::{self, Gate};
-use crate::config::Mix;
+use crate::cc::txn::{Txn, TxnError, TxnResult, age_now};
 use crate::constants::TXN_ATTEMPTS_MAX;
-use crate::dynamic::Mover;
+use crate::durability::checkpoint::{self, Gate};
+use crate::durability::lease::{self, HostRecord};
+use crate::durability::wal::{Wal, WalCounters};
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::header::{Control, state};
-use crate::layout::Array;
-use crate::lease::{self, HostRecord};
+use crate::memory::files::wal_path;
+use crate::memory::futex;
+use crate::memory::header::{Control, state};
+use crate::memory::layout::Array;
+use crate::memory::params::Mix;
 use crate::memory::{Parts, PodMemory};
-use crate::remote;
-use crate::stats::ProtocolCounters;
-use crate::stats::{
-    HOST_STATS_BYTES, HostStatsRaw, TxnCounters, Window, WorkerStats, thread_cpu_ns,
-};
+use crate::run::stats::ProtocolCounters;
+use crate::run::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
 use crate::tpcc::audit::audit_warehouse;
 use crate::tpcc::delivery::deliver_district;
 use crate::tpcc::input::{
@@ -37,8 +38,6 @@ use crate::tpcc::payment::payment;
 use crate::tpcc::random::Rng;
 use crate::tpcc::schema::DISTRICTS_PER_WAREHOUSE;
 use crate::tpcc::stock_level::stock_level;
-use crate::txn::{Txn, TxnError, TxnResult, age_now};
-use crate::wal::{Wal, WalCounters, wal_path};
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 
@@ -102,7 +101,7 @@ pub fn host_main(args: &HostArgs) -> Result<()> {
     };
     // Checkpoints copy only the pages written since the last one: a fresh
     // partition is the load's checkpoint, a restarted one is cleared once
-    // its checkpoint is copied in (`recovery::rebuild_partition`).
+    // its checkpoint is copied in ([`rebuild_partition`]).
     if let Some(Some(part)) = mem.parts.get_mut(args.host as usize) {
         part.track_writes();
     }
@@ -172,6 +171,32 @@ fn listen(mem: &PodMemory, host: u16) -> Result<Option<std::net::TcpListener>> {
     Ok(Some(l))
 }
 
+/// Rebuilds restarted host `host`'s partition, which must be freshly
+/// zeroed: its latest checkpoint, then its own log from the log's start
+/// (the checkpoint's end, or earlier), front to back (`recovery`). In
+/// shared nothing the log's prepared transactions count as their
+/// distributed transactions ended, which those in doubt learn now (`remote`);
+/// in (e) the home words of tuples it had moved forward to them again
+/// (`dynamic`). Returns the number of log records read and rows written.
+/// `wal` is the host's reopened log, where the outcomes of prepared
+/// transactions that were in doubt are logged.
+pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
+    if !mem.layout.has_partitions() {
+        // (c): every row is in pod memory; nothing private was lost.
+        return Ok((0, 0));
+    }
+    checkpoint::restore_checkpoint(mem, host)?;
+    // The partition is its checkpoint now; the next one copies only what
+    // replay and later transactions write.
+    mem.part(host).forget_dirty();
+    let outcomes = remote::settle_in_doubt(mem, host, wal)?;
+    let replayed = crate::durability::recovery::replay_own_log(mem, host, &outcomes)?;
+    if mem.layout.dynamic_slots() > 0 {
+        crate::arch::dynamic::restore_home_words(mem, host);
+    }
+    Ok(replayed)
+}
+
 /// A restarted host: takes its record back (reclaiming its previous
 /// incarnation's pod locks and writes if no survivor did), rebuilds its
 /// partition from its latest checkpoint and its log (resolving prepared
@@ -183,9 +208,9 @@ fn rejoin(mem: &PodMemory, host: u16) -> Result<(WorkerStats, Duration)> {
     lease::take_over(mem, host, Instant::now() + HOST_START_TIMEOUT)?;
     let wal = Wal::open(&wal_path(mem.pod.path(), host), true)?;
     let started = Instant::now();
-    let (records, rows) = crate::recovery::rebuild_partition(mem, host, &wal)?;
+    let (records, rows) = rebuild_partition(mem, host, &wal)?;
     if mem.layout.dynamic_slots() > 0 {
-        crate::dynamic::reset_mailboxes(mem, host)
+        crate::arch::dynamic::reset_mailboxes(mem, host)
             .map_err(|reason| PodError::HostFailed { host, reason })?;
     }
     HostRecord::of(mem, host).note_rebuilt(started.elapsed(), records, rows);
@@ -309,7 +334,7 @@ fn participants<'s, 'm: 's>(
     let failed = move |reason: String| PodError::HostFailed { host, reason };
     // A link returns the CPU time its participant used while measuring,
     // and the CXL traffic of its channel.
-    type Served = Result<(u64, crate::cxl::CxlCounters), String>;
+    type Served = Result<(u64, crate::memory::cxl::CxlCounters), String>;
     let serve_one = move |link: Box<dyn FnOnce() -> Served + Send + 's>| {
         let (cpu_ns, cxl) = link().map_err(failed)?;
         Ok(WorkerStats {
@@ -325,7 +350,13 @@ fn participants<'s, 'm: 's>(
                 let stopped = || mem.control().state() != state::RUNNING;
                 while let Some(stream) = remote::accept(l, hard_stop, stopped).map_err(failed)? {
                     let link: Box<dyn FnOnce() -> Served + Send + 's> = Box::new(move || {
-                        remote::serve(mem, host, wal, gate, remote::TcpServe(stream))
+                        crate::run::participant::serve(
+                            mem,
+                            host,
+                            wal,
+                            gate,
+                            remote::TcpServe(stream),
+                        )
                     });
                     handles.push(s.spawn(move || serve_one(link)));
                 }
@@ -335,7 +366,7 @@ fn participants<'s, 'm: 's>(
                     for k in 0..p.workers_per_host {
                         let link: Box<dyn FnOnce() -> Served + Send + 's> = Box::new(move || {
                             let ch = remote::PodChannel::serving(mem, g, k, host, hard_stop);
-                            remote::serve(mem, host, wal, gate, ch)
+                            crate::run::participant::serve(mem, host, wal, gate, ch)
                         });
                         handles.push(s.spawn(move || serve_one(link)));
                     }
@@ -445,7 +476,7 @@ fn worker(
     }
     let mut stats = WorkerStats::default();
     let mut cpu_start = thread_cpu_ns();
-    let mut window = Window::new(&control);
+    let mut window = control.window();
     let mut done = 0u64;
     while control.state() == state::RUNNING {
         if window.restarted() {
@@ -512,7 +543,7 @@ enum Kind {
 
 impl Kind {
     /// The next transaction of the run's mix.
-    fn pick(params: &crate::config::Params, rng: &mut Rng) -> Kind {
+    fn pick(params: &crate::memory::params::Params, rng: &mut Rng) -> Kind {
         let r = rng.uniform(1, 100);
         match params.mix {
             Mix::NewOrderPayment if r <= params.new_order_pct as u64 => Kind::NewOrder,
@@ -551,7 +582,7 @@ impl InputGen {
 }
 
 impl WorkerStats {
-    fn of(&mut self, kind: Kind) -> (&mut TxnCounters, &mut crate::stats::Histogram) {
+    fn of(&mut self, kind: Kind) -> (&mut TxnCounters, &mut crate::run::stats::Histogram) {
         match kind {
             Kind::NewOrder => (&mut self.new_order, &mut self.new_order_latency),
             Kind::Payment => (&mut self.payment, &mut self.payment_latency),
@@ -698,7 +729,7 @@ fn auditor(
     let mut txn = Txn::for_worker(mem, host, mem.params().workers_per_host);
     txn.attach_log(wal, true);
     let mut stats = WorkerStats::default();
-    let mut window = Window::new(&control);
+    let mut window = control.window();
     let mut next = host as usize;
     while control.state() == state::RUNNING && Instant::now() < hard_stop {
         if window.restarted() {

@@ -28,23 +28,19 @@
 //! redone. Both decide from the same bytes of the same file.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::arch::Place;
+use crate::cc::lockword;
 use crate::constants::{TXN_POD_UNDO_ENTRIES_MAX, TXN_UNDO_BYTES_MAX};
-use crate::cxl::CxlAccess;
+use crate::durability::wal::{self, kind};
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::header;
-use crate::layout::{Array, LockTable, RECOVERY_GLOBAL_BYTES};
-use crate::lockword;
 use crate::memory::PodMemory;
-use crate::remote;
+use crate::memory::cxl::CxlAccess;
+use crate::memory::futex;
+use crate::memory::layout::{Array, RECOVERY_GLOBAL_BYTES};
 use crate::tpcc::schema::District;
-use crate::wal::{self, Redo, Tag, Wal, kind};
 
 /// Transaction slot states.
 const SLOT_IDLE: u64 = 0;
@@ -168,7 +164,7 @@ pub(crate) struct Reclaimed {
 /// (`lease`): the host's processes are gone and nobody else reclaims it.
 pub(crate) fn reclaim(mem: &PodMemory, dead: u16) -> Result<Reclaimed> {
     let mut out = Reclaimed::default();
-    let log = wal::wal_path(mem.pod.path(), dead);
+    let log = crate::memory::files::wal_path(mem.pod.path(), dead);
     for worker in 0..=mem.params().workers_per_host {
         let off = mem.layout.txn_slot(dead, worker);
         let state = mem.pod.atomic_u64(off + SLOT_STATE).load(Acquire);
@@ -283,136 +279,6 @@ fn release_locks(mem: &PodMemory, dead: u16) -> u64 {
     released
 }
 
-/// `PATH.hostN.ckptI`: checkpoint image `image` (0 or 1) of host `host`'s
-/// partition. The log's header says which one a restart starts from; the
-/// other is the one the next checkpoint brings up to date (`checkpoint`).
-pub(crate) fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf {
-    let mut s = pod_path.as_os_str().to_owned();
-    s.push(format!(".host{host}.ckpt{image}"));
-    s.into()
-}
-
-/// Saves every partition as loaded (the coordinator, after the load): the
-/// first checkpoint, which log replay starts from until a host takes its
-/// own (`checkpoint`). Partition files are sparse and mostly holes (order
-/// slots for the whole run), so only their data is copied, and the copy
-/// stays sparse.
-pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
-    for h in 0..mem.params().hosts {
-        if let Some(Some(part)) = mem.parts.get(h as usize) {
-            for image in 0..2 {
-                let dst = checkpoint_path(mem.pod.path(), h, image);
-                crate::checkpoint::write_image(part.path(), part.len(), &dst)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Calls `put(offset, bytes)` for each data extent of `src` (holes
-/// skipped, found with SEEK_DATA / SEEK_HOLE). Returns the file's length.
-pub(crate) fn copy_sparse(
-    src: &Path,
-    mut put: impl FnMut(u64, &[u8]) -> Result<()>,
-) -> Result<u64> {
-    use std::os::fd::AsRawFd;
-    let from = std::fs::File::open(src).map_err(|e| PodError::io(src, e))?;
-    let len = from.metadata().map_err(|e| PodError::io(src, e))?.len();
-    let fd = from.as_raw_fd();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < len {
-        // SAFETY: lseek on a file descriptor this function owns.
-        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
-        if data < 0 {
-            break; // ENXIO: only a hole remains
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        let (mut off, end) = (data as u64, (hole.max(data) as u64).min(len));
-        while off < end {
-            let n = ((end - off) as usize).min(buf.len());
-            from.read_exact_at(&mut buf[..n], off)
-                .map_err(|e| PodError::io(src, e))?;
-            put(off, &buf[..n])?;
-            off += n as u64;
-        }
-        at = end.max(at + 1);
-    }
-    Ok(len)
-}
-
-/// Rebuilds host `host`'s partition, which must be freshly zeroed: its
-/// latest checkpoint, then its own log from the log's start (the
-/// checkpoint's end, or earlier), front to back.
-/// Returns the number of log records read and rows written. `wal` is the
-/// host's reopened log, where the outcomes of prepared transactions that
-/// were in doubt are logged.
-pub(crate) fn rebuild_partition(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
-    if !mem.layout.has_partitions() {
-        // (c): every row is in pod memory; nothing private was lost.
-        return Ok((0, 0));
-    }
-    restore_checkpoint(mem, host)?;
-    // The partition is its checkpoint now; the next one copies only what
-    // replay and later transactions write.
-    mem.part(host).forget_dirty();
-    let replayed = replay_own_log(mem, host, wal)?;
-    if mem.layout.dynamic_slots() > 0 {
-        restore_home_words(mem, host);
-    }
-    Ok(replayed)
-}
-
-/// (e): a tuple the host had moved to one of its slots stays there while
-/// it is dead (survivors keep using it through the directory), so its home
-/// word must forward to the slot again; every other home word is free (no
-/// transaction of the dead host survives it).
-fn restore_home_words(mem: &PodMemory, host: u16) {
-    let l = &mem.layout;
-    let part = mem.part(host);
-    for table in [LockTable::Customer, LockTable::Stock] {
-        if !l.movable(table) {
-            continue;
-        }
-        for w in l.warehouses_of(host) {
-            for idx in 0..l.lock_rows(table) {
-                part.atomic_u64(l.lock(table, w, idx).off).store(0, Release);
-            }
-        }
-        for (w, idx, slot) in crate::dynamic::moved_tuples(mem, host, table) {
-            let home = part.atomic_u64(l.lock(table, w, idx).off);
-            home.store(lockword::forward_to(slot), Release);
-        }
-    }
-}
-
-/// Copies host `host`'s checkpoint (the image its log follows) into its
-/// (zeroed) partition.
-fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
-    let part = mem.part(host);
-    let image = wal::checkpoint_image(&wal::wal_path(mem.pod.path(), host))?;
-    let ckpt = checkpoint_path(mem.pod.path(), host, image);
-    let bad = |what: String| PodError::BadPodFile {
-        path: ckpt.clone(),
-        reason: what,
-    };
-    let len = std::fs::metadata(&ckpt)
-        .map_err(|e| PodError::io(&ckpt, e))?
-        .len();
-    if len != part.len() {
-        return Err(bad(format!(
-            "{len} bytes, the partition has {}",
-            part.len()
-        )));
-    }
-    copy_sparse(&ckpt, |off, bytes| {
-        part.write_bytes(off, bytes);
-        Ok(())
-    })?;
-    header::check_part_header(part, &mem.layout, host)
-}
-
 /// Whether a log entry names a row of `host`'s partition (entries are data).
 fn in_partition(mem: &PodMemory, host: u16, e: &wal::Entry<'_>) -> bool {
     let layout = &mem.layout;
@@ -429,49 +295,15 @@ fn in_partition(mem: &PodMemory, host: u16, e: &wal::Entry<'_>) -> bool {
 /// replaying its own log front to back, each image over the last, is exact.
 ///
 /// In shared nothing a participant's `PREPARED` record counts iff its
-/// distributed transaction committed: its own `RESOLVED_*` marker says so,
-/// or, for one that was in doubt when the host died, the coordinator's log
-/// ([`remote::await_decision`]); that outcome is logged now, so the log
-/// answers for itself from here on. (Its locks were held until the
-/// outcome, so records after it in the log are later writes.)
-fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
-    let path = wal::wal_path(mem.pod.path(), host);
-    let mut outcomes: HashMap<u64, bool> = HashMap::new();
-    let mut prepared = Vec::new();
-    wal::read_log(&path, |r, _| {
-        match r.tag.kind {
-            kind::RESOLVED_COMMIT => _ = outcomes.insert(r.tag.peer, true),
-            kind::RESOLVED_ABORT => _ = outcomes.insert(r.tag.peer, false),
-            kind::PREPARED => prepared.push((r.txn_id, r.tag)),
-            _ => {}
-        }
-        Ok(())
-    })?;
-    for (txn_id, tag) in prepared {
-        if outcomes.contains_key(&tag.peer) {
-            continue;
-        }
-        let committed = remote::await_decision(mem, tag).map_err(PodError::Corrupt)?;
-        outcomes.insert(tag.peer, committed);
-        if let Some(coordinator) = remote::coordinator_of(mem, tag) {
-            crate::lease::HostRecord::of(mem, coordinator).in_doubt_sub();
-        }
-        let kind = if committed {
-            kind::RESOLVED_COMMIT
-        } else {
-            kind::RESOLVED_ABORT
-        };
-        let logged = wal
-            .append(
-                &Redo::default(),
-                txn_id,
-                wal.next_seq(None),
-                Tag { kind, ..tag },
-                |_, _| {},
-            )
-            .and_then(|end| wal.wait_durable(end));
-        logged.map_err(PodError::Corrupt)?;
-    }
+/// distributed transaction committed, as `outcomes` says (by distributed
+/// transaction, `remote::settle_in_doubt`). Returns the number of log
+/// records read and rows written.
+pub(crate) fn replay_own_log(
+    mem: &PodMemory,
+    host: u16,
+    outcomes: &HashMap<u64, bool>,
+) -> Result<(u64, u64)> {
+    let path = crate::memory::files::wal_path(mem.pod.path(), host);
     let (mut records, mut rows) = (0u64, 0u64);
     let part = mem.part(host);
     wal::read_log(&path, |r, _| {
@@ -498,17 +330,20 @@ fn replay_own_log(mem: &PodMemory, host: u16, wal: &Wal) -> Result<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::FileExt;
+
     use super::*;
     use crate::arch::Arch;
-    use crate::config::PodConfig;
+    use crate::cc::txn::Txn;
+    use crate::durability::wal::{Redo, Tag, Wal};
     use crate::memory::Parts;
-    use crate::region::tests::TempShm;
+    use crate::memory::files::checkpoint_path;
+    use crate::memory::region::tests::TempShm;
+    use crate::run::config::PodConfig;
     use crate::tpcc::check::check_pod;
     use crate::tpcc::input::InputGen;
     use crate::tpcc::random::Rng;
     use crate::tpcc::schema::Warehouse;
-    use crate::txn::Txn;
-    use crate::wal::Wal;
 
     fn loaded(tag: &str) -> (TempShm, PodMemory) {
         let shm = TempShm::new(tag);
@@ -540,7 +375,7 @@ mod tests {
     #[test]
     fn reclaim_undoes_a_dead_hosts_unfinished_transactions() {
         let (shm, mem) = loaded("reclaim-undo");
-        let wal = Wal::open(&wal::wal_path(&shm.0, 1), false).unwrap();
+        let wal = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
         let inputs = InputGen {
             warehouses: 2,
             line_remote_p: 0.5,
@@ -565,7 +400,10 @@ mod tests {
         order.begin(1);
         let input = inputs.new_order(&mut rng, 1);
         let done = crate::tpcc::neworder::new_order(&mut order, &input, 5);
-        assert!(matches!(done, Ok(_) | Err(crate::txn::TxnError::Rollback)));
+        assert!(matches!(
+            done,
+            Ok(_) | Err(crate::cc::txn::TxnError::Rollback)
+        ));
         let o_before: Vec<District> = (0..10)
             .map(|d| pod_read(&mem, Array::District, 1, d))
             .collect();
@@ -613,7 +451,7 @@ mod tests {
         cfg.duration = std::time::Duration::from_secs(1);
         crate::load(&cfg).unwrap();
         let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-        let wal = Wal::open(&wal::wal_path(&shm.0, 1), false).unwrap();
+        let wal = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
         let inputs = InputGen {
             warehouses: 2,
             line_remote_p: 0.1,
@@ -676,7 +514,7 @@ mod tests {
             .unwrap();
         let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
         assert_ne!(snapshot(&lost), before, "the partition is gone");
-        let (records, rows) = rebuild_partition(&lost, 1, &wal).unwrap();
+        let (records, rows) = crate::run::host::rebuild_partition(&lost, 1, &wal).unwrap();
         assert!(records >= 200 && rows > 0, "{records} {rows}");
         drop(lost);
         let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
@@ -692,8 +530,8 @@ mod tests {
     /// logged, so a second rebuild needs no coordinator log.
     #[test]
     fn a_restarted_participant_follows_the_coordinators_decision() {
-        use crate::layout::LockTable;
-        use crate::lockword::Mode;
+        use crate::cc::lockword::Mode;
+        use crate::memory::layout::LockTable;
         use crate::tpcc::schema::Customer;
         for decision in [Some(true), Some(false), None] {
             let shm = TempShm::new("in-doubt");
@@ -702,8 +540,8 @@ mod tests {
             cfg.duration = std::time::Duration::from_secs(1);
             crate::load(&cfg).unwrap();
             let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-            let wal1 = Wal::open(&wal::wal_path(&shm.0, 1), false).unwrap();
-            let wal0 = Wal::open(&wal::wal_path(&shm.0, 0), false).unwrap();
+            let wal1 = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
+            let wal0 = Wal::open(&crate::memory::files::wal_path(&shm.0, 0), false).unwrap();
             let c = crate::tpcc::keys::customer(3, 17);
             let before: Customer = mem.part(1).read(mem.layout.row(Array::Customer, 2, c).off);
             // Host 0's transaction 7 of incarnation 0; host 1 prepares its
@@ -717,7 +555,7 @@ mod tests {
             cu.c_balance += 12_345;
             p.put(Array::Customer, 2, c, &cu);
             // As the participant's handler does: counted, then logged.
-            crate::lease::HostRecord::of(&mem, 0).in_doubt_add();
+            crate::durability::lease::HostRecord::of(&mem, 0).in_doubt_add();
             p.prepare(Tag {
                 kind: kind::PREPARED,
                 peer: id,
@@ -743,16 +581,16 @@ mod tests {
             let want = before.c_balance + if committed { 12_345 } else { 0 };
             for round in 0..2 {
                 let lost = PodMemory::open_restarting(&shm.0, 1).unwrap();
-                rebuild_partition(&lost, 1, &wal1).unwrap();
+                crate::run::host::rebuild_partition(&lost, 1, &wal1).unwrap();
                 let loc = lost.layout.row(Array::Customer, 2, c);
                 let after: Customer = lost.part(1).read(loc.off);
                 assert_eq!(after.c_balance, want, "{decision:?}, round {round}");
                 // The coordinator (never announced) is gone; its log too
                 // for the second round: the marker answers.
-                std::fs::remove_file(wal::wal_path(&shm.0, 0)).unwrap_or(());
+                std::fs::remove_file(crate::memory::files::wal_path(&shm.0, 0)).unwrap_or(());
             }
             let mut markers = 0;
-            wal::read_log(&wal::wal_path(&shm.0, 1), |r, _| {
+            wal::read_log(&crate::memory::files::wal_path(&shm.0, 1), |r, _| {
                 let resolved = [kind::RESOLVED_COMMIT, kind::RESOLVED_ABORT];
                 markers += (resolved.contains(&r.tag.kind) && r.tag.peer == id) as u32;
                 Ok(())
@@ -761,7 +599,10 @@ mod tests {
             assert_eq!(markers, 1, "{decision:?}");
             // Resolved: host 0 may truncate its log again.
             let mem = PodMemory::open(&shm.0, false, Parts::All).unwrap();
-            assert_eq!(crate::lease::HostRecord::of(&mem, 0).in_doubt(), 0);
+            assert_eq!(
+                crate::durability::lease::HostRecord::of(&mem, 0).in_doubt(),
+                0
+            );
         }
     }
 
@@ -772,7 +613,7 @@ mod tests {
     fn reclaim_keeps_a_durable_commit_and_undoes_a_torn_one() {
         for torn in [false, true] {
             let (shm, mem) = loaded("reclaim-commit");
-            let path = wal::wal_path(&shm.0, 1);
+            let path = crate::memory::files::wal_path(&shm.0, 1);
             let wal = Wal::open(&path, false).unwrap();
             let inputs = InputGen {
                 warehouses: 2,

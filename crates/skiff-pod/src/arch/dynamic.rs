@@ -37,17 +37,17 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::Gate;
+use crate::cc::lockword::{self, AtomicWord, Conflict};
 use crate::constants::{DYNAMIC_COOL_SWEEP_MAX, WAL_RECORD_BYTES_MAX};
-use crate::cxl::{Coherence, CxlAccess, CxlCounters};
-use crate::futex;
-use crate::header::state;
-use crate::layout::{Array, LockTable};
-use crate::lease::{HostRecord, life};
-use crate::lockword::{self, AtomicWord, Conflict};
+use crate::durability::checkpoint::Gate;
+use crate::durability::lease::{HostRecord, life};
+use crate::durability::wal::{Redo, Tag, Wal};
 use crate::memory::PodMemory;
-use crate::stats::thread_cpu_ns;
-use crate::wal::{Redo, Tag, Wal};
+use crate::memory::cxl::{Coherence, CxlAccess, CxlCounters};
+use crate::memory::futex;
+use crate::memory::header::state;
+use crate::memory::layout::{Array, LockTable};
+use crate::run::stats::thread_cpu_ns;
 
 /// Where [`lock_tuple`] found the tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,6 +440,29 @@ pub(crate) fn moved_tuples(
     })
 }
 
+/// (e): a tuple the host had moved to one of its slots stays there while
+/// it is dead (survivors keep using it through the directory), so its home
+/// word must forward to the slot again; every other home word is free (no
+/// transaction of the dead host survives it).
+pub(crate) fn restore_home_words(mem: &PodMemory, host: u16) {
+    let l = &mem.layout;
+    let part = mem.part(host);
+    for table in [LockTable::Customer, LockTable::Stock] {
+        if !l.movable(table) {
+            continue;
+        }
+        for w in l.warehouses_of(host) {
+            for idx in 0..l.lock_rows(table) {
+                part.atomic_u64(l.lock(table, w, idx).off).store(0, Release);
+            }
+        }
+        for (w, idx, slot) in moved_tuples(mem, host, table) {
+            let home = part.atomic_u64(l.lock(table, w, idx).off);
+            home.store(lockword::forward_to(slot), Release);
+        }
+    }
+}
+
 /// What a host's mover did.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct MoverStats {
@@ -593,7 +616,7 @@ impl<'m> Mover<'m> {
     pub(crate) fn run(mut self, gate: &Gate, hard_stop: Instant) -> Result<MoverStats, String> {
         let mut cpu_start = thread_cpu_ns();
         let control = self.mem.control();
-        let mut window = crate::stats::Window::new(&control);
+        let mut window = control.window();
         let bell = self.mem.pod.atomic_u32(self.mem.layout.doorbell(self.host));
         let mut last_sweep = Instant::now();
         while control.state() == state::RUNNING && Instant::now() < hard_stop {
@@ -820,7 +843,7 @@ impl<'m> Mover<'m> {
         let (mem, host, table) = (self.mem, self.host, self.pools[p].table);
         let l = &mem.layout;
         if let Some(wal) = self.wal {
-            let gsn = wal.next_seq(Some(crate::recovery::gsn_word(mem)));
+            let gsn = wal.next_seq(Some(crate::durability::recovery::gsn_word(mem)));
             let id = (host as u64) << 56 | MOVER_TXN_ID;
             let logged = wal
                 .append(&self.redo, id, gsn, Tag::default(), |_, _| {})

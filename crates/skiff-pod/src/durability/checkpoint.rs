@@ -29,20 +29,21 @@
 //! resolved (a count in this host's record in pod memory), the log is not
 //! truncated.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::durability::lease::HostRecord;
+use crate::durability::wal::{self, Wal};
 use crate::error::{PodError, Result};
-use crate::futex;
-use crate::header::state;
-use crate::lease::HostRecord;
 use crate::memory::PodMemory;
-use crate::recovery::{checkpoint_path, copy_sparse};
-use crate::region::{Mapping, PAGE_BYTES};
-use crate::wal::Wal;
+use crate::memory::files::checkpoint_path;
+use crate::memory::futex;
+use crate::memory::header::{self, state};
+use crate::memory::region::{Mapping, PAGE_BYTES};
 
 /// How long a checkpointer waits for its host's threads to leave their
 /// transactions before it gives this checkpoint up. Transactions take
@@ -138,7 +139,10 @@ pub(crate) fn checkpointer(
     let restarted = HostRecord::of(mem, host).incarnation() > 1;
     let control = mem.control();
     let mut stats = CheckpointStats::default();
-    let mut current = crate::wal::checkpoint_image(&crate::wal::wal_path(mem.pod.path(), host))?;
+    let mut current = crate::durability::wal::checkpoint_image(&crate::memory::files::wal_path(
+        mem.pod.path(),
+        host,
+    ))?;
     // What the image that is not current lacks: the pages written between
     // its checkpoint and the current one. Unknown after a restart (a
     // checkpoint may have died writing it); both are the load at first.
@@ -253,4 +257,80 @@ pub(crate) fn write_image(src: &Path, len: u64, dst: &Path) -> Result<()> {
 fn sync(path: &Path) -> Result<()> {
     let f = std::fs::File::open(path).map_err(|e| PodError::io(path, e))?;
     f.sync_all().map_err(|e| PodError::io(path, e))
+}
+
+/// Saves every partition as loaded (the coordinator, after the load): the
+/// first checkpoint, which log replay starts from until a host takes its
+/// own (`checkpoint`). Partition files are sparse and mostly holes (order
+/// slots for the whole run), so only their data is copied, and the copy
+/// stays sparse.
+pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
+    for h in 0..mem.params().hosts {
+        if let Some(Some(part)) = mem.parts.get(h as usize) {
+            for image in 0..2 {
+                let dst = checkpoint_path(mem.pod.path(), h, image);
+                write_image(part.path(), part.len(), &dst)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Calls `put(offset, bytes)` for each data extent of `src` (holes
+/// skipped, found with SEEK_DATA / SEEK_HOLE). Returns the file's length.
+pub(crate) fn copy_sparse(
+    src: &Path,
+    mut put: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    let from = std::fs::File::open(src).map_err(|e| PodError::io(src, e))?;
+    let len = from.metadata().map_err(|e| PodError::io(src, e))?.len();
+    let fd = from.as_raw_fd();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        // SAFETY: lseek on a file descriptor this function owns.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: only a hole remains
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let (mut off, end) = (data as u64, (hole.max(data) as u64).min(len));
+        while off < end {
+            let n = ((end - off) as usize).min(buf.len());
+            from.read_exact_at(&mut buf[..n], off)
+                .map_err(|e| PodError::io(src, e))?;
+            put(off, &buf[..n])?;
+            off += n as u64;
+        }
+        at = end.max(at + 1);
+    }
+    Ok(len)
+}
+
+/// Copies host `host`'s checkpoint (the image its log follows) into its
+/// (zeroed) partition.
+pub(crate) fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
+    let part = mem.part(host);
+    let image = wal::checkpoint_image(&crate::memory::files::wal_path(mem.pod.path(), host))?;
+    let ckpt = checkpoint_path(mem.pod.path(), host, image);
+    let bad = |what: String| PodError::BadPodFile {
+        path: ckpt.clone(),
+        reason: what,
+    };
+    let len = std::fs::metadata(&ckpt)
+        .map_err(|e| PodError::io(&ckpt, e))?
+        .len();
+    if len != part.len() {
+        return Err(bad(format!(
+            "{len} bytes, the partition has {}",
+            part.len()
+        )));
+    }
+    copy_sparse(&ckpt, |off, bytes| {
+        part.write_bytes(off, bytes);
+        Ok(())
+    })?;
+    header::check_part_header(part, &mem.layout, host)
 }

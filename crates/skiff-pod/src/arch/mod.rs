@@ -4,6 +4,9 @@
 //! that move between a partition and the shared region (`dynamic`), and for
 //! (a) and (b), mechanisms this build does not have yet.
 
+pub(crate) mod dynamic;
+pub(crate) mod remote;
+
 use std::fmt;
 use std::str::FromStr;
 

@@ -9,7 +9,7 @@
 /// unequal cells; a broken state transition trips an assertion.
 mod shuttle_movement {
     use super::super::{Miss, Route, Tuples, lock_tuple, move_back, move_in};
-    use crate::lockword::{self, Conflict};
+    use crate::cc::lockword::{self, Conflict};
     use shuttle::sync::Arc;
     use shuttle::sync::atomic::{AtomicU64 as U64, Ordering as O};
 
@@ -213,17 +213,17 @@ mod pod {
 
     use super::super::Mover;
     use crate::arch::{Arch, Place};
-    use crate::config::PodConfig;
-    use crate::futex;
-    use crate::header::state;
-    use crate::layout::{Array, LockTable};
-    use crate::lockword::Mode;
+    use crate::cc::lockword::Mode;
+    use crate::cc::txn::{Txn, TxnError};
+    use crate::memory::futex;
+    use crate::memory::header::state;
+    use crate::memory::layout::{Array, LockTable};
+    use crate::memory::region::tests::TempShm;
     use crate::memory::{Parts, PodMemory};
-    use crate::region::tests::TempShm;
+    use crate::run::config::PodConfig;
     use crate::tpcc::check::check_pod;
     use crate::tpcc::keys;
     use crate::tpcc::schema::*;
-    use crate::txn::{Txn, TxnError};
 
     fn loaded(tag: &str, slots: u32) -> (TempShm, PodMemory) {
         let shm = TempShm::new(tag);
@@ -236,7 +236,7 @@ mod pod {
         mem.control().set_state(state::RUNNING);
         // Requests go only to hosts that are up.
         for h in 0..2 {
-            crate::lease::HostRecord::of(&mem, h).announce();
+            crate::durability::lease::HostRecord::of(&mem, h).announce();
         }
         (shm, mem)
     }
@@ -339,7 +339,9 @@ mod pod {
             }
         });
         assert_eq!(mover.stats().moved_in, items as u64);
-        let wal = crate::wal::Wal::open(&crate::wal::wal_path(&shm.0, 1), true).unwrap();
+        let wal =
+            crate::durability::wal::Wal::open(&crate::memory::files::wal_path(&shm.0, 1), true)
+                .unwrap();
         let mut mover = mover.with_log(&wal);
         mover.cool_all();
         assert_eq!(mover.stats().moved_back, items as u64);
@@ -437,7 +439,7 @@ mod waiters {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::super::{move_back, move_in};
-    use crate::lockword;
+    use crate::cc::lockword;
 
     #[test]
     fn a_waiter_on_a_slot_being_filled_or_emptied_is_reported() {
