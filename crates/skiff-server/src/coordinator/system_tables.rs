@@ -24,6 +24,8 @@ use datafusion::prelude::SessionContext;
 use skiff_flight::protocol::HandoffReason;
 use skiff_tables::history;
 
+use super::membership::Membership;
+use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
 use super::{Inner, relay};
@@ -78,9 +80,9 @@ impl SchemaProvider for SystemSchema {
             return exec_err!("the coordinator is shutting down");
         };
         let batch = match name {
-            "queries" => queries(&inner)?,
-            "pipelines" => pipelines(&inner)?,
-            "workers" => workers(&inner)?,
+            "queries" => queries(&inner.queries)?,
+            "pipelines" => pipelines(&inner.queries)?,
+            "workers" => workers(&inner.membership)?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };
@@ -102,7 +104,7 @@ fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, None)
 }
 
-fn queries(inner: &Inner) -> Result<RecordBatch> {
+fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("user", DataType::Utf8, false),
@@ -123,7 +125,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
         Field::new("state_bytes", DataType::Int64, false),
         Field::new("decision", DataType::Utf8, true),
     ]));
-    let all = inner.queries.all();
+    let all = registry.all();
     let mut migrations = Int32Builder::new();
     let mut suspensions = Int32Builder::new();
     let mut restarts = Int32Builder::new();
@@ -210,7 +212,7 @@ fn queries(inner: &Inner) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-fn pipelines(inner: &Inner) -> Result<RecordBatch> {
+fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("query_id", DataType::Int64, false),
         Field::new("pipeline", DataType::Int32, false),
@@ -227,7 +229,7 @@ fn pipelines(inner: &Inner) -> Result<RecordBatch> {
     let mut rows = Int64Builder::new();
     let mut bytes = Int64Builder::new();
     let mut elapsed = Int64Builder::new();
-    for entry in inner.queries.live() {
+    for entry in registry.live() {
         let Some(progress) = entry.info().progress else {
             continue;
         };
@@ -253,7 +255,7 @@ fn pipelines(inner: &Inner) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-fn workers(inner: &Inner) -> Result<RecordBatch> {
+fn workers(membership: &Membership) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("role", DataType::Utf8, false),
@@ -281,7 +283,7 @@ fn workers(inner: &Inner) -> Result<RecordBatch> {
     let mut heartbeat = Int64Builder::new();
     let mut draining = BooleanBuilder::new();
     let mut vacate_ms = Int64Builder::new();
-    for node in inner.membership.nodes() {
+    for node in membership.nodes() {
         draining.append_value(node.draining);
         vacate_ms.append_option(node.vacate_ms.map(|ms| ms as i64));
         id.append_value(node.id as i64);
