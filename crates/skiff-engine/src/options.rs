@@ -57,6 +57,8 @@ extensions_options! {
         /// pipelines once their gates let this many morsels through and
         /// migrate the query, partial work included.
         pub migrate_after_morsels: Option<u64>, default = None
+        /// Whether queries run across the workers (`Distribute`).
+        pub distribute: Distribute, default = Distribute::Auto
     }
 }
 
@@ -77,55 +79,72 @@ impl ConfigExtension for SkiffOptions {
     const PREFIX: &'static str = "skiff";
 }
 
-/// How extracted state frames are compressed (`skiff.state_compression`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum StateCompression {
-    #[default]
-    None,
-    Lz4,
-    Zstd,
-}
-
-impl FromStr for StateCompression {
-    type Err = DataFusionError;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "none" => Ok(Self::None),
-            "lz4" => Ok(Self::Lz4),
-            "zstd" => Ok(Self::Zstd),
-            other => Err(DataFusionError::Configuration(format!(
-                "skiff.state_compression: '{other}' is none, lz4 or zstd"
-            ))),
+/// A setting that takes one of a few words: the enum, its parser (case
+/// and surrounding blanks ignored; an unknown word names the choices), its
+/// display, and its place in DataFusion's config.
+macro_rules! choice_setting {
+    ($(#[$doc:meta])* $name:ident, $key:literal, { $($variant:ident = $word:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub enum $name {
+            #[default]
+            $($variant),+
         }
-    }
+
+        impl FromStr for $name {
+            type Err = DataFusionError;
+
+            fn from_str(s: &str) -> Result<Self> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($word => Ok(Self::$variant),)+
+                    other => Err(DataFusionError::Configuration(format!(
+                        "{}: '{other}' is not one of {}",
+                        $key,
+                        [$($word),+].join(", ")
+                    ))),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self {
+                    $(Self::$variant => $word),+
+                })
+            }
+        }
+
+        impl ConfigField for $name {
+            fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+                v.some(key, self, description)
+            }
+
+            fn set(&mut self, _: &str, value: &str) -> Result<()> {
+                *self = value.parse()?;
+                Ok(())
+            }
+
+            fn reset(&mut self, _: &str) -> Result<()> {
+                *self = Self::default();
+                Ok(())
+            }
+        }
+    };
 }
 
-impl fmt::Display for StateCompression {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::None => "none",
-            Self::Lz4 => "lz4",
-            Self::Zstd => "zstd",
-        })
-    }
-}
+choice_setting!(
+    /// How extracted state frames are compressed (`skiff.state_compression`).
+    StateCompression, "skiff.state_compression", { None = "none", Lz4 = "lz4", Zstd = "zstd" }
+);
 
-impl ConfigField for StateCompression {
-    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
-        v.some(key, self, description)
-    }
-
-    fn set(&mut self, _: &str, value: &str) -> Result<()> {
-        *self = value.parse()?;
-        Ok(())
-    }
-
-    fn reset(&mut self, _: &str) -> Result<()> {
-        *self = Self::default();
-        Ok(())
-    }
-}
+choice_setting!(
+    /// Whether a query runs across the workers (`skiff.distribute`): `auto`
+    /// when it reads a partitioned table whose partitions several workers
+    /// own, `on` always (a plan with no stage boundary still runs on one
+    /// worker), `off` never. A query on one worker keeps every state
+    /// separation feature; a distributed one has none of them.
+    Distribute, "skiff.distribute", { Auto = "auto", On = "on", Off = "off" }
+);
 
 /// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.
 pub fn parse_bytes(text: &str) -> Result<usize, String> {
@@ -182,7 +201,17 @@ mod tests {
             Some(StateCompression::Lz4)
         );
         let err = "snappy".parse::<StateCompression>().expect_err("unknown");
-        assert!(err.to_string().contains("none, lz4 or zstd"), "{err}");
+        assert!(err.to_string().contains("none, lz4, zstd"), "{err}");
+    }
+
+    #[test]
+    fn distribute_parses_auto_on_off() {
+        let mut options = SkiffOptions::default();
+        assert_eq!(options.distribute, Distribute::Auto);
+        ExtensionOptions::set(&mut options, "distribute", " ON ").expect("on");
+        assert_eq!(options.distribute, Distribute::On);
+        let err = ExtensionOptions::set(&mut options, "distribute", "always").expect_err("unknown");
+        assert!(err.to_string().contains("auto, on, off"), "{err}");
     }
 
     #[test]

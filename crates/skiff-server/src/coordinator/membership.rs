@@ -47,6 +47,13 @@ pub struct Node {
     pub vacate_ms: Option<u64>,
 }
 
+impl Node {
+    /// A live worker that is not draining.
+    pub fn takes_queries(&self) -> bool {
+        self.role == Role::Worker && self.state == NodeState::Alive && !self.draining
+    }
+}
+
 /// Which worker a query may go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -147,8 +154,7 @@ impl Membership {
     /// nothing.
     pub fn assign_to(&self, placement: Placement) -> Option<(u64, String)> {
         let mut nodes = lock(&self.nodes);
-        let usable =
-            |n: &Node| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining;
+        let usable = Node::takes_queries;
         let chosen = match placement {
             Placement::Prefer(id) if nodes.get(&id).is_some_and(usable) => Some(id),
             Placement::Avoid(avoid) => {
@@ -198,9 +204,16 @@ impl Membership {
 
     /// Whether some live worker takes new queries.
     pub fn any_usable_worker(&self) -> bool {
+        lock(&self.nodes).values().any(Node::takes_queries)
+    }
+
+    /// The workers that take new queries, (id, address) by id.
+    pub fn usable_workers(&self) -> Vec<(u64, String)> {
         lock(&self.nodes)
             .values()
-            .any(|n| n.role == Role::Worker && n.state == NodeState::Alive && !n.draining)
+            .filter(|n| n.takes_queries())
+            .map(|n| (n.id, n.addr.clone()))
+            .collect()
     }
 
     pub fn vacated(&self, id: u64, ms: u64) {

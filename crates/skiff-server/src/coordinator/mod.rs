@@ -16,6 +16,7 @@ mod cluster_service;
 mod copy;
 mod cost;
 mod dispatch;
+mod distributed;
 mod membership;
 pub(crate) mod pg_catalog;
 mod queries;
@@ -94,7 +95,7 @@ pub struct Coordinator {
 pub(crate) struct Inner {
     engine: Engine,
     catalog: CatalogStore,
-    pub(crate) membership: Membership,
+    pub(crate) membership: Arc<Membership>,
     pub(crate) queries: QueryRegistry,
     limits: Limits,
     users: Users,
@@ -132,7 +133,7 @@ impl Coordinator {
             Inner {
                 engine,
                 catalog,
-                membership: Membership::default(),
+                membership: Arc::default(),
                 queries: QueryRegistry::default(),
                 limits: config.limits.clone(),
                 users: config.users.clone(),
@@ -410,6 +411,12 @@ impl Coordinator {
             return self.run_command(session, sql, plan, tag).await;
         }
         let state = session.ctx.state();
+        if distributed::wanted(&state)
+            && !runs_on_coordinator(&plan)
+            && let Some(stream) = distributed::start(&state, &self.inner.membership, &plan).await?
+        {
+            return Ok(Output::rows(stream));
+        }
         let physical = state.create_physical_plan(&plan).await?;
         if runs_on_coordinator(&plan) {
             let graph = pipeline::split(physical)?;

@@ -103,8 +103,14 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         let service = Arc::clone(&service);
         move || service.report()
     };
+    // The tasks of distributed queries (`coordinator::distributed`) run on
+    // the library's worker service, on the same port as Skiff's Flight
+    // service, with the engine's object stores and memory pool.
+    let stage_tasks = datafusion_distributed::Worker::default()
+        .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
         .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
+        .add_service(stage_tasks.into_worker_server())
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             stop.clone().cancelled_owned(),

@@ -4,10 +4,10 @@ use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
 use skiff_gen::Benchmark;
 use skiff_testkit::{
-    Expected, Row, compare, dataset, load_golden, queries, render_rows, repo_root,
+    Expected, Row, compare, dataset, load_golden, queries, render_rows, repo_root, same_failure,
 };
 
-use crate::support::{Options, Server};
+use crate::support::{Options, Server, wait_for_workers};
 
 /// Rows and column count of every statement of `sql`, sent one statement
 /// per simple query.
@@ -123,7 +123,15 @@ pub(crate) fn check_in(
 ) -> Result<(), String> {
     let golden_dir = repo_root().join(format!("tests/golden/{bench}/sf0.01"));
     match load_golden(&golden_dir, query)? {
-        Expected::Error(duckdb) => Err(format!("unexpected golden error {duckdb}")),
+        // DuckDB's answer is an error (a division by zero): skiff must fail
+        // the same way.
+        Expected::Error(duckdb) => match results {
+            Ok(_) => Err(format!("DuckDB failed ({duckdb}) but skiff answered")),
+            Err(skiff) if same_failure(&duckdb, &skiff) => Ok(()),
+            Err(skiff) => Err(format!(
+                "DuckDB failed ({duckdb}), skiff differently: {skiff}"
+            )),
+        },
         Expected::Answers(answers) => {
             let results = results.map_err(|e| format!("skiff failed: {e}"))?;
             answers.iter().try_for_each(|golden| {
@@ -142,20 +150,107 @@ async fn tpch_through_postgres_matches_duckdb() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let client = server.pg().await;
+    suite_matches_duckdb(&server, &client, "tpch", "through PostgreSQL", &[]).await;
+}
+
+/// With `skiff.distribute = on`, TPC-H runs across three worker processes
+/// (its plans are cut into stages whose tasks the workers run) and still
+/// matches DuckDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_distributed_over_three_workers_matches_duckdb() {
+    let (server, client) = distributed_over_three(Benchmark::Tpch).await;
+    let explained = run_pg(
+        &client,
+        "EXPLAIN SELECT l_returnflag, count(*) FROM lineitem GROUP BY 1",
+    )
+    .await
+    .expect("explain");
+    let text = format!("{explained:?}");
+    assert!(
+        text.contains("DistributedExec") && text.contains("tasks=3"),
+        "no stages in {text}"
+    );
+    suite_matches_duckdb(&server, &client, "tpch", "distributed", &[]).await;
+}
+
+/// Every query of `bench` through `client` matches its golden answers,
+/// but the `known` failures, which must still fail as they are known to
+/// (so the list shrinks when they are fixed).
+async fn suite_matches_duckdb(
+    server: &Server,
+    client: &tokio_postgres::Client,
+    bench: &str,
+    how: &str,
+    known: &[(&str, &str)],
+) {
     let mut failures = Vec::new();
-    let all = queries("tpch");
+    let all = queries(bench);
     for (query, sql) in &all {
-        let outcome = check(query, run_pg(&client, sql).await);
-        if let Err(reason) = outcome {
-            failures.push(format!("{query}: {reason}"));
+        let outcome = check_in(bench, query, run_pg(client, sql).await);
+        let expected = known.iter().find(|(q, _)| q == query).map(|(_, why)| why);
+        match (outcome, expected) {
+            (Ok(()), None) => {}
+            (Err(reason), None) => failures.push(format!("{query}: {reason}")),
+            (Err(reason), Some(why)) if reason.contains(why) => {}
+            (Err(reason), Some(why)) => failures.push(format!(
+                "{query}: known to fail with {why:?}, failed: {reason}"
+            )),
+            (Ok(()), Some(_)) => failures.push(format!("{query}: passes now; not a known failure")),
         }
     }
     assert!(
         failures.is_empty(),
-        "{}/{} TPC-H queries through PostgreSQL differ from DuckDB:\n{}\nserver log:\n{}",
+        "{}/{} {bench} queries {how} differ from DuckDB:\n{}\nserver log:\n{}",
         failures.len(),
         all.len(),
         failures.join("\n"),
         server.log_text()
     );
+}
+
+/// TPC-DS queries that fail when distributed: a window over a network
+/// shuffle is rebuilt with fewer sorted partition columns than it had when
+/// planned (DataFusion's assertion), so the query fails, never answers
+/// wrongly. Not yet understood; docs/server.md.
+const DISTRIBUTED_TPCDS_FAILURES: &[(&str, &str)] = &[
+    ("q47", "All partition by columns should have an ordering"),
+    ("q57", "All partition by columns should have an ordering"),
+];
+
+/// The same for TPC-DS, distributed over three workers (slow: run with
+/// `SKIFF_SLOW_TESTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_distributed_over_three_workers_matches_duckdb() {
+    if !skiff_testkit::slow_tests("tpcds distributed") {
+        return;
+    }
+    let (server, client) = distributed_over_three(Benchmark::Tpcds).await;
+    suite_matches_duckdb(
+        &server,
+        &client,
+        "tpcds",
+        "distributed",
+        DISTRIBUTED_TPCDS_FAILURES,
+    )
+    .await;
+}
+
+/// A server over `bench` at SF 0.01 with three live workers, and a client
+/// whose session distributes every query.
+async fn distributed_over_three(bench: Benchmark) -> (Server, tokio_postgres::Client) {
+    let data = dataset(bench, 0.01);
+    let server = Server::start(
+        &data,
+        Options {
+            workers: Some(3),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 3).await;
+    client
+        .simple_query("SET skiff.distribute = 'on'")
+        .await
+        .expect("set");
+    (server, client)
 }

@@ -650,7 +650,7 @@ async fn migrate_from_sql_to_a_named_worker() {
             .simple_query("SET skiff.state_compression = 'snappy'")
             .await
             .expect_err("unknown compression");
-        assert!(format!("{bad:?}").contains("none, lz4 or zstd"), "{bad:?}");
+        assert!(format!("{bad:?}").contains("none, lz4, zstd"), "{bad:?}");
         let bad = admin
             .simple_query(&format!("SELECT skiff.drain('{target}', 'gently')"))
             .await

@@ -173,6 +173,28 @@ pub async fn simple_rows(
         .collect())
 }
 
+/// Waits (up to a minute) until `n` workers are alive.
+pub async fn wait_for_workers(client: &tokio_postgres::Client, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let sql = "SELECT count(*) FROM skiff.workers WHERE role = 'worker' AND state = 'alive'";
+    loop {
+        let rows = simple_rows(client, sql).await.expect("skiff.workers");
+        let alive: usize = rows[0][0]
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .expect("a count");
+        if alive >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{alive} of {n} workers alive"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// SQLSTATE of a failed call, or "none".
 pub fn sqlstate(error: &tokio_postgres::Error) -> String {
     error
