@@ -177,9 +177,15 @@ impl Engine {
     /// DataFusion; creating and dropping managed tables too.
     pub async fn physical_plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
         crate::statement::check_complexity(sql).map_err(DataFusionError::Plan)?;
-        let plan = self.ctx.state().create_logical_plan(sql).await?;
+        let (sql, partitioning) = match skiff_tables::partition::split_clause(sql)? {
+            Some((rest, partitioning)) => (rest, Some(partitioning)),
+            None => (sql.to_string(), None),
+        };
+        let plan = self.ctx.state().create_logical_plan(&sql).await?;
         if let Some(tables) = self.tables.get()
-            && tables.execute_ddl(&self.ctx, &plan).await?
+            && tables
+                .execute_ddl(&self.ctx, &plan, partitioning.as_ref())
+                .await?
         {
             return Ok(Arc::new(EmptyExec::new(Arc::new(Schema::empty()))));
         }

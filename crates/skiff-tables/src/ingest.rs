@@ -71,7 +71,7 @@ pub async fn ingest(
                 column_defaults: Vec::new(),
                 temporary: false,
             };
-            store.create(ctx, &create).await?;
+            store.create(ctx, &create, None).await?;
             Ok(rows.load(Ordering::SeqCst))
         }
     }
@@ -88,6 +88,12 @@ async fn replace(
         return plan_err!("cannot replace \"{name}\": it is read from files, not a managed table");
     };
     let table = managed.latest().await?;
+    if managed.partitioning().is_some() {
+        return plan_err!(
+            "cannot replace partitioned table \"{name}\" by ingest (its partitioning would be \
+             lost): drop it and create it again"
+        );
+    }
     let (counted, rows) = counting(batches);
     let input = one_shot(ctx, counted.schema(), counted)?.into_unoptimized_plan();
     let snapshot = table.snapshot().ok().map(|s| s.snapshot().clone());

@@ -20,6 +20,7 @@ pub mod error;
 pub mod history;
 pub mod ingest;
 pub mod location;
+pub mod partition;
 mod postgres;
 mod rows;
 mod scan;

@@ -28,6 +28,7 @@ use object_store::path::Path as ObjectPath;
 use url::Url;
 
 use crate::error::TableError;
+use crate::partition::{HashPartitioning, PARTITION_COLUMN};
 
 /// How a snapshot's columns reach a scan: the files' columns, then the
 /// partition columns (DataFusion appends those after the file columns).
@@ -35,8 +36,11 @@ use crate::error::TableError;
 pub(crate) struct Layout {
     pub(crate) file_schema: SchemaRef,
     pub(crate) partition_fields: Vec<FieldRef>,
-    /// What the table reports: file columns, then partition columns.
+    /// What the table reports: file columns, then partition columns (but
+    /// the hidden hash partition, `partition::PARTITION_COLUMN`).
     pub(crate) table_schema: SchemaRef,
+    /// `PARTITION BY HASH`, when the table has it.
+    pub(crate) partitioning: Option<HashPartitioning>,
 }
 
 impl Layout {
@@ -46,9 +50,22 @@ impl Layout {
             .map_err(|e| TableError::delta(&table_name(table), e))?;
         let schema = state.snapshot().arrow_schema();
         let partitions = state.metadata().partition_columns();
+        let partitioning = match schema.field_with_name(PARTITION_COLUMN) {
+            Ok(field) => {
+                let found = HashPartitioning::from_metadata(&table_name(table), field.metadata())?;
+                Some(found.ok_or_else(|| {
+                    TableError::Io(format!(
+                        "table \"{}\": column {PARTITION_COLUMN} does not say how it partitions",
+                        table_name(table)
+                    ))
+                })?)
+            }
+            Err(_) => None,
+        };
         let (parts, files): (Vec<FieldRef>, Vec<FieldRef>) = schema
             .fields()
             .iter()
+            .filter(|f| f.name() != PARTITION_COLUMN)
             .cloned()
             .partition(|f| partitions.contains(f.name()));
         let file_schema = Arc::new(Schema::new_with_metadata(
@@ -66,6 +83,7 @@ impl Layout {
             file_schema,
             partition_fields: parts,
             table_schema,
+            partitioning,
         })
     }
 }

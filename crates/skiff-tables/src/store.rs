@@ -24,6 +24,7 @@ use url::Url;
 
 use crate::error::TableError;
 use crate::location::{DataLocation, ObjectRoot};
+use crate::partition::{HashPartitioning, PARTITION_COLUMN};
 use crate::table::{DEFAULT_KEY, ManagedTable};
 
 /// The catalog and schema managed tables are created in.
@@ -104,13 +105,23 @@ impl TableStore {
     }
 
     /// Run `plan` if it creates or drops a managed table; false when it is
-    /// not this store's to run.
-    pub async fn execute_ddl(&self, ctx: &SessionContext, plan: &LogicalPlan) -> Result<bool> {
+    /// not this store's to run. `partitioning` is the statement's `PARTITION
+    /// BY HASH` (`partition::split_clause`), for a `CREATE TABLE` only.
+    pub async fn execute_ddl(
+        &self,
+        ctx: &SessionContext,
+        plan: &LogicalPlan,
+        partitioning: Option<&HashPartitioning>,
+    ) -> Result<bool> {
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) if !create.temporary => {
-                self.create(ctx, create).await?;
+                self.create(ctx, create, partitioning).await?;
                 Ok(true)
             }
+            _ if partitioning.is_some() => Err(TableError::Unsupported(
+                "PARTITION BY HASH is for CREATE TABLE of a table Skiff manages".into(),
+            )
+            .into()),
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => self.drop(ctx, drop).await,
             _ => Ok(false),
         }
@@ -118,18 +129,27 @@ impl TableStore {
 
     /// `CREATE TABLE` and `CREATE TABLE ... AS SELECT`: version 0 of a
     /// new Delta table holds the schema and, for CTAS, the rows, in one
-    /// commit.
+    /// commit; with `partitioning`, each row in its partition.
     pub(crate) async fn create(
         &self,
         ctx: &SessionContext,
         create: &CreateMemoryTable,
+        partitioning: Option<&HashPartitioning>,
     ) -> Result<()> {
         let _ddl = self.ddl.lock().await;
-        self.create_locked(ctx, create).await
+        self.create_locked(ctx, create, partitioning).await
     }
 
-    async fn create_locked(&self, ctx: &SessionContext, create: &CreateMemoryTable) -> Result<()> {
+    async fn create_locked(
+        &self,
+        ctx: &SessionContext,
+        create: &CreateMemoryTable,
+        partitioning: Option<&HashPartitioning>,
+    ) -> Result<()> {
         let name = managed_name(&create.name)?;
+        if let Some(p) = partitioning {
+            p.check_columns(&name, create.input.schema().as_arrow())?;
+        }
         if ctx.table_exist(create.name.clone())? {
             if create.if_not_exists {
                 return Ok(());
@@ -176,23 +196,36 @@ impl TableStore {
         let empty = DeltaTableBuilder::from_url(url.clone())
             .and_then(|builder| builder.build())
             .map_err(|e| TableError::delta(&name, e))?;
+        let partition_columns: Vec<&str> =
+            partitioning.map(|_| PARTITION_COLUMN).into_iter().collect();
         let made = if produces_no_rows(&create.input) {
-            let schema = with_defaults(create)?;
-            let kernel: StructType = schema
-                .as_ref()
+            let mut schema = with_defaults(create)?.as_ref().clone();
+            if let Some(p) = partitioning {
+                let mut fields: Vec<Field> =
+                    schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields.push(p.field());
+                schema = Schema::new_with_metadata(fields, schema.metadata().clone());
+            }
+            let kernel: StructType = (&schema)
                 .try_into_kernel()
                 .map_err(|e| TableError::Unsupported(format!("table \"{name}\": {e}")))?;
             empty
                 .create()
                 .with_columns(kernel.fields().cloned())
+                .with_partition_columns(partition_columns)
                 .with_table_name(name.clone())
                 .with_save_mode(SaveMode::ErrorIfExists)
                 .await
         } else {
+            let input = match partitioning {
+                Some(p) => p.add_to_plan(create.input.as_ref().clone())?,
+                None => create.input.as_ref().clone(),
+            };
             // deltalake plans the write in its own session (its nodes
             // need its planner); the input's tables are already resolved.
             WriteBuilder::new(empty.log_store(), None)
-                .with_input_plan(create.input.as_ref().clone())
+                .with_input_plan(input)
+                .with_partition_columns(partition_columns)
                 .with_save_mode(SaveMode::ErrorIfExists)
                 .with_table_name(name.clone())
                 .await

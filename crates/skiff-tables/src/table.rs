@@ -27,6 +27,7 @@ use url::Url;
 
 use crate::command::CommandExec;
 use crate::error::TableError;
+use crate::partition::HashPartitioning;
 use crate::scan::{self, Layout};
 
 /// Field metadata key holding a column's default, as SQL text.
@@ -88,6 +89,15 @@ impl ManagedTable {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `PARTITION BY HASH`, when the table has it (as of its latest commit
+    /// read).
+    pub fn partitioning(&self) -> Option<HashPartitioning> {
+        match self.layout.read() {
+            Ok(layout) => layout.partitioning.clone(),
+            Err(poisoned) => poisoned.get_ref().partitioning.clone(),
+        }
     }
 
     /// Where the table lives.
@@ -298,6 +308,14 @@ impl TableProvider for ManagedTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let table = self.latest().await?;
         let provider = table.table_provider().build().await?;
+        let input = match self.partitioning() {
+            Some(p) => p.add_to_input(
+                input,
+                provider.schema().as_ref(),
+                Arc::new(state.config_options().clone()),
+            )?,
+            None => input,
+        };
         let plan = provider.insert_into(state, input, insert_op).await?;
         let Some(exec) = plan.downcast_ref::<DataSinkExec>() else {
             return Ok(plan);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
+use skiff_tables::partition::{self, PARTITION_COLUMN, partition_of};
 use skiff_tables::{ManagedTable, TableStore};
 
 /// A session over `dir`'s managed tables, as a restarted server sees them.
@@ -27,13 +28,18 @@ async fn session(dir: &Path) -> (SessionContext, TableStore) {
 /// Run one statement as the engine does: DDL of managed tables by the
 /// store, the rest by DataFusion. Returns the result as text.
 async fn run(ctx: &SessionContext, store: &TableStore, sql: &str) -> Result<String, String> {
+    let split = partition::split_clause(sql).map_err(|e| e.to_string())?;
+    let (sql, partitioning) = match split {
+        Some((rest, p)) => (rest, Some(p)),
+        None => (sql.to_string(), None),
+    };
     let plan = ctx
         .state()
-        .create_logical_plan(sql)
+        .create_logical_plan(&sql)
         .await
         .map_err(|e| e.to_string())?;
     if store
-        .execute_ddl(ctx, &plan)
+        .execute_ddl(ctx, &plan, partitioning.as_ref())
         .await
         .map_err(|e| e.to_string())?
     {
@@ -624,4 +630,121 @@ async fn a_file_load_reports_its_progress() {
     assert_eq!(rows, 50_000);
     let size = text.len() as u64;
     assert_eq!(progress.bytes(), (size, size));
+}
+
+/// The keys stored under each partition directory of table `name`.
+async fn keys_by_partition(dir: &Path, name: &str, partitions: u32) -> Vec<Vec<i64>> {
+    let ctx = SessionContext::new();
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let part = dir.join(name).join(format!("{PARTITION_COLUMN}={p}"));
+        if !part.is_dir() {
+            out.push(Vec::new());
+            continue;
+        }
+        let batches = ctx
+            .read_parquet(part.to_str().unwrap(), Default::default())
+            .await
+            .unwrap()
+            .select_columns(&["k"])
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let keys = batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        out.push(keys);
+    }
+    out
+}
+
+/// Every stored row sits in the partition its key hashes to.
+fn check_placement(by_partition: &[Vec<i64>]) {
+    let partitions = by_partition.len() as u32;
+    for (p, keys) in by_partition.iter().enumerate() {
+        let array: arrow::array::ArrayRef = Arc::new(arrow::array::Int64Array::from(keys.clone()));
+        let computed = partition_of(&[array], partitions).unwrap();
+        assert!(
+            computed.values().iter().all(|&c| c == p as i32),
+            "partition {p} holds rows of other partitions"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_hash_partitioned_table_keeps_each_row_in_its_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (ctx, store) = session(dir.path()).await;
+        ok(
+            &ctx,
+            &store,
+            "CREATE TABLE o (k BIGINT, v VARCHAR) PARTITION BY HASH (k) INTO 8 PARTITIONS",
+        )
+        .await;
+        ok(
+            &ctx,
+            &store,
+            "INSERT INTO o SELECT value, 'x' FROM generate_series(1, 1000)",
+        )
+        .await;
+        let all = ok(&ctx, &store, "SELECT * FROM o LIMIT 1").await;
+        assert!(
+            !all.contains(PARTITION_COLUMN),
+            "hidden column shown:\n{all}"
+        );
+        let stored = keys_by_partition(dir.path(), "o", 8).await;
+        assert!(
+            stored.iter().all(|keys| !keys.is_empty()),
+            "an empty partition"
+        );
+        assert_eq!(stored.iter().map(Vec::len).sum::<usize>(), 1000);
+        check_placement(&stored);
+        ok(
+            &ctx,
+            &store,
+            "CREATE TABLE c PARTITION BY HASH (k) INTO 4 PARTITIONS AS SELECT * FROM o",
+        )
+        .await;
+        let copied = keys_by_partition(dir.path(), "c", 4).await;
+        assert_eq!(copied.iter().map(Vec::len).sum::<usize>(), 1000);
+        check_placement(&copied);
+        let missing = run(
+            &ctx,
+            &store,
+            "CREATE TABLE bad (k BIGINT) PARTITION BY HASH (nope) INTO 4 PARTITIONS",
+        )
+        .await
+        .unwrap_err();
+        assert!(missing.contains("does not have"), "{missing}");
+        assert!(
+            !dir.path().join("bad").exists(),
+            "a refused table left files"
+        );
+    }
+    // Reopened, the tables are still partitioned and new rows find their
+    // partitions.
+    let (ctx, store) = session(dir.path()).await;
+    ok(
+        &ctx,
+        &store,
+        "INSERT INTO o SELECT value, 'y' FROM generate_series(1001, 1500)",
+    )
+    .await;
+    assert_eq!(
+        number(&ok(&ctx, &store, "SELECT count(*) FROM o").await),
+        1500
+    );
+    let stored = keys_by_partition(dir.path(), "o", 8).await;
+    assert_eq!(stored.iter().map(Vec::len).sum::<usize>(), 1500);
+    check_placement(&stored);
 }

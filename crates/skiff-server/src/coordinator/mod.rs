@@ -58,6 +58,8 @@ pub use session::ClientSession;
 
 use crate::auth::Users;
 use crate::config::{CoordinatorConfig, Limits};
+use skiff_tables::partition;
+
 use crate::error::{Result, ServerError, SqlState};
 
 /// What a statement gives back to a client.
@@ -445,7 +447,14 @@ impl Coordinator {
         }
         let persisted = persisted_change(&plan);
         let managed = match self.inner.engine.tables() {
-            Some(tables) => tables.execute_ddl(&session.ctx, &plan).await?,
+            Some(tables) => {
+                let partitioning = partition::split_clause(sql)
+                    .map_err(datafusion::error::DataFusionError::from)?
+                    .map(|(_, p)| p);
+                tables
+                    .execute_ddl(&session.ctx, &plan, partitioning.as_ref())
+                    .await?
+            }
             None => false,
         };
         let batches = if managed {
@@ -484,6 +493,13 @@ impl Coordinator {
         if pg_catalog::CatalogSql::is_catalog_query(sql) {
             let statement = self.inner.catalog_sql.parse(sql)?;
             return Ok(state.statement_to_plan(statement).await?);
+        }
+        // `PARTITION BY HASH` is Skiff's: DataFusion plans the rest, and
+        // the table store reads it from the statement (`run_command`).
+        if let Some((rest, _)) =
+            partition::split_clause(sql).map_err(datafusion::error::DataFusionError::from)?
+        {
+            return Ok(state.create_logical_plan(&rest).await?);
         }
         Ok(state.create_logical_plan(sql).await?)
     }

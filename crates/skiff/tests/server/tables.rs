@@ -796,3 +796,54 @@ async fn a_drop_during_a_load_takes_the_whole_table() {
         .expect("count");
     assert_eq!(rows, [[Some("0".to_string())]]);
 }
+
+/// `PARTITION BY HASH` through psql: the table, a CTAS of another, rows in
+/// their partition directories, the hidden column never shown, and a bad
+/// clause refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_partitioned_tables_through_psql() {
+    let source = dataset(Benchmark::Tpch, 0.01);
+    let data = linked_data_dir(&source);
+    let server = Server::start_in(data.path(), Options::default());
+    psql(
+        &server,
+        "CREATE TABLE o (k bigint, v varchar) PARTITION BY HASH (k) INTO 4 PARTITIONS",
+    );
+    psql(
+        &server,
+        "INSERT INTO o SELECT o_orderkey, o_orderstatus FROM orders",
+    );
+    psql(
+        &server,
+        "CREATE TABLE n PARTITION BY HASH (n_nationkey) INTO 3 PARTITIONS AS SELECT * FROM nation",
+    );
+    let client = server.pg().await;
+    let counts = simple_rows(
+        &client,
+        "SELECT (SELECT count(*) FROM o) AS o, (SELECT count(*) FROM orders) AS orders, \
+         (SELECT count(*) FROM n) AS n",
+    )
+    .await
+    .expect("counts");
+    assert_eq!(counts[0][0], counts[0][1], "every order in o");
+    assert_eq!(counts[0][2].as_deref(), Some("25"));
+    let star = client
+        .simple_query("SELECT * FROM o LIMIT 1")
+        .await
+        .expect("star");
+    let columns = star.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.len()),
+        _ => None,
+    });
+    assert_eq!(columns, Some(2), "the partition column is hidden");
+    for p in 0..4 {
+        let dir = data.path().join("o").join(format!("_skiff_partition={p}"));
+        assert!(dir.is_dir(), "no {}", dir.display());
+    }
+    let bad = client
+        .simple_query("CREATE TABLE b (k int) PARTITION BY HASH (k) INTO 5000 PARTITIONS")
+        .await
+        .expect_err("too many partitions");
+    assert!(format!("{bad:?}").contains("between 1 and 1024"), "{bad:?}");
+    assert!(!data.path().join("b").exists());
+}
