@@ -348,6 +348,17 @@ impl TableProvider for ManagedTable {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let table = self.latest().await?;
+        // A row whose key changed would stay in its old partition's files.
+        if let Some(p) = self.partitioning()
+            && let Some((key, _)) = assignments.iter().find(|(c, _)| p.columns.contains(c))
+        {
+            return Err(TableError::Unsupported(format!(
+                "cannot UPDATE partition key \"{key}\" of partitioned table \"{}\": \
+                 DELETE the rows and INSERT them again",
+                self.name
+            ))
+            .into());
+        }
         let name = self.name.clone();
         let predicate = predicate(filters);
         Ok(self.command(

@@ -632,18 +632,25 @@ async fn a_file_load_reports_its_progress() {
     assert_eq!(progress.bytes(), (size, size));
 }
 
-/// The keys stored under each partition directory of table `name`.
+/// The keys of table `name`'s active files (its latest Delta snapshot),
+/// by the partition each file is recorded in.
 async fn keys_by_partition(dir: &Path, name: &str, partitions: u32) -> Vec<Vec<i64>> {
+    let root = dir.join(name).canonicalize().unwrap();
+    let url = url::Url::from_directory_path(&root).unwrap();
+    let table = deltalake_core::open_table(url).await.unwrap();
+    let snapshot = table.snapshot().unwrap();
     let ctx = SessionContext::new();
-    let mut out = Vec::new();
-    for p in 0..partitions {
-        let part = dir.join(name).join(format!("{PARTITION_COLUMN}={p}"));
-        if !part.is_dir() {
-            out.push(Vec::new());
-            continue;
-        }
+    let mut out = vec![Vec::new(); partitions as usize];
+    for file in snapshot.log_data() {
+        let values = file.partition_values_map();
+        let p: usize = values[PARTITION_COLUMN]
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let path = root.join(file.object_store_path().as_ref());
         let batches = ctx
-            .read_parquet(part.to_str().unwrap(), Default::default())
+            .read_parquet(path.to_str().unwrap(), Default::default())
             .await
             .unwrap()
             .select_columns(&["k"])
@@ -651,18 +658,13 @@ async fn keys_by_partition(dir: &Path, name: &str, partitions: u32) -> Vec<Vec<i
             .collect()
             .await
             .unwrap();
-        let keys = batches
-            .iter()
-            .flat_map(|b| {
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<arrow::array::Int64Array>()
-                    .unwrap()
-                    .values()
-                    .to_vec()
-            })
-            .collect();
-        out.push(keys);
+        for b in &batches {
+            let keys = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>();
+            out[p].extend(keys.unwrap().values().iter().copied());
+        }
     }
     out
 }
@@ -715,6 +717,11 @@ async fn a_hash_partitioned_table_keeps_each_row_in_its_partition() {
             "CREATE TABLE c PARTITION BY HASH (k) INTO 4 PARTITIONS AS SELECT * FROM o",
         )
         .await;
+        let moved = run(&ctx, &store, "UPDATE o SET k = k + 1 WHERE k = 1")
+            .await
+            .unwrap_err();
+        assert!(moved.contains("partition key"), "{moved}");
+        ok(&ctx, &store, "UPDATE o SET v = 'z' WHERE k <= 10").await;
         let copied = keys_by_partition(dir.path(), "c", 4).await;
         assert_eq!(copied.iter().map(Vec::len).sum::<usize>(), 1000);
         check_placement(&copied);
