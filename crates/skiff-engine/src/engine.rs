@@ -1,6 +1,7 @@
 //! The embedded engine: a DataFusion session whose queries run as pipeline
 //! graphs. Entry point for the shell, the benchmark and (later) workers.
 
+use std::borrow::Cow;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -178,8 +179,8 @@ impl Engine {
     pub async fn physical_plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
         crate::statement::check_complexity(sql).map_err(DataFusionError::Plan)?;
         let (sql, partitioning) = match skiff_tables::partition::split_clause(sql)? {
-            Some((rest, partitioning)) => (rest, Some(partitioning)),
-            None => (sql.to_string(), None),
+            Some((rest, partitioning)) => (Cow::Owned(rest), Some(partitioning)),
+            None => (Cow::Borrowed(sql), None),
         };
         let plan = self.ctx.state().create_logical_plan(&sql).await?;
         if let Some(tables) = self.tables.get()

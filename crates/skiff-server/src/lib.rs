@@ -6,10 +6,13 @@
 //!   roles ([`auth`]), the persistent catalog (managed tables and `COPY`
 //!   loads themselves are `skiff-tables`'),
 //!   PostgreSQL's `pg_catalog` for client tools, planning, membership, the
-//!   `skiff` system tables and admin functions, shipping plans to workers, and
-//!   relaying a query's result across migrations, suspensions and restarts;
+//!   `skiff` system tables and admin functions, shipping plans to workers,
+//!   relaying a query's result across migrations, suspensions and restarts,
+//!   and running a query across several workers on datafusion-distributed
+//!   (`skiff.distribute`);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
-//!   and hands queries off at pipeline boundaries;
+//!   and hands queries off at pipeline boundaries, and serves the tasks of
+//!   distributed queries;
 //! - the **memory node** ([`memnode`]): the state cache.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs

@@ -9,9 +9,10 @@
 //! FROM` a file or a stream of text/CSV rows, see [`copy`]; bulk ingest of
 //! Arrow batches, [`ingest`]; `ALTER TABLE ... ADD COLUMN`, [`alter`]), each
 //! one Delta commit made by `deltalake-core`, and the commits' history
-//! ([`history`]). Knows nothing of pipelines, workers or clients: the
-//! engine and the coordinator register these tables and hand their
-//! statements here.
+//! ([`history`]), and hash partitioning (`PARTITION BY HASH`, each row in
+//! its partition's files, [`partition`]). Knows nothing of pipelines,
+//! workers or clients: the engine and the coordinator register these
+//! tables and hand their statements here.
 
 pub mod alter;
 mod command;

@@ -91,9 +91,9 @@ impl HashPartitioning {
     /// unpartitioned.
     pub fn from_metadata(
         table: &str,
-        configuration: &HashMap<String, String>,
+        metadata: &HashMap<String, String>,
     ) -> Result<Option<Self>, TableError> {
-        let (columns, count) = (configuration.get(COLUMNS_KEY), configuration.get(COUNT_KEY));
+        let (columns, count) = (metadata.get(COLUMNS_KEY), metadata.get(COUNT_KEY));
         let damaged = |what: String| {
             TableError::Io(format!(
                 "table \"{table}\": its partitioning is damaged: {what}"

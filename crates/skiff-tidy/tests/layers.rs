@@ -324,8 +324,8 @@ fn the_checker_names_an_upward_import_and_a_loop() {
         ("high/mod.rs", "pub(crate) mod part;\nuse part::X;\n"),
         ("high/part.rs", "use crate::{low, high::Y};\n"),
     ];
+    std::fs::create_dir_all(dir.join("high")).expect("temp dir");
     for n in 0..9 {
-        std::fs::create_dir_all(dir.join("high")).expect("temp dir");
         std::fs::write(dir.join(format!("filler{n}.rs")), "").expect("write");
     }
     for (name, text) in files {

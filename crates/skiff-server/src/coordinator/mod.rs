@@ -48,6 +48,7 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use skiff_engine::statement::{StatementKind, classify};
 use skiff_engine::{Engine, EngineConfig, explain, pipeline};
+use skiff_tables::partition;
 use tracing::{info, warn};
 
 pub use catalog_store::{CatalogEntry, CatalogStore};
@@ -58,8 +59,6 @@ pub use session::ClientSession;
 
 use crate::auth::Users;
 use crate::config::{CoordinatorConfig, Limits};
-use skiff_tables::partition;
-
 use crate::error::{Result, ServerError, SqlState};
 
 /// What a statement gives back to a client.
