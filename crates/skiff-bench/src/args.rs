@@ -50,7 +50,7 @@ impl BenchArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct GenArgs {
     /// Which benchmark's tables to generate.
     #[arg(value_enum)]
@@ -64,6 +64,11 @@ pub struct GenArgs {
     /// Replace tables that already exist in the output directory.
     #[arg(long)]
     pub force: bool,
+    /// Write the big tables as managed tables hash-partitioned on their
+    /// join keys into this many partitions (1 to 1024), the small ones as
+    /// Parquet; without it every table is Parquet.
+    #[arg(long, value_name = "P")]
+    pub partitions: Option<u32>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -273,6 +273,7 @@ pub(crate) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Resu
         sf,
         out: dir.to_path_buf(),
         force: false,
+        partitions: None,
     };
     generate::run(&args)?;
     Ok(())

@@ -88,6 +88,33 @@ pub fn table_names(bench: Benchmark) -> &'static [&'static str] {
     }
 }
 
+/// The column a partitioned copy of `table` is hashed on (`skiff gen
+/// --partitions`), or `None` for a table kept whole. Chosen so the big
+/// joins are on a partition key: TPC-H's lineitem and orders by order key,
+/// partsupp and part by part key, customer by customer key; TPC-DS's fact
+/// tables (sales, returns, inventory) and item by item key, so a sale
+/// and its return, and both with their item, are in the same partition.
+/// Supplier, nation, region and the other TPC-DS dimensions are small.
+pub fn partition_key(bench: Benchmark, table: &str) -> Option<&'static str> {
+    let key = match (bench, table) {
+        (Benchmark::Tpch, "lineitem") => "l_orderkey",
+        (Benchmark::Tpch, "orders") => "o_orderkey",
+        (Benchmark::Tpch, "partsupp") => "ps_partkey",
+        (Benchmark::Tpch, "part") => "p_partkey",
+        (Benchmark::Tpch, "customer") => "c_custkey",
+        (Benchmark::Tpcds, "store_sales") => "ss_item_sk",
+        (Benchmark::Tpcds, "store_returns") => "sr_item_sk",
+        (Benchmark::Tpcds, "catalog_sales") => "cs_item_sk",
+        (Benchmark::Tpcds, "catalog_returns") => "cr_item_sk",
+        (Benchmark::Tpcds, "web_sales") => "ws_item_sk",
+        (Benchmark::Tpcds, "web_returns") => "wr_item_sk",
+        (Benchmark::Tpcds, "inventory") => "inv_item_sk",
+        (Benchmark::Tpcds, "item") => "i_item_sk",
+        _ => return None,
+    };
+    Some(key)
+}
+
 /// A [`GenProgress`] that reports nothing.
 pub struct NoProgress;
 

@@ -30,5 +30,6 @@ mod table;
 
 pub use error::TableError;
 pub use location::DataLocation;
+pub use scan::deal_files;
 pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
 pub use table::ManagedTable;

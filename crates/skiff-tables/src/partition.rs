@@ -51,6 +51,17 @@ pub const PARTITION_COLUMN: &str = "_skiff_partition";
 const COLUMNS_KEY: &str = "skiff.partition.columns";
 const COUNT_KEY: &str = "skiff.partition.count";
 
+/// Which hash partition a file of a scan holds, attached to each file of a
+/// partitioned table's scan (`PartitionedFile::extension`): what places a
+/// distributed query's scan tasks on the partitions' owners reads it. Lives
+/// in the coordinator's plan only; it is not serialised with the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilePartition {
+    /// The table's P: its equivalence class.
+    pub partitions: u32,
+    pub partition: u32,
+}
+
 /// A table's hash partitioning: key columns, in order, and the number of
 /// partitions.
 #[derive(Clone, Debug, PartialEq, Eq)]

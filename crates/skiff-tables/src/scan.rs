@@ -28,7 +28,7 @@ use object_store::path::Path as ObjectPath;
 use url::Url;
 
 use crate::error::TableError;
-use crate::partition::{HashPartitioning, PARTITION_COLUMN};
+use crate::partition::{FilePartition, HashPartitioning, PARTITION_COLUMN};
 
 /// How a snapshot's columns reach a scan: the files' columns, then the
 /// partition columns (DataFusion appends those after the file columns).
@@ -147,6 +147,9 @@ pub(crate) async fn plan(
             .collect::<Result<Vec<_>>>()?;
         let size = u64::try_from(file.size()).unwrap_or(0);
         let mut part = PartitionedFile::new("", size).with_partition_values(partition_values);
+        if let Some(hash) = &layout.partitioning {
+            part = part.with_extension(file_partition(&name, hash, &values)?);
+        }
         // Joined part by part: a path made from a string is re-escaped,
         // which would turn a `#` or `%` in a table's name into another key.
         let file_path = file.object_store_path();
@@ -166,7 +169,8 @@ pub(crate) async fn plan(
         };
         return Ok(Arc::new(EmptyExec::new(schema)));
     }
-    let groups = spread(files, state.config().target_partitions());
+    let width = state.config().target_partitions().min(files.len());
+    let groups = deal_files(files, width);
     let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
     let source = format.file_source(
         TableSchemaBuilder::from(&layout.file_schema)
@@ -189,6 +193,31 @@ fn store_url(root: &Url) -> Result<ObjectStoreUrl> {
     ObjectStoreUrl::parse(format!("{}://{}", root.scheme(), root.authority()))
 }
 
+/// The hash partition a file's partition values name, checked against P.
+fn file_partition(
+    name: &str,
+    hash: &HashPartitioning,
+    values: &HashMap<String, Option<String>>,
+) -> Result<FilePartition> {
+    let partition = values
+        .get(PARTITION_COLUMN)
+        .cloned()
+        .flatten()
+        .and_then(|text| text.parse::<u32>().ok())
+        .filter(|&p| p < hash.partitions);
+    let Some(partition) = partition else {
+        return Err(TableError::Io(format!(
+            "table \"{name}\" has a file outside its {} partitions",
+            hash.partitions
+        ))
+        .into());
+    };
+    Ok(FilePartition {
+        partitions: hash.partitions,
+        partition,
+    })
+}
+
 fn partition_value(values: &HashMap<String, Option<String>>, field: &Field) -> Result<ScalarValue> {
     match values.get(field.name()).cloned().flatten() {
         Some(text) => ScalarValue::try_from_string(text, field.data_type()),
@@ -196,18 +225,18 @@ fn partition_value(values: &HashMap<String, Option<String>>, field: &Field) -> R
     }
 }
 
-/// Files dealt into `n` groups, largest first onto the lightest group.
-fn spread(mut files: Vec<PartitionedFile>, n: usize) -> Vec<FileGroup> {
-    let n = n.max(1).min(files.len().max(1));
+/// Files dealt into exactly `groups` groups (at least one), largest first
+/// onto the lightest group; some are empty when there are fewer files.
+pub fn deal_files(mut files: Vec<PartitionedFile>, groups: usize) -> Vec<FileGroup> {
     files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
-    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    let mut dealt: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); groups.max(1)];
     for file in files {
-        if let Some(lightest) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+        if let Some(lightest) = dealt.iter_mut().min_by_key(|(bytes, _)| *bytes) {
             lightest.0 += file.object_meta.size;
             lightest.1.push(file);
         }
     }
-    groups
+    dealt
         .into_iter()
         .map(|(_, files)| FileGroup::new(files))
         .collect()

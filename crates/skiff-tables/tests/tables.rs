@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::prelude::SessionContext;
 use skiff_tables::partition::{self, PARTITION_COLUMN, partition_of};
 use skiff_tables::{ManagedTable, TableStore};
@@ -754,4 +755,41 @@ async fn a_hash_partitioned_table_keeps_each_row_in_its_partition() {
     let stored = keys_by_partition(dir.path(), "o", 8).await;
     assert_eq!(stored.iter().map(Vec::len).sum::<usize>(), 1500);
     check_placement(&stored);
+    // A scan tags each file with the partition its directory names: what
+    // places a distributed query's scan tasks.
+    let plan = ctx
+        .sql("SELECT * FROM o")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let mut tagged = 0;
+    plan.apply(|node| {
+        let scan = node
+            .downcast_ref::<datafusion::datasource::source::DataSourceExec>()
+            .and_then(|d| {
+                d.data_source()
+                    .downcast_ref::<datafusion::datasource::physical_plan::FileScanConfig>()
+            });
+        for file in scan
+            .iter()
+            .flat_map(|s| s.file_groups.iter())
+            .flat_map(|g| g.iter())
+        {
+            let tag = file
+                .extension::<skiff_tables::partition::FilePartition>()
+                .expect("a partition tag");
+            let path = file.object_meta.location.to_string();
+            assert_eq!(tag.partitions, 8);
+            assert!(
+                path.contains(&format!("{PARTITION_COLUMN}={}/", tag.partition)),
+                "{path} tagged {tag:?}"
+            );
+            tagged += 1;
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    assert!(tagged >= 8, "{tagged} files tagged");
 }

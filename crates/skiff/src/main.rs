@@ -151,6 +151,7 @@ fn ensure_demo_data(dir: &Path) -> Result<()> {
         sf: DEMO_SF,
         out: dir.to_path_buf(),
         force: false,
+        partitions: None,
     };
     generate::run(&args).map(|_| ()).map_err(external)
 }

@@ -120,28 +120,34 @@ impl CatalogStore {
         Ok(true)
     }
 
-    /// Write atomically: a crash leaves the old file or the new one.
     fn write(&self, file: &CatalogFile) -> Result<()> {
-        let io = |e: std::io::Error| {
-            ServerError::internal(format!("cannot write catalog {}: {e}", self.path.display()))
-        };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let tmp = self.path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(file)
             .map_err(|e| ServerError::internal(format!("cannot encode catalog: {e}")))?;
-        {
-            use std::io::Write;
-            let mut out = std::fs::File::create(&tmp).map_err(io)?;
-            out.write_all(&bytes).map_err(io)?;
-            out.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
-        Ok(())
+        write_atomically(&self.path, &bytes)
     }
+}
+
+/// Write `bytes` to `path` atomically and durably: a crash leaves the old
+/// file or the new one.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io =
+        |e: std::io::Error| ServerError::internal(format!("cannot write {}: {e}", path.display()));
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        use std::io::Write;
+        let mut out = std::fs::File::create(&tmp).map_err(io)?;
+        out.write_all(bytes).map_err(io)?;
+        out.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, path).map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    Ok(())
 }
 
 #[cfg(test)]

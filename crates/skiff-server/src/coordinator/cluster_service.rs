@@ -36,6 +36,9 @@ impl Handler for ClusterService {
                     cores = request.cores,
                     "node registered"
                 );
+                if role == Role::Worker {
+                    self.inner.partition_map();
+                }
                 Ok(Registered { node_id }.encode_to_vec().into())
             }
             action::HEARTBEAT => {

@@ -9,11 +9,14 @@
 //! single-worker one (no migration, suspend or snapshot): the library
 //! streams between stages and has no pause or retry.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DfResult};
+use datafusion::datasource::source_as_provider;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
@@ -23,9 +26,12 @@ use datafusion_distributed::{
     DistributedExec, DistributedExt, SessionStateBuilderExt, WorkerResolver, display_plan_ascii,
 };
 use skiff_engine::options::{Distribute, SkiffOptions};
+use skiff_tables::ManagedTable;
 use url::Url;
 
+use super::Inner;
 use super::membership::Membership;
+use super::placement::{self, Placement};
 use crate::error::Result;
 
 /// The library's view of the cluster: the workers that take queries now.
@@ -36,70 +42,144 @@ impl WorkerResolver for MembershipResolver {
         self.0
             .usable_workers()
             .into_iter()
-            .map(|(id, addr)| {
-                Url::parse(&format!("http://{addr}")).map_err(|e| {
-                    DataFusionError::Internal(format!("worker {id} has a bad address {addr}: {e}"))
-                })
-            })
+            .map(|(id, addr)| worker_url(id, &addr))
             .collect()
     }
 }
 
-/// Whether the session asks for `plan` to be distributed.
-pub(crate) fn wanted(state: &SessionState) -> bool {
+/// Whether `plan` runs distributed in this session: `on` always, `off`
+/// never, `auto` when it reads a hash-partitioned table whose partitions
+/// several workers that take queries own.
+fn wanted(state: &SessionState, plan: &LogicalPlan, placement: &Placement) -> bool {
     let skiff = state.config().options().extensions.get::<SkiffOptions>();
-    // `auto` distributes queries over partitioned tables whose partitions
-    // several workers own; until such tables exist it keeps one worker.
-    skiff.is_some_and(|s| s.distribute == Distribute::On)
+    match skiff.map_or(Distribute::Auto, |s| s.distribute) {
+        Distribute::On => true,
+        Distribute::Off => false,
+        Distribute::Auto => {
+            let mut spread = false;
+            // A plan that cannot be walked is not distributed.
+            let _ = plan.apply_with_subqueries(|node| {
+                if let LogicalPlan::TableScan(scan) = node
+                    && let Ok(provider) = source_as_provider(&scan.source)
+                    && let Some(hash) = provider
+                        .downcast_ref::<ManagedTable>()
+                        .and_then(ManagedTable::partitioning)
+                    && placement.spans_workers(hash.partitions)
+                {
+                    spread = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+            spread
+        }
+    }
 }
 
-/// Plans `plan` in stages over the usable workers and starts it, the head
-/// stage here; an `EXPLAIN` of it shows its stages. `None` when the plan has
-/// no stage boundary (one worker, or nothing to split): it runs, or is
-/// explained, as on one worker.
+/// When the session wants it (`skiff.distribute`), plans `plan` in stages
+/// over the workers that take queries and starts it, the head stage here;
+/// an `EXPLAIN` of it shows its stages. Scans of hash-partitioned tables
+/// run on their partitions' owners under the current partition map
+/// ([`placement`]). `None` when it is not wanted or the plan has no stage
+/// boundary (one worker, or nothing to split): it runs, or is explained,
+/// as on one worker.
 pub(crate) async fn start(
     state: &SessionState,
-    membership: &Arc<Membership>,
+    inner: &Inner,
     plan: &LogicalPlan,
 ) -> Result<Option<SendableRecordBatchStream>> {
-    // `on` spreads every scan over every worker, however small: one task
-    // per byte is capped at one per worker (the library sizes a scan's
-    // tasks by its bytes, 16 MiB each by default).
-    let distributed = SessionStateBuilder::new_from_existing(state.clone())
-        .with_distributed_worker_resolver(MembershipResolver(Arc::clone(membership)))
-        .with_distributed_planner()
-        .with_distributed_file_scan_config_bytes_per_partition(1)?
-        .build();
-    // DataFusion's EXPLAIN renders the plan before the library cuts it into
-    // stages: the stages are rendered here.
     let (query, explain) = match plan {
         LogicalPlan::Explain(explain) => (explain.plan.as_ref(), true),
         plan => (plan, false),
     };
+    let placement = Placement::now(inner)?;
+    if !wanted(state, query, &placement) {
+        return Ok(None);
+    }
+    let on = state
+        .config()
+        .options()
+        .extensions
+        .get::<SkiffOptions>()
+        .is_some_and(|s| s.distribute == Distribute::On);
+    let mut builder = SessionStateBuilder::new_from_existing(state.clone())
+        .with_distributed_worker_resolver(MembershipResolver(Arc::clone(&inner.membership)))
+        .with_distributed_planner()
+        .with_distributed_desired_task_count_handler(placement::desired)
+        .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
+        .with_distributed_route_tasks_handler(placement::route);
+    if on {
+        // `on` spreads every other scan over every worker, however small:
+        // one task per byte is capped at one per worker (the library sizes
+        // a scan's tasks by its bytes, 16 MiB each by default).
+        builder = builder.with_distributed_file_scan_config_bytes_per_partition(1)?;
+    }
+    let mut distributed = builder.build();
+    let placement = Arc::new(placement);
+    distributed
+        .config_mut()
+        .set_extension(Arc::clone(&placement));
+    // DataFusion's EXPLAIN renders the plan before the library cuts it into
+    // stages: the stages are rendered here.
     let physical = distributed.create_physical_plan(query).await?;
     if physical.downcast_ref::<DistributedExec>().is_none() {
         return Ok(None);
     }
     if explain {
-        return Ok(Some(explained(query, physical.as_ref())?));
+        return Ok(Some(explained(query, &physical, &placement)?));
     }
     Ok(Some(physical.execute(0, distributed.task_ctx())?))
 }
 
-/// `EXPLAIN`'s two columns: the logical plan, and the stages with their
-/// tasks.
+impl Placement {
+    /// The current partition map and the workers that take queries.
+    fn now(inner: &Inner) -> Result<Placement> {
+        let manager = inner.partition_map();
+        let urls = inner
+            .membership
+            .usable_workers()
+            .into_iter()
+            .map(|(id, addr)| Ok((id, worker_url(id, &addr)?)))
+            .collect::<DfResult<_>>()?;
+        Ok(Placement { manager, urls })
+    }
+
+    /// Whether several workers that take queries own partitions of class
+    /// `partitions`.
+    fn spans_workers(&self, partitions: u32) -> bool {
+        self.manager.mapping(partitions).is_some_and(|mapping| {
+            let owners: BTreeSet<_> = mapping
+                .owners()
+                .iter()
+                .filter(|w| self.urls.contains_key(w))
+                .collect();
+            owners.len() > 1
+        })
+    }
+}
+
+fn worker_url(id: u64, addr: &str) -> DfResult<Url> {
+    Url::parse(&format!("http://{addr}")).map_err(|e| {
+        DataFusionError::Internal(format!("worker {id} has a bad address {addr}: {e}"))
+    })
+}
+
+/// `EXPLAIN`'s rows: the logical plan, the stages with their tasks, and
+/// where the scans of partitioned tables run.
 fn explained(
     query: &LogicalPlan,
-    physical: &dyn ExecutionPlan,
+    physical: &Arc<dyn ExecutionPlan>,
+    placement: &Placement,
 ) -> Result<SendableRecordBatchStream> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("plan_type", DataType::Utf8, false),
         Field::new("plan", DataType::Utf8, false),
     ]));
-    let kinds = StringArray::from(vec!["logical_plan", "distributed_plan"]);
+    let kinds = StringArray::from(vec!["logical_plan", "distributed_plan", "placement"]);
     let plans = StringArray::from(vec![
         query.display_indent().to_string(),
-        display_plan_ascii(physical, false),
+        display_plan_ascii(physical.as_ref(), false),
+        placement::explain(physical, placement),
     ]);
     let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(kinds), Arc::new(plans)])
         .map_err(DataFusionError::from)?;

@@ -216,6 +216,15 @@ impl Membership {
             .collect()
     }
 
+    /// The live workers, draining or not, by id: the owners of partitions.
+    pub fn live_workers(&self) -> Vec<u64> {
+        lock(&self.nodes)
+            .values()
+            .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
+            .map(|n| n.id)
+            .collect()
+    }
+
     pub fn vacated(&self, id: u64, ms: u64) {
         if let Some(node) = lock(&self.nodes).get_mut(&id) {
             node.vacate_ms = Some(ms);

@@ -18,7 +18,9 @@ mod cost;
 mod dispatch;
 mod distributed;
 mod membership;
+mod partitions;
 pub(crate) mod pg_catalog;
+mod placement;
 mod queries;
 mod relay;
 mod session;
@@ -96,6 +98,8 @@ pub struct Coordinator {
 pub(crate) struct Inner {
     engine: Engine,
     catalog: CatalogStore,
+    /// Who owns each partition of the hash-partitioned tables.
+    pub(crate) partitions: partitions::Partitions,
     pub(crate) membership: Arc<Membership>,
     pub(crate) queries: QueryRegistry,
     limits: Limits,
@@ -126,6 +130,7 @@ impl Coordinator {
         // The lock first: opening the tables finishes interrupted DROPs,
         // which must not run beside another coordinator's CREATEs.
         let catalog = CatalogStore::open(&config.state_dir, &data)?;
+        let partitions = partitions::Partitions::open(&config.state_dir)?;
         let found = engine.register_data(&config.data).await?;
         info!(tables = found, dir = %data, "data directory registered");
         pg_catalog::install(engine.context(), &config.users)?;
@@ -134,6 +139,7 @@ impl Coordinator {
             Inner {
                 engine,
                 catalog,
+                partitions,
                 membership: Arc::default(),
                 queries: QueryRegistry::default(),
                 limits: config.limits.clone(),
@@ -148,6 +154,14 @@ impl Coordinator {
         });
         let coordinator = Self { inner };
         coordinator.replay_catalog().await;
+        for (_, partitioning) in
+            partitions::partitioned_tables(coordinator.inner.engine.context()).await
+        {
+            coordinator
+                .inner
+                .partitions
+                .add_class(partitioning.partitions, &[]);
+        }
         Ok(coordinator)
     }
 
@@ -412,9 +426,8 @@ impl Coordinator {
             return self.run_command(session, sql, plan, tag).await;
         }
         let state = session.ctx.state();
-        if distributed::wanted(&state)
-            && !runs_on_coordinator(&plan)
-            && let Some(stream) = distributed::start(&state, &self.inner.membership, &plan).await?
+        if !runs_on_coordinator(&plan)
+            && let Some(stream) = distributed::start(&state, &self.inner, &plan).await?
         {
             return Ok(Output::rows(stream));
         }
@@ -450,9 +463,14 @@ impl Coordinator {
                 let partitioning = partition::split_clause(sql)
                     .map_err(datafusion::error::DataFusionError::from)?
                     .map(|(_, p)| p);
-                tables
+                let managed = tables
                     .execute_ddl(&session.ctx, &plan, partitioning.as_ref())
-                    .await?
+                    .await?;
+                if let Some(p) = partitioning.filter(|_| managed) {
+                    let workers = self.inner.membership.live_workers();
+                    self.inner.partitions.add_class(p.partitions, &workers);
+                }
+                managed
             }
             None => false,
         };
@@ -643,11 +661,19 @@ impl Coordinator {
                 warn!(node = id, "node missed its heartbeats; declared dead");
                 self.inner.node_lost(id);
             }
+            // Workers that registered, died or were marked dead elsewhere.
+            self.inner.partition_map();
         }
     }
 }
 
 impl Inner {
+    /// The partition manager for the live workers now (a new epoch when
+    /// they changed).
+    pub(crate) fn partition_map(&self) -> Arc<skiff_cluster::PartitionManager> {
+        self.partitions.follow(&self.membership.live_workers())
+    }
+
     /// Fail the queries of a node that is gone.
     pub(crate) fn node_lost(&self, id: u64) {
         let reason =

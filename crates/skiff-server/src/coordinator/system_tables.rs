@@ -1,6 +1,6 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
-//! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`), managed tables'
-//! commits (`skiff.table_history`), and admin
+//! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
+//! `skiff.partitions`), managed tables' commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
 //! queries; the rest of the functions are for admins.
@@ -25,6 +25,7 @@ use skiff_flight::protocol::HandoffReason;
 use skiff_tables::history;
 
 use super::membership::Membership;
+use super::partitions::partitioned_tables;
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
@@ -34,7 +35,13 @@ use crate::error::{ServerError, SqlState};
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 4] = ["queries", "pipelines", "workers", history::NAME];
+const TABLES: [&str; 5] = [
+    "queries",
+    "pipelines",
+    "workers",
+    "partitions",
+    history::NAME,
+];
 
 /// Register the `skiff` schema and functions in `ctx`'s default catalog.
 pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
@@ -83,6 +90,10 @@ impl SchemaProvider for SystemSchema {
             "queries" => queries(&inner.queries)?,
             "pipelines" => pipelines(&inner.queries)?,
             "workers" => workers(&inner.membership)?,
+            "partitions" => {
+                let tables = partitioned_tables(inner.engine.context()).await;
+                partitions(&inner.partition_map(), &tables)?
+            }
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };
@@ -251,6 +262,53 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
         Arc::new(rows.finish()),
         Arc::new(bytes.finish()),
         Arc::new(elapsed.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// One row per partition of every equivalence class: its owner under the
+/// current epoch, whether the last resize moved it, and the class's tables.
+fn partitions(
+    manager: &skiff_cluster::PartitionManager,
+    tables: &[(String, skiff_tables::partition::HashPartitioning)],
+) -> Result<RecordBatch> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("epoch", DataType::Int64, false),
+        Field::new("partitions", DataType::Int32, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("worker", DataType::Int64, false),
+        Field::new("moved", DataType::Boolean, false),
+        Field::new("tables", DataType::Utf8, false),
+    ]));
+    let mut epoch = Int64Builder::new();
+    let mut class = Int32Builder::new();
+    let mut partition = Int32Builder::new();
+    let mut worker = Int64Builder::new();
+    let mut moved = BooleanBuilder::new();
+    let mut names = StringBuilder::new();
+    for (p, mapping) in manager.classes() {
+        let members = tables
+            .iter()
+            .filter(|(_, t)| t.partitions == p)
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        for (i, (&owner, &was_moved)) in mapping.owners().iter().zip(mapping.moved()).enumerate() {
+            epoch.append_value(manager.epoch() as i64);
+            class.append_value(p as i32);
+            partition.append_value(i as i32);
+            worker.append_value(owner as i64);
+            moved.append_value(was_moved);
+            names.append_value(&members);
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(epoch.finish()),
+        Arc::new(class.finish()),
+        Arc::new(partition.finish()),
+        Arc::new(worker.finish()),
+        Arc::new(moved.finish()),
+        Arc::new(names.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

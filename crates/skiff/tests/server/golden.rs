@@ -7,7 +7,7 @@ use skiff_testkit::{
     Expected, Row, compare, dataset, load_golden, queries, render_rows, repo_root, same_failure,
 };
 
-use crate::support::{Options, Server, wait_for_workers};
+use crate::support::{Options, Server, partitioned_dataset, simple_rows, wait_for_workers};
 
 /// Rows and column count of every statement of `sql`, sent one statement
 /// per simple query.
@@ -173,6 +173,99 @@ async fn tpch_distributed_over_three_workers_matches_duckdb() {
     suite_matches_duckdb(&server, &client, "tpch", "distributed", &[]).await;
 }
 
+/// TPC-H on tables written by `skiff gen --partitions 8`, over three
+/// workers with the default `skiff.distribute = auto`: queries over the
+/// partitioned tables are distributed, each scan task runs on the owner of
+/// the partitions it reads (EXPLAIN against `skiff.partitions`), and every
+/// answer matches DuckDB's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
+    let (server, client) = over_three(&partitioned_dataset(Benchmark::Tpch, 8)).await;
+    let map = simple_rows(
+        &client,
+        "SELECT partition, worker, tables FROM skiff.partitions WHERE partitions = 8",
+    )
+    .await
+    .expect("skiff.partitions");
+    assert_eq!(map.len(), 8, "{map:?}");
+    let owner = |p: u32| -> String {
+        map.iter()
+            .find(|r| r[0].as_deref() == Some(&p.to_string()))
+            .and_then(|r| r[1].clone())
+            .expect("every partition has an owner")
+    };
+    let owners: std::collections::BTreeSet<String> = (0..8).map(owner).collect();
+    assert_eq!(owners.len(), 3, "8 partitions over 3 workers: {map:?}");
+    let tables = map[0][2].clone().unwrap_or_default();
+    assert_eq!(tables, "customer,lineitem,orders,part,partsupp");
+
+    let explained = run_pg(
+        &client,
+        "EXPLAIN SELECT l_returnflag, count(*) FROM lineitem GROUP BY 1",
+    )
+    .await
+    .expect("explain");
+    let rows = &explained[0].0;
+    let text = format!("{rows:?}");
+    assert!(text.contains("DistributedExec"), "not distributed: {text}");
+    let placement = rows
+        .iter()
+        .find(|r| r[0].as_deref() == Some("placement"))
+        .and_then(|r| r[1].clone())
+        .expect("a placement row");
+    let tasks: Vec<&str> = placement
+        .lines()
+        .filter(|l| l.trim_start().starts_with("task"))
+        .collect();
+    assert_eq!(tasks.len(), 3, "{placement}");
+    let mut read = Vec::new();
+    for task in tasks {
+        // "task i: worker W (addr) partitions a,b,c"
+        let worker = task
+            .split("worker ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next());
+        let parts = task.rsplit("partitions ").next().unwrap_or_default();
+        for p in parts.split(',').filter(|p| !p.is_empty()) {
+            let p: u32 = p.parse().expect("a partition number");
+            assert_eq!(Some(owner(p).as_str()), worker, "{placement}");
+            read.push(p);
+        }
+    }
+    read.sort_unstable();
+    assert_eq!(read, (0..8).collect::<Vec<_>>(), "{placement}");
+    suite_matches_duckdb(&server, &client, "tpch", "on partitioned tables", &[]).await;
+
+    // `off` keeps one worker.
+    client
+        .simple_query("SET skiff.distribute = 'off'")
+        .await
+        .expect("set");
+    let explained = run_pg(&client, "EXPLAIN SELECT count(*) FROM lineitem")
+        .await
+        .expect("explain");
+    assert!(!format!("{explained:?}").contains("DistributedExec"));
+}
+
+/// TPC-DS on tables written by `skiff gen --partitions 8` (fact tables and
+/// item by item key), over three workers with `skiff.distribute = auto`
+/// (slow: run with `SKIFF_SLOW_TESTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
+    if !skiff_testkit::slow_tests("tpcds on partitioned tables") {
+        return;
+    }
+    let (server, client) = over_three(&partitioned_dataset(Benchmark::Tpcds, 8)).await;
+    suite_matches_duckdb(
+        &server,
+        &client,
+        "tpcds",
+        "on partitioned tables",
+        DISTRIBUTED_TPCDS_FAILURES,
+    )
+    .await;
+}
+
 /// Every query of `bench` through `client` matches its golden answers,
 /// but the `known` failures, which must still fail as they are known to
 /// (so the list shrinks when they are fixed).
@@ -238,9 +331,19 @@ async fn tpcds_distributed_over_three_workers_matches_duckdb() {
 /// A server over `bench` at SF 0.01 with three live workers, and a client
 /// whose session distributes every query.
 async fn distributed_over_three(bench: Benchmark) -> (Server, tokio_postgres::Client) {
-    let data = dataset(bench, 0.01);
+    let (server, client) = over_three(&dataset(bench, 0.01)).await;
+    client
+        .simple_query("SET skiff.distribute = 'on'")
+        .await
+        .expect("set");
+    (server, client)
+}
+
+/// A server over the tables of `data` with three live workers, and a
+/// client.
+async fn over_three(data: &std::path::Path) -> (Server, tokio_postgres::Client) {
     let server = Server::start(
-        &data,
+        data,
         Options {
             workers: Some(3),
             ..Options::default()
@@ -248,9 +351,5 @@ async fn distributed_over_three(bench: Benchmark) -> (Server, tokio_postgres::Cl
     );
     let client = server.pg().await;
     wait_for_workers(&client, 3).await;
-    client
-        .simple_query("SET skiff.distribute = 'on'")
-        .await
-        .expect("set");
     (server, client)
 }

@@ -228,3 +228,34 @@ pub fn psql_command(server: &Server, command: &str) -> Command {
         .env("PGCONNECT_TIMEOUT", "10");
     psql
 }
+
+/// `bench` at SF 0.01 written by `skiff gen --partitions P` (its big tables
+/// hash-partitioned managed tables), generated once per machine like
+/// `skiff_testkit::dataset`.
+pub fn partitioned_dataset(bench: skiff_gen::Benchmark, partitions: u32) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let name = skiff_testkit::bench_name(bench);
+    let root = skiff_testkit::repo_root().join("target/skiff-testdata");
+    std::fs::create_dir_all(&root).expect("test data directory");
+    let lock = std::fs::File::create(root.join(format!("{name}-sf0.01-p{partitions}.lock")))
+        .expect("lock file");
+    lock.lock().expect("lock test data");
+    let dir = root.join(format!("{name}-sf0.01-p{partitions}"));
+    let complete = dir.join(".complete");
+    if !complete.exists() {
+        let output = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["gen", name, "--sf", "0.01", "--force", "--out"])
+            .arg(&dir)
+            .args(["--partitions", &partitions.to_string()])
+            .output()
+            .expect("skiff gen");
+        assert!(
+            output.status.success(),
+            "skiff gen --partitions failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::write(&complete, b"").expect("mark complete");
+    }
+    dir
+}

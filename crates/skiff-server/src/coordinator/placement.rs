@@ -1,0 +1,318 @@
+//! Where a distributed query's scan tasks run (issue 16): a scan of a
+//! hash-partitioned table becomes one task per owner of its class's
+//! partitions, each reading its owner's partitions and routed to that
+//! owner, under the partition map the query was planned with. That is the
+//! locality a worker's cache of its own partitions depends on.
+//!
+//! Three hooks of datafusion-distributed, registered on the coordinator's
+//! planning session (`shared/notes/datafusion-distributed.md` §2b):
+//! [`desired`] asks for one task per owner, [`scale_up`] gives task `i` the
+//! files of the `i`-th owner (by worker id), [`route`] sends task `i` to
+//! that owner. A stage whose task count ends up different copes: fewer
+//! tasks than owners take several owners' files each (task `i` those of
+//! owners `i`, `i + T`, ...; its route is owner `i`), more tasks leave the
+//! extra ones empty. Files whose owner takes no queries (draining, or not
+//! in the map yet) go to the task with the fewest bytes: any worker can
+//! read any partition, since all of them are in the data directory.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::catalog::memory::DataSourceExec;
+use datafusion::common::Result as DfResult;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion_distributed::{
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec, RouteTasksEvent,
+    RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+};
+use skiff_cluster::{PartitionManager, WorkerId};
+use skiff_tables::deal_files;
+use skiff_tables::partition::{FilePartition, PARTITION_COLUMN};
+use url::Url;
+
+/// The partition map a distributed query is planned under and the
+/// addresses of the workers that take queries; a `SessionConfig` extension
+/// of its planning session.
+#[derive(Debug)]
+pub(crate) struct Placement {
+    pub(crate) manager: Arc<PartitionManager>,
+    pub(crate) urls: BTreeMap<WorkerId, Url>,
+}
+
+impl Placement {
+    /// The owners of class `partitions` that take queries, by id: task `i`
+    /// of a scan of the class is `owners[i]`'s.
+    fn owners(&self, partitions: u32) -> Vec<WorkerId> {
+        let Some(mapping) = self.manager.mapping(partitions) else {
+            return Vec::new();
+        };
+        let mut owners: Vec<WorkerId> = mapping
+            .owners()
+            .iter()
+            .copied()
+            .filter(|w| self.urls.contains_key(w))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners
+    }
+}
+
+/// The files of `plan` when it is a Parquet scan of one hash-partitioned
+/// table (every file tagged with its partition), with the class.
+fn partitioned_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(&FileScanConfig, u32)> {
+    let scan = plan
+        .downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()?;
+    let mut class = None;
+    for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
+        let tag = file.extension::<FilePartition>()?;
+        if *class.get_or_insert(tag.partitions) != tag.partitions {
+            return None;
+        }
+    }
+    Some((scan, class?))
+}
+
+/// One task per owner of the scanned table's class.
+pub(crate) fn desired(
+    ev: DesiredTaskCountEvent,
+) -> Option<DfResult<DesiredTaskCountEventResponse>> {
+    let placement = ev.session_config.get_extension::<Placement>()?;
+    let (_, class) = partitioned_scan(ev.plan)?;
+    let owners = placement.owners(class);
+    if owners.is_empty() {
+        return None;
+    }
+    Some(Ok(DesiredTaskCountEventResponse::desired(owners.len())))
+}
+
+/// The scan as one variant per task, task `i` reading the partitions of
+/// owner `i` (see the module's doc for other task counts).
+pub(crate) fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<DfResult<ScaleUpLeafNodeEventResponse>> {
+    let placement = ev.session_config.get_extension::<Placement>()?;
+    let (scan, class) = partitioned_scan(ev.plan)?;
+    let owners = placement.owners(class);
+    if owners.is_empty() || ev.task_count == 0 {
+        return None;
+    }
+    let tasks = assign(&placement.manager, class, &owners, scan, ev.task_count);
+    // Every variant has the scan's partition count (the library requires
+    // one count), some of them empty.
+    let width = ev.plan.output_partitioning().partition_count().max(1);
+    let variants = tasks.into_iter().map(|files| {
+        let mut variant = scan.clone();
+        variant.file_groups = deal_files(files, width);
+        DataSourceExec::from_data_source(variant) as Arc<dyn ExecutionPlan>
+    });
+    Some(
+        DistributedLeafExec::try_new(Arc::clone(ev.plan), variants)
+            .map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))),
+    )
+}
+
+/// The files of each of `task_count` tasks.
+fn assign(
+    manager: &PartitionManager,
+    class: u32,
+    owners: &[WorkerId],
+    scan: &FileScanConfig,
+    task_count: usize,
+) -> Vec<Vec<PartitionedFile>> {
+    let task_of: BTreeMap<WorkerId, usize> = owners
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| (w, i % task_count))
+        .collect();
+    let mut tasks: Vec<(u64, Vec<PartitionedFile>)> = vec![(0, Vec::new()); task_count];
+    let mut homeless = Vec::new();
+    for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
+        let task = file
+            .extension::<FilePartition>()
+            .and_then(|tag| manager.owner(class, tag.partition))
+            .and_then(|owner| task_of.get(&owner).copied());
+        match task {
+            Some(t) => {
+                tasks[t].0 += file.object_meta.size;
+                tasks[t].1.push(file.clone());
+            }
+            None => homeless.push(file.clone()),
+        }
+    }
+    for file in homeless {
+        if let Some(lightest) = tasks.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+            lightest.0 += file.object_meta.size;
+            lightest.1.push(file);
+        }
+    }
+    tasks.into_iter().map(|(_, files)| files).collect()
+}
+
+/// Task `i` of a stage that scans a partitioned table goes to owner `i` of
+/// its class; tasks beyond the owners go round the other workers. The
+/// first partitioned scan of the stage decides (a stage that scans tables
+/// of two classes is placed for the first).
+pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventResponse>> {
+    let config = ev.task_ctx.session_config();
+    let placement = config.get_extension::<Placement>()?;
+    let mut class = None;
+    let walked = ev.plan.apply(|node| {
+        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
+            && let Some((_, c)) = partitioned_scan(leaf.original())
+        {
+            class = Some(c);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if let Err(e) = walked {
+        return Some(Err(e));
+    }
+    let workers = placement.task_workers(class?, ev.task_count)?;
+    Some(Ok(RouteTasksEventResponse::new(
+        workers.into_iter().map(|(_, url)| url).collect(),
+    )))
+}
+
+impl Placement {
+    /// Where each of `task_count` tasks of a stage scanning class
+    /// `partitions` runs: task `i` on owner `i`, the tasks beyond the
+    /// owners round the workers. `None` when no owner takes queries.
+    fn task_workers(&self, partitions: u32, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
+        let owners = self.owners(partitions);
+        let all: Vec<(&WorkerId, &Url)> = self.urls.iter().collect();
+        if owners.is_empty() || all.is_empty() {
+            return None;
+        }
+        let workers = (0..task_count)
+            .map(|i| match owners.get(i) {
+                Some(owner) => (*owner, self.urls[owner].clone()),
+                None => (*all[i % all.len()].0, all[i % all.len()].1.clone()),
+            })
+            .collect();
+        Some(workers)
+    }
+}
+
+/// `EXPLAIN`'s account of placement: for each scan of a partitioned table
+/// in `plan` (a distributed plan), the worker each task goes to and the
+/// partitions it reads, under the query's epoch.
+pub(crate) fn explain(plan: &Arc<dyn ExecutionPlan>, placement: &Placement) -> String {
+    let mut text = format!("epoch {}\n", placement.manager.epoch());
+    let _ = plan.apply(|node| {
+        let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        let Some((scan, class)) = partitioned_scan(leaf.original()) else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        let table = scan
+            .file_groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .find_map(table_of)
+            .unwrap_or_else(|| "?".to_string());
+        text.push_str(&format!("scan of {table} ({class} partitions)\n"));
+        let workers = placement
+            .task_workers(class, leaf.variants().len())
+            .unwrap_or_default();
+        for (i, variant) in leaf.variants().iter().enumerate() {
+            let mut read: Vec<u32> = variant
+                .downcast_ref::<DataSourceExec>()
+                .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
+                .map(|s| {
+                    s.file_groups
+                        .iter()
+                        .flat_map(|g| g.iter())
+                        .filter_map(|f| f.extension::<FilePartition>().map(|t| t.partition))
+                        .collect()
+                })
+                .unwrap_or_default();
+            read.sort_unstable();
+            read.dedup();
+            let list = read
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            match workers.get(i) {
+                Some((id, url)) => text.push_str(&format!(
+                    "  task {i}: worker {id} ({}) partitions {list}\n",
+                    url.authority()
+                )),
+                None => text.push_str(&format!("  task {i}: any worker, partitions {list}\n")),
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    text
+}
+
+/// The table a file of a partitioned table belongs to: the directory above
+/// its partition directory.
+fn table_of(file: &PartitionedFile) -> Option<String> {
+    let parts: Vec<_> = file.object_meta.location.parts().collect();
+    let at = parts
+        .iter()
+        .position(|p| p.as_ref().starts_with(PARTITION_COLUMN))?;
+    Some(parts.get(at.checked_sub(1)?)?.as_ref().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(partition: u32, size: u64) -> PartitionedFile {
+        PartitionedFile::new(format!("t/p={partition}/f"), size).with_extension(FilePartition {
+            partitions: 8,
+            partition,
+        })
+    }
+
+    #[test]
+    fn each_task_reads_its_owners_partitions() {
+        let mut manager = PartitionManager::new([1, 2, 3]);
+        manager.ensure_class(8).unwrap();
+        let files: Vec<PartitionedFile> = (0..8).map(|p| file(p, 100)).collect();
+        let scan_of = |files: Vec<PartitionedFile>| {
+            let schema = Arc::new(arrow::datatypes::Schema::empty());
+            let source = Arc::new(datafusion::datasource::physical_plan::ParquetSource::new(
+                datafusion::datasource::table_schema::TableSchema::from(schema),
+            ));
+            let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
+            datafusion::datasource::physical_plan::FileScanConfigBuilder::new(url, source)
+                .with_file_groups(vec![datafusion::datasource::physical_plan::FileGroup::new(
+                    files,
+                )])
+                .build()
+        };
+        let owners = [1, 2, 3];
+        let owner_of = |f: &PartitionedFile| {
+            let tag = f.extension::<FilePartition>().unwrap();
+            manager.owner(8, tag.partition).unwrap()
+        };
+        // One task per owner: each task holds exactly its owner's files.
+        let tasks = assign(&manager, 8, &owners, &scan_of(files.clone()), 3);
+        for (i, task) in tasks.iter().enumerate() {
+            assert!(!task.is_empty());
+            assert!(task.iter().all(|f| owner_of(f) == owners[i]), "task {i}");
+        }
+        // Two tasks for three owners: owner 3's files join task 0.
+        let tasks = assign(&manager, 8, &owners, &scan_of(files.clone()), 2);
+        assert!(tasks[1].iter().all(|f| owner_of(f) == 2));
+        assert_eq!(tasks.iter().map(Vec::len).sum::<usize>(), 8);
+        // Owner 3 takes no queries: its files go to the lighter task.
+        let tasks = assign(&manager, 8, &[1, 2], &scan_of(files), 2);
+        assert_eq!(tasks.iter().map(Vec::len).sum::<usize>(), 8);
+        assert!(tasks[0].iter().any(|f| owner_of(f) == 1));
+        assert!(tasks[1].iter().any(|f| owner_of(f) == 2));
+        // Groups within a task: exactly the width asked, none lost.
+        let groups = deal_files(vec![file(0, 5)], 4);
+        assert_eq!(groups.len(), 4);
+        assert_eq!(groups.iter().map(|g| g.len()).sum::<usize>(), 1);
+    }
+}
