@@ -211,6 +211,10 @@ pub struct HeartbeatReply {
     /// declared the node dead): the node registers again.
     #[prost(bool, tag = "1")]
     pub known: bool,
+    /// The node was removed from the cluster (`skiff.remove_worker`): it
+    /// leaves, and must not register again.
+    #[prost(bool, tag = "2")]
+    pub removed: bool,
 }
 
 /// A query running on a worker, as of the heartbeat.

@@ -87,3 +87,13 @@ pub struct CoordinatorConfig {
     /// for users, on for test suites and benches.
     pub fault_injection: bool,
 }
+
+/// How long `skiff.remove_worker` waits for the worker's queries to move
+/// away and for the distributed queries that use it to end; past this the
+/// worker leaves anyway, and what still ran there fails (a single-worker
+/// query whose result already streams, or a distributed query, which
+/// cannot move).
+pub const REMOVE_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Most workers one `skiff.add_workers(n)` starts.
+pub const ADD_WORKERS_MAX: usize = 64;

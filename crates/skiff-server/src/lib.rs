@@ -33,7 +33,9 @@ pub mod worker;
 
 pub use auth::Users;
 pub use config::{CoordinatorConfig, Limits, TlsFiles};
-pub use coordinator::{ClientSession, Coordinator, PreparedStatement, StatementResult};
+pub use coordinator::{
+    ClientSession, Coordinator, PreparedStatement, StatementResult, WorkerLauncher,
+};
 pub use error::{Result, ServerError, SqlState};
 pub use memnode::{MemnodeConfig, run_memnode};
 pub use server::{Listening, serve_coordinator};

@@ -74,8 +74,10 @@ pub async fn report_from_own_thread(
 
 /// Register with the coordinator at `coordinator` and send a heartbeat
 /// every [`HEARTBEAT_INTERVAL`] (with `reports()` of running queries) until
-/// `shutdown`. Registers again whenever the coordinator no longer knows the
-/// node; never gives up on an unreachable coordinator.
+/// `shutdown`, or until the coordinator says the node was removed (then the
+/// node stops: its caller's serving ends with this). Registers again
+/// whenever the coordinator no longer knows the node; never gives up on an
+/// unreachable coordinator.
 async fn report_to_coordinator(
     coordinator: &str,
     identity: NodeIdentity,
@@ -91,6 +93,7 @@ async fn report_to_coordinator(
     };
     let mut client = None;
     let mut node_id = None;
+    let mut removed = false;
     let mut last_complaint: Option<Instant> = None;
     let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -132,7 +135,10 @@ async fn report_to_coordinator(
                 skiff_flight::do_action::<_, HeartbeatReply>(c, action::HEARTBEAT, &beat)
                     .await
                     .map(|reply| {
-                        if !reply.known {
+                        if reply.removed {
+                            info!(node = id, "removed from the cluster; leaving");
+                            removed = true;
+                        } else if !reply.known {
                             warn!(node = id, "coordinator forgot this node; registering again");
                             node_id = None;
                         }
@@ -142,6 +148,9 @@ async fn report_to_coordinator(
         if let Err(e) = outcome {
             complain(&e);
             client = None;
+        }
+        if removed {
+            return;
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::cli::Format;
   skiff ctl drain 2 && skiff ctl drain 3 --abort
   skiff ctl undrain 2
   skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
+  skiff ctl add-workers 2 && skiff ctl remove-worker 3
 
 Credentials come from SKIFF_USER and SKIFF_PASSWORD when the server requires them.")]
 pub struct CtlArgs {
@@ -88,9 +89,19 @@ pub enum CtlCommand {
         #[arg(long)]
         seconds: f64,
     },
+    /// Start N more local workers (under `skiff serve`); waits until they
+    /// have joined. Partitions move to them (a new epoch of skiff.partitions).
+    AddWorkers { n: usize },
+    /// Remove a worker: its queries move away, distributed queries using it
+    /// end, its partitions move to the others, and it leaves; waits until
+    /// it has.
+    RemoveWorker {
+        /// The worker's id or address.
+        worker: String,
+    },
 }
 
-/// How long `drain` and `spot-notice` wait for the worker to empty.
+/// How long `drain`, `spot-notice`, `add-workers` and `remove-worker` wait.
 const VACATE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
@@ -121,7 +132,16 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
         CtlCommand::SpotNotice { worker, seconds } => {
             format!("SELECT skiff.spot_notice({}, '{seconds}')", quote(worker))
         }
+        CtlCommand::AddWorkers { n } => format!("SELECT skiff.add_workers({n})"),
+        CtlCommand::RemoveWorker { worker } => {
+            format!("SELECT skiff.remove_worker({})", quote(worker))
+        }
     };
+    let live_before = match &args.command {
+        CtlCommand::AddWorkers { .. } => live_workers(&mut conn).await.map_err(fail)?,
+        _ => 0,
+    };
+    let started = std::time::Instant::now();
     let (schema, batches) = conn.query(&sql).await.map_err(fail)?;
     if let CtlCommand::Cancel { id } = &args.command {
         let canceled = batches.first().filter(|b| b.num_rows() == 1).and_then(|b| {
@@ -157,6 +177,34 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
             let ms = wait_vacated(&mut conn, worker).await.map_err(fail)?;
             println!("worker {worker} vacated in {ms} ms");
         }
+        CtlCommand::AddWorkers { n } => {
+            let want = live_before + *n as i64;
+            let joined = format!(
+                "SELECT count(*) >= {want} FROM skiff.workers \
+                 WHERE role = 'worker' AND state = 'alive'"
+            );
+            wait_until(&mut conn, &joined, &format!("{n} workers to join"))
+                .await
+                .map_err(fail)?;
+            println!(
+                "{n} workers joined in {} ms; `skiff ctl workers` lists them",
+                started.elapsed().as_millis()
+            );
+        }
+        CtlCommand::RemoveWorker { worker } => {
+            let gone = format!(
+                "SELECT count(*) = 0 FROM skiff.workers WHERE role = 'worker' AND \
+                 state <> 'removed' AND (address = {name} OR CAST(id AS VARCHAR) = {name})",
+                name = quote(worker)
+            );
+            wait_until(&mut conn, &gone, &format!("worker {worker} to leave"))
+                .await
+                .map_err(fail)?;
+            println!(
+                "worker {worker} removed in {} ms",
+                started.elapsed().as_millis()
+            );
+        }
         _ => {
             let mut out = std::io::stdout();
             crate::output::write_batches(&mut out, format, &schema, &batches)?;
@@ -181,6 +229,39 @@ fn first_bool(batches: &[arrow::array::RecordBatch]) -> Option<bool> {
             .downcast_ref::<arrow::array::BooleanArray>()
             .map(|a| a.value(0))
     })
+}
+
+async fn live_workers(conn: &mut FlightConn) -> Result<i64, String> {
+    let sql = "SELECT count(*) FROM skiff.workers WHERE role = 'worker' AND state = 'alive'";
+    let (_, batches) = conn.query(sql).await?;
+    batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .map(|a| a.value(0))
+        })
+        .ok_or_else(|| "skiff.workers returned no count".to_string())
+}
+
+/// Poll `sql` (one boolean) until it is true, for up to [`VACATE_WAIT`].
+async fn wait_until(conn: &mut FlightConn, sql: &str, what: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + VACATE_WAIT;
+    let mut reported = std::time::Instant::now();
+    while std::time::Instant::now() < deadline {
+        let (_, batches) = conn.query(sql).await?;
+        if first_bool(&batches) == Some(true) {
+            return Ok(());
+        }
+        if reported.elapsed() > std::time::Duration::from_secs(5) {
+            eprintln!("waiting for {what}...");
+            reported = std::time::Instant::now();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Err(format!("still waiting for {what} after {VACATE_WAIT:?}"))
 }
 
 /// Poll `skiff.workers` until the drained worker reports its vacate time.

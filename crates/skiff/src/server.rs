@@ -3,9 +3,11 @@
 //! the coordinator in this process, workers and a memory node as child
 //! processes it restarts when they die.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
@@ -13,6 +15,7 @@ use datafusion::error::{DataFusionError, Result};
 use skiff_engine::options::parse_bytes;
 use skiff_server::{
     CoordinatorConfig, Limits, MemnodeConfig, ServerError, TlsFiles, Users, WorkerConfig,
+    WorkerLauncher,
 };
 use skiff_tables::DataLocation;
 use tokio::task::JoinSet;
@@ -337,7 +340,8 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         };
         let mut kids = JoinSet::new();
         let cluster = listening.cluster.to_string();
-        for n in 0..args.workers {
+        let leaving = Leaving::default();
+        let worker = |n: u32| -> Result<_> {
             let mut command = child_command("worker", &cluster)?;
             if let Some(p) = session.partitions() {
                 command.arg("--partitions").arg(p.to_string());
@@ -345,13 +349,31 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
             if let Some(m) = session.memory_limit() {
                 command.arg("--memory-limit").arg(m.to_string());
             }
-            kids.spawn(supervise(format!("worker {n}"), command, shutdown.clone()));
+            Ok(supervise(
+                format!("worker {n}"),
+                command,
+                shutdown.clone(),
+                leaving.clone(),
+            ))
+        };
+        for n in 0..args.workers {
+            kids.spawn(worker(n)?);
         }
+        let (start_tx, mut start_rx) = tokio::sync::mpsc::unbounded_channel();
+        coordinator.set_launcher(Arc::new(LocalWorkers {
+            start: start_tx,
+            leaving: leaving.clone(),
+        }));
         // Spills and durable state (suspended queries) live with the data,
         // so they outlive a restart of the memory node.
         let mut memnode = child_command("memnode", &cluster)?;
         memnode.arg("--state-dir").arg(&state_dir);
-        kids.spawn(supervise("memory node".into(), memnode, shutdown.clone()));
+        kids.spawn(supervise(
+            "memory node".into(),
+            memnode,
+            shutdown.clone(),
+            leaving.clone(),
+        ));
         wait_for_nodes(&coordinator, args.workers as usize, &shutdown).await;
         let workers = coordinator
             .membership()
@@ -360,6 +382,20 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
             .membership()
             .live(skiff_flight::protocol::Role::MemoryNode);
         announce(&listening, Some((workers, memnodes)));
+        // `skiff.add_workers(n)` until shutdown.
+        let mut started = args.workers;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                asked = start_rx.recv() => {
+                    let Some(n) = asked else { break };
+                    for _ in 0..n {
+                        kids.spawn(worker(started)?);
+                        started += 1;
+                    }
+                }
+            }
+        }
         while kids.join_next().await.is_some() {}
         Ok::<_, DataFusionError>(())
     };
@@ -414,11 +450,50 @@ fn child_command(role: &str, cluster: &str) -> Result<tokio::process::Command> {
     Ok(command)
 }
 
-/// Keep one child running until `shutdown`, restarting it when it dies.
+/// Pids of children removed from the cluster (`skiff.remove_worker`):
+/// not restarted when they exit.
+#[derive(Clone, Default)]
+struct Leaving(Arc<Mutex<HashSet<u32>>>);
+
+impl Leaving {
+    fn contains(&self, pid: u32) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&pid)
+    }
+}
+
+/// `skiff serve`'s workers as the coordinator starts and removes them.
+struct LocalWorkers {
+    start: tokio::sync::mpsc::UnboundedSender<u32>,
+    leaving: Leaving,
+}
+
+impl WorkerLauncher for LocalWorkers {
+    fn start(&self, n: usize) -> std::result::Result<(), String> {
+        let n = u32::try_from(n).map_err(|_| format!("{n} workers"))?;
+        self.start
+            .send(n)
+            .map_err(|_| "skiff serve is shutting down".to_string())
+    }
+
+    fn forget(&self, pid: u32) {
+        self.leaving
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid);
+    }
+}
+
+/// Keep one child running until `shutdown`, restarting it when it dies,
+/// unless it was removed from the cluster.
 async fn supervise(
     name: String,
     mut command: tokio::process::Command,
     shutdown: CancellationToken,
+    leaving: Leaving,
 ) {
     loop {
         let mut child = match command.spawn() {
@@ -428,12 +503,17 @@ async fn supervise(
                 return;
             }
         };
+        let pid = child.id();
         tokio::select! {
             _ = shutdown.cancelled() => {
                 let _ = child.kill().await;
                 return;
             }
             status = child.wait() => {
+                if pid.is_some_and(|p| leaving.contains(p)) {
+                    info!(%name, ?status, "left the cluster");
+                    return;
+                }
                 warn!(%name, ?status, "exited; restarting");
             }
         }

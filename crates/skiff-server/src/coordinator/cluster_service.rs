@@ -13,6 +13,7 @@ use tonic::Status;
 use tracing::info;
 
 use super::Inner;
+use super::membership::NodeState;
 use crate::error::to_status;
 
 pub(crate) struct ClusterService {
@@ -43,13 +44,15 @@ impl Handler for ClusterService {
             }
             action::HEARTBEAT => {
                 let beat = Heartbeat::decode(action.body).map_err(bad)?;
-                let known = self.inner.membership.heartbeat(&beat);
+                let state = self.inner.membership.heartbeat(&beat);
+                let known = state == Some(NodeState::Alive);
                 if known {
                     for query in &beat.queries {
                         self.inner.queries.report(query);
                     }
                 }
-                Ok(HeartbeatReply { known }.encode_to_vec().into())
+                let removed = state == Some(NodeState::Removed);
+                Ok(HeartbeatReply { known, removed }.encode_to_vec().into())
             }
             action::VACATE => {
                 let request = VacateWorker::decode(action.body).map_err(bad)?;

@@ -25,6 +25,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion_distributed::{
     DistributedExec, DistributedExt, SessionStateBuilderExt, WorkerResolver, display_plan_ascii,
 };
+use futures::StreamExt;
 use skiff_engine::options::{Distribute, SkiffOptions};
 use skiff_tables::ManagedTable;
 use url::Url;
@@ -128,7 +129,16 @@ pub(crate) async fn start(
     if explain {
         return Ok(Some(explained(query, &physical, &placement)?));
     }
-    Ok(Some(physical.execute(0, distributed.task_ctx())?))
+    let stream = physical.execute(0, distributed.task_ctx())?;
+    // The query holds its workers until its stream is dropped: a removal
+    // waits for it (`resize`).
+    let guard = inner.distributed_runs.enter(placement.urls.keys().copied());
+    let schema = stream.schema();
+    let held = stream.map(move |batch| {
+        let _ = &guard;
+        batch
+    });
+    Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
 }
 
 impl Placement {

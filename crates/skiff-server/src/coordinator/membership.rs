@@ -14,6 +14,8 @@ use crate::coordinator::queries::lock;
 pub enum NodeState {
     Alive,
     Dead,
+    /// Removed by an admin (`skiff.remove_worker`): told to leave.
+    Removed,
 }
 
 impl NodeState {
@@ -21,6 +23,7 @@ impl NodeState {
         match self {
             NodeState::Alive => "alive",
             NodeState::Dead => "dead",
+            NodeState::Removed => "removed",
         }
     }
 }
@@ -103,18 +106,31 @@ impl Membership {
         id
     }
 
-    /// Record a heartbeat; false when the node is unknown or was declared
-    /// dead (it must register again).
-    pub fn heartbeat(&self, beat: &Heartbeat) -> bool {
+    /// Record a heartbeat; the node's state, `None` when it is unknown
+    /// (dead nodes must register again, removed ones leave).
+    pub fn heartbeat(&self, beat: &Heartbeat) -> Option<NodeState> {
         let mut nodes = lock(&self.nodes);
-        match nodes.get_mut(&beat.node_id) {
-            Some(node) if node.state == NodeState::Alive => {
-                node.last_heartbeat = Instant::now();
-                node.running = beat.queries.clone();
-                true
-            }
-            _ => false,
+        let node = nodes.get_mut(&beat.node_id)?;
+        if node.state == NodeState::Alive {
+            node.last_heartbeat = Instant::now();
+            node.running = beat.queries.clone();
         }
+        Some(node.state)
+    }
+
+    /// Remove live worker `id` from the cluster; its next heartbeat tells it
+    /// to leave. Returns the node as it was, `None` when no such live
+    /// worker.
+    pub fn remove(&self, id: u64) -> Option<Node> {
+        let mut nodes = lock(&self.nodes);
+        let node = nodes.get_mut(&id)?;
+        if node.role != Role::Worker || node.state != NodeState::Alive {
+            return None;
+        }
+        let was = node.clone();
+        node.state = NodeState::Removed;
+        node.running.clear();
+        Some(was)
     }
 
     /// Declare silent nodes dead; returns the ids newly declared dead.
@@ -292,15 +308,29 @@ mod tests {
         m.release(a);
         assert_eq!(m.assign().map(|x| x.0), Some(a));
         let later = Instant::now() + DEAD_AFTER + std::time::Duration::from_millis(10);
-        assert!(m.heartbeat(&Heartbeat {
+        let beat = Heartbeat {
             node_id: a,
-            queries: vec![]
-        }));
+            queries: vec![],
+        };
+        assert_eq!(m.heartbeat(&beat), Some(NodeState::Alive));
         assert_eq!(m.sweep(later), vec![a, b]);
         assert!(m.assign().is_none());
-        assert!(!m.heartbeat(&Heartbeat {
+        assert_eq!(m.heartbeat(&beat), Some(NodeState::Dead));
+    }
+
+    #[test]
+    fn a_removed_worker_is_told_to_leave_and_owns_nothing() {
+        let m = Membership::default();
+        let a = register(&m, "a:1", 1);
+        let b = register(&m, "b:1", 1);
+        assert_eq!(m.remove(a).map(|n| n.id), Some(a));
+        assert!(m.remove(a).is_none(), "removed twice");
+        let beat = Heartbeat {
             node_id: a,
-            queries: vec![]
-        }));
+            queries: vec![],
+        };
+        assert_eq!(m.heartbeat(&beat), Some(NodeState::Removed));
+        assert_eq!(m.live_workers(), vec![b]);
+        assert_eq!(m.assign().map(|x| x.0), Some(b));
     }
 }

@@ -23,6 +23,7 @@ pub(crate) mod pg_catalog;
 mod placement;
 mod queries;
 mod relay;
+mod resize;
 mod session;
 mod system_tables;
 mod vacate;
@@ -56,6 +57,7 @@ use tracing::{info, warn};
 pub use catalog_store::{CatalogEntry, CatalogStore};
 pub use membership::{Membership, Node, NodeState, Placement};
 pub use queries::{QueryEntry, QueryInfo, QueryRegistry, QueryStatus};
+pub use resize::WorkerLauncher;
 use session::Caller;
 pub use session::ClientSession;
 
@@ -100,6 +102,10 @@ pub(crate) struct Inner {
     catalog: CatalogStore,
     /// Who owns each partition of the hash-partitioned tables.
     pub(crate) partitions: partitions::Partitions,
+    /// Distributed queries running, by the workers they may use.
+    pub(crate) distributed_runs: resize::DistributedRuns,
+    /// Starts local workers (`skiff.add_workers`), under `skiff serve`.
+    pub(crate) launcher: std::sync::OnceLock<Arc<dyn WorkerLauncher>>,
     pub(crate) membership: Arc<Membership>,
     pub(crate) queries: QueryRegistry,
     limits: Limits,
@@ -140,6 +146,8 @@ impl Coordinator {
                 engine,
                 catalog,
                 partitions,
+                distributed_runs: resize::DistributedRuns::default(),
+                launcher: std::sync::OnceLock::new(),
                 membership: Arc::default(),
                 queries: QueryRegistry::default(),
                 limits: config.limits.clone(),
@@ -177,6 +185,12 @@ impl Coordinator {
                 Err(e) => warn!(name = %entry.name, error = %e, "catalog entry not restored"),
             }
         }
+    }
+
+    /// Let `skiff.add_workers` start local workers through `launcher`
+    /// (`skiff serve` does); the first one set stays.
+    pub fn set_launcher(&self, launcher: Arc<dyn WorkerLauncher>) {
+        let _ = self.inner.launcher.set(launcher);
     }
 
     pub fn users(&self) -> &Users {

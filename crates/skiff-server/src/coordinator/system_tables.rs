@@ -29,7 +29,7 @@ use super::partitions::partitioned_tables;
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
-use super::{Inner, relay};
+use super::{Inner, relay, resize};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
@@ -60,6 +60,8 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         Admin::Drain,
         Admin::Undrain,
         Admin::SpotNotice,
+        Admin::AddWorkers,
+        Admin::RemoveWorker,
     ] {
         ctx.register_udf(ScalarUDF::from(AdminFunction::new(op, coordinator.clone())));
     }
@@ -477,6 +479,10 @@ enum Admin {
     Undrain,
     /// `skiff.spot_notice(worker, seconds)`
     SpotNotice,
+    /// `skiff.add_workers(n)`: start n local workers (`skiff serve`).
+    AddWorkers,
+    /// `skiff.remove_worker(worker)`: vacate it, then remove it.
+    RemoveWorker,
 }
 
 /// A state-separation operation as a SQL function: true when it was asked
@@ -515,6 +521,8 @@ impl AdminFunction {
             Admin::Drain => "skiff.drain",
             Admin::Undrain => "skiff.undrain",
             Admin::SpotNotice => "skiff.spot_notice",
+            Admin::AddWorkers => "skiff.add_workers",
+            Admin::RemoveWorker => "skiff.remove_worker",
         };
         Self {
             op,
@@ -532,6 +540,8 @@ impl AdminFunction {
             Admin::Drain => "skiff.drain(worker [, 'finish' | 'abort'])",
             Admin::Undrain => "skiff.undrain(worker)",
             Admin::SpotNotice => "skiff.spot_notice(worker, seconds)",
+            Admin::AddWorkers => "skiff.add_workers(n)",
+            Admin::RemoveWorker => "skiff.remove_worker(worker)",
         }
     }
 
@@ -572,7 +582,23 @@ impl AdminFunction {
                 return Ok(true);
             }
             (Admin::Undrain, []) => return Ok(inner.membership.stop_draining(worker(first)?)),
-            (Admin::Drain | Admin::Undrain | Admin::SpotNotice, _) => return Err(usage().into()),
+            (Admin::AddWorkers, []) => {
+                let n: usize = first.trim().parse().map_err(|_| usage())?;
+                resize::add_workers(inner, n)?;
+                return Ok(true);
+            }
+            (Admin::RemoveWorker, []) => {
+                resize::remove_worker(inner, worker(first)?)?;
+                return Ok(true);
+            }
+            (
+                Admin::Drain
+                | Admin::Undrain
+                | Admin::SpotNotice
+                | Admin::AddWorkers
+                | Admin::RemoveWorker,
+                _,
+            ) => return Err(usage().into()),
             _ => {}
         }
         let id: u64 = first.trim().parse().map_err(|_| usage())?;

@@ -96,7 +96,7 @@ fn ask_all(inner: &Arc<Inner>, id: u64, abort: bool) -> usize {
     asked
 }
 
-fn queries_on(inner: &Inner, id: u64) -> usize {
+pub(crate) fn queries_on(inner: &Inner, id: u64) -> usize {
     inner
         .queries
         .live()

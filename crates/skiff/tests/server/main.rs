@@ -7,6 +7,7 @@ mod cluster;
 mod golden;
 mod migration_bench;
 mod privileges;
+mod resize;
 mod s3;
 mod slt;
 mod state;
