@@ -211,10 +211,25 @@ mod tests {
             worker.iter().any(|o| o == "partitions"),
             "worker: partitions"
         );
+        // gen's own --partitions is the number of hash partitions of the
+        // tables it writes, not the shell's parallelism.
         let gen_options = options(&["gen"]);
-        for option in shell {
+        for option in shell.iter().filter(|o| **o != "partitions") {
             assert!(!gen_options.iter().any(|o| o == option), "gen: {option}");
         }
+        let gen_command = Cli::command();
+        let gen_partitions = gen_command
+            .find_subcommand("gen")
+            .and_then(|g| {
+                g.get_arguments()
+                    .find(|a| a.get_long() == Some("partitions"))
+            })
+            .and_then(|a| a.get_help().map(|h| h.to_string()))
+            .unwrap_or_default();
+        assert!(
+            gen_partitions.contains("hash-partitioned"),
+            "{gen_partitions}"
+        );
         let bench = options(&["bench"]);
         assert!(bench.iter().any(|o| o == "data"), "bench: data");
         assert!(!bench.iter().any(|o| o == "format"), "bench: format");

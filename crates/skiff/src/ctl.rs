@@ -192,16 +192,19 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
             );
         }
         CtlCommand::RemoveWorker { worker } => {
+            // By id: the worker's row; by address: a worker that died and
+            // registered again on it would be alive under a new id.
             let gone = format!(
                 "SELECT count(*) = 0 FROM skiff.workers WHERE role = 'worker' AND \
-                 state <> 'removed' AND (address = {name} OR CAST(id AS VARCHAR) = {name})",
+                 state = 'alive' AND (address = {name} OR CAST(id AS VARCHAR) = {name})",
                 name = quote(worker)
             );
             wait_until(&mut conn, &gone, &format!("worker {worker} to leave"))
                 .await
                 .map_err(fail)?;
             println!(
-                "worker {worker} removed in {} ms",
+                "worker {worker} left in {} ms; `skiff ctl workers` shows whether it was \
+                 removed or died first",
                 started.elapsed().as_millis()
             );
         }

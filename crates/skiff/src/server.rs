@@ -28,6 +28,8 @@ use crate::cli::{DataArg, MemoryLimitArg, PartitionsArg, SessionArgs};
 const REGISTER_WAIT: Duration = Duration::from_secs(20);
 /// Pause before restarting a child that died.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
+/// `skiff.add_workers` requests that may wait for `serve` to start them.
+const ADD_REQUESTS: usize = 16;
 
 /// Front doors and limits; shared by `serve` and `coordinator`.
 #[derive(Args, Debug, Clone)]
@@ -359,7 +361,8 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         for n in 0..args.workers {
             kids.spawn(worker(n)?);
         }
-        let (start_tx, mut start_rx) = tokio::sync::mpsc::unbounded_channel();
+        // A few requests at most wait: each is handled at once.
+        let (start_tx, mut start_rx) = tokio::sync::mpsc::channel(ADD_REQUESTS);
         coordinator.set_launcher(Arc::new(LocalWorkers {
             start: start_tx,
             leaving: leaving.clone(),
@@ -450,40 +453,60 @@ fn child_command(role: &str, cluster: &str) -> Result<tokio::process::Command> {
     Ok(command)
 }
 
-/// Pids of children removed from the cluster (`skiff.remove_worker`):
-/// not restarted when they exit.
+/// The pids of `serve`'s running children, and those of them removed from
+/// the cluster (`skiff.remove_worker`), which are not restarted when they
+/// exit. Only a child's own pid can be marked: a remote worker's reported
+/// pid may equal a local child's.
 #[derive(Clone, Default)]
-struct Leaving(Arc<Mutex<HashSet<u32>>>);
+struct Leaving(Arc<Mutex<Children>>);
+
+#[derive(Default)]
+struct Children {
+    running: HashSet<u32>,
+    leaving: HashSet<u32>,
+}
 
 impl Leaving {
-    fn contains(&self, pid: u32) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&pid)
+    fn children(&self) -> std::sync::MutexGuard<'_, Children> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn started(&self, pid: u32) {
+        self.children().running.insert(pid);
+    }
+
+    /// Child `pid` exited: whether it was leaving the cluster.
+    fn exited(&self, pid: u32) -> bool {
+        let mut children = self.children();
+        children.running.remove(&pid);
+        children.leaving.remove(&pid)
     }
 }
 
 /// `skiff serve`'s workers as the coordinator starts and removes them.
 struct LocalWorkers {
-    start: tokio::sync::mpsc::UnboundedSender<u32>,
+    start: tokio::sync::mpsc::Sender<u32>,
     leaving: Leaving,
 }
 
 impl WorkerLauncher for LocalWorkers {
     fn start(&self, n: usize) -> std::result::Result<(), String> {
         let n = u32::try_from(n).map_err(|_| format!("{n} workers"))?;
-        self.start
-            .send(n)
-            .map_err(|_| "skiff serve is shutting down".to_string())
+        self.start.try_send(n).map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => {
+                "too many skiff.add_workers calls at once; try again".to_string()
+            }
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => {
+                "skiff serve is shutting down".to_string()
+            }
+        })
     }
 
     fn forget(&self, pid: u32) {
-        self.leaving
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(pid);
+        let mut children = self.leaving.children();
+        if children.running.contains(&pid) {
+            children.leaving.insert(pid);
+        }
     }
 }
 
@@ -504,13 +527,16 @@ async fn supervise(
             }
         };
         let pid = child.id();
+        if let Some(pid) = pid {
+            leaving.started(pid);
+        }
         tokio::select! {
             _ = shutdown.cancelled() => {
                 let _ = child.kill().await;
                 return;
             }
             status = child.wait() => {
-                if pid.is_some_and(|p| leaving.contains(p)) {
+                if pid.is_some_and(|p| leaving.exited(p)) {
                     info!(%name, ?status, "left the cluster");
                     return;
                 }

@@ -9,7 +9,7 @@
 //! single-worker one (no migration, suspend or snapshot): the library
 //! streams between stages and has no pause or retry.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, StringArray};
@@ -28,32 +28,32 @@ use datafusion_distributed::{
 use futures::StreamExt;
 use skiff_engine::options::{Distribute, SkiffOptions};
 use skiff_tables::ManagedTable;
+use tracing::warn;
 use url::Url;
 
 use super::Inner;
 use super::membership::Membership;
 use super::placement::{self, Placement};
+use super::resize::RunGuard;
 use crate::error::Result;
 
-/// The library's view of the cluster: the workers that take queries now.
-struct MembershipResolver(Arc<Membership>);
+/// The library's view of the cluster: the workers that took queries when
+/// the query was planned (its [`Placement`]), for its task counts and the
+/// routing of stages that scan no partitioned table. One snapshot for the
+/// whole query, the one its [`RunGuard`] holds.
+struct SnapshotResolver(Vec<Url>);
 
-impl WorkerResolver for MembershipResolver {
+impl WorkerResolver for SnapshotResolver {
     fn get_urls(&self) -> DfResult<Vec<Url>> {
-        self.0
-            .usable_workers()
-            .into_iter()
-            .map(|(id, addr)| worker_url(id, &addr))
-            .collect()
+        Ok(self.0.clone())
     }
 }
 
-/// Whether `plan` runs distributed in this session: `on` always, `off`
-/// never, `auto` when it reads a hash-partitioned table whose partitions
-/// several workers that take queries own.
-fn wanted(state: &SessionState, plan: &LogicalPlan, placement: &Placement) -> bool {
-    let skiff = state.config().options().extensions.get::<SkiffOptions>();
-    match skiff.map_or(Distribute::Auto, |s| s.distribute) {
+/// Whether `plan` runs distributed under `mode`: `on` always, `off` never,
+/// `auto` when it reads a hash-partitioned table whose partitions several
+/// workers that take queries own.
+fn wanted(mode: Distribute, plan: &LogicalPlan, placement: &Placement) -> bool {
+    match mode {
         Distribute::On => true,
         Distribute::Off => false,
         Distribute::Auto => {
@@ -93,23 +93,27 @@ pub(crate) async fn start(
         LogicalPlan::Explain(explain) => (explain.plan.as_ref(), true),
         plan => (plan, false),
     };
-    let placement = Placement::now(inner)?;
-    if !wanted(state, query, &placement) {
-        return Ok(None);
-    }
-    let on = state
+    let mode = state
         .config()
         .options()
         .extensions
         .get::<SkiffOptions>()
-        .is_some_and(|s| s.distribute == Distribute::On);
+        .map_or(Distribute::Auto, |s| s.distribute);
+    if mode == Distribute::Off {
+        return Ok(None);
+    }
+    let (placement, guard) = Placement::now(inner);
+    if !wanted(mode, query, &placement) {
+        return Ok(None);
+    }
+    let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
     let mut builder = SessionStateBuilder::new_from_existing(state.clone())
-        .with_distributed_worker_resolver(MembershipResolver(Arc::clone(&inner.membership)))
+        .with_distributed_worker_resolver(resolver)
         .with_distributed_planner()
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
         .with_distributed_route_tasks_handler(placement::route);
-    if on {
+    if mode == Distribute::On {
         // `on` spreads every other scan over every worker, however small:
         // one task per byte is capped at one per worker (the library sizes
         // a scan's tasks by its bytes, 16 MiB each by default).
@@ -132,7 +136,6 @@ pub(crate) async fn start(
     let stream = physical.execute(0, distributed.task_ctx())?;
     // The query holds its workers until its stream is dropped: a removal
     // waits for it (`resize`).
-    let guard = inner.distributed_runs.enter(placement.urls.keys().copied());
     let schema = stream.schema();
     let held = stream.map(move |batch| {
         let _ = &guard;
@@ -142,16 +145,22 @@ pub(crate) async fn start(
 }
 
 impl Placement {
-    /// The current partition map and the workers that take queries.
-    fn now(inner: &Inner) -> Result<Placement> {
+    /// The current partition map and the workers that take queries, with
+    /// the query's claim on them. The claim is taken before the workers
+    /// are looked at again, and only workers in both looks are used: a
+    /// removal marks its worker draining before it checks for claims, so
+    /// either it sees this claim and waits, or the second look leaves its
+    /// worker out.
+    fn now(inner: &Inner) -> (Placement, RunGuard) {
         let manager = inner.partition_map();
-        let urls = inner
-            .membership
-            .usable_workers()
+        let first = usable_urls(&inner.membership);
+        let guard = inner.distributed_runs.enter(first.keys().copied());
+        let again = usable_urls(&inner.membership);
+        let urls = first
             .into_iter()
-            .map(|(id, addr)| Ok((id, worker_url(id, &addr)?)))
-            .collect::<DfResult<_>>()?;
-        Ok(Placement { manager, urls })
+            .filter(|(id, _)| again.contains_key(id))
+            .collect();
+        (Placement { manager, urls }, guard)
     }
 
     /// Whether several workers that take queries own partitions of class
@@ -168,10 +177,20 @@ impl Placement {
     }
 }
 
-fn worker_url(id: u64, addr: &str) -> DfResult<Url> {
-    Url::parse(&format!("http://{addr}")).map_err(|e| {
-        DataFusionError::Internal(format!("worker {id} has a bad address {addr}: {e}"))
-    })
+/// The workers that take queries, by id, with their URLs; a worker whose
+/// address is not a URL (it registered it) is left out, with a warning.
+fn usable_urls(membership: &Membership) -> BTreeMap<u64, Url> {
+    membership
+        .usable_workers()
+        .into_iter()
+        .filter_map(|(id, addr)| match Url::parse(&format!("http://{addr}")) {
+            Ok(url) => Some((id, url)),
+            Err(e) => {
+                warn!(worker = id, %addr, error = %e, "worker address is not a URL; not used");
+                None
+            }
+        })
+        .collect()
 }
 
 /// `EXPLAIN`'s rows: the logical plan, the stages with their tasks, and

@@ -168,7 +168,7 @@ impl Coordinator {
             coordinator
                 .inner
                 .partitions
-                .add_class(partitioning.partitions, &[]);
+                .add_class(partitioning.partitions, Vec::new);
         }
         Ok(coordinator)
     }
@@ -481,8 +481,10 @@ impl Coordinator {
                     .execute_ddl(&session.ctx, &plan, partitioning.as_ref())
                     .await?;
                 if let Some(p) = partitioning.filter(|_| managed) {
-                    let workers = self.inner.membership.live_workers();
-                    self.inner.partitions.add_class(p.partitions, &workers);
+                    let membership = &self.inner.membership;
+                    self.inner
+                        .partitions
+                        .add_class(p.partitions, || membership.live_workers());
                 }
                 managed
             }
@@ -685,7 +687,7 @@ impl Inner {
     /// The partition manager for the live workers now (a new epoch when
     /// they changed).
     pub(crate) fn partition_map(&self) -> Arc<skiff_cluster::PartitionManager> {
-        self.partitions.follow(&self.membership.live_workers())
+        self.partitions.follow(|| self.membership.live_workers())
     }
 
     /// Fail the queries of a node that is gone.

@@ -3,17 +3,22 @@
 //! membership. The bookkeeping is `skiff_cluster::PartitionManager`'s; this
 //! keeps the current one, makes the next epoch when the live workers
 //! change, and persists it beside the catalog
-//! (`STATE_DIR/partitions.json`) so epochs never repeat across restarts.
+//! (`STATE_DIR/partitions.json`) so epochs do not repeat across restarts
+//! (unless that write failed: it is logged, and the map is used anyway).
 //!
 //! Ownership is about locality, not about where data is: every partition's
 //! files are in the data directory, readable by any worker. A query takes
 //! the manager of the moment it is planned (an `Arc`: a later resize makes
 //! a new one and leaves the query's alone).
 //!
-//! After a coordinator restart the workers register again under new ids;
-//! the first registrations resize the stored map onto them, so the epoch
-//! goes on but owners are dealt afresh (nothing a worker held survives the
-//! restart anyway).
+//! After a coordinator restart the workers register again; ids are handed
+//! out from 1 again, so the same number of workers mostly gets the ids, and
+//! the partitions, of before, but the first registrations resize the stored
+//! map one worker at a time (nothing a worker held survives the restart
+//! anyway).
+//!
+//! The live workers are read under the map's lock, so two callers that saw
+//! the membership at different moments cannot resize back and forth.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -80,12 +85,15 @@ impl Partitions {
         Arc::clone(&lock(&self.state).current)
     }
 
-    /// The manager for `workers`, the live workers now: the next epoch
-    /// when they differ from the current one's (a resize, moving the
-    /// fewest partitions), with any pending class dealt. With no live
-    /// worker the current map stays: nobody could own a partition.
-    pub(crate) fn follow(&self, workers: &[WorkerId]) -> Arc<PartitionManager> {
+    /// The manager for the live workers now (`live()`, read under the
+    /// lock): the next epoch when they differ from the current one's (a
+    /// resize, moving the fewest partitions), with any pending class dealt.
+    /// With no live worker the current map stays: nobody could own a
+    /// partition.
+    pub(crate) fn follow(&self, live: impl FnOnce() -> Vec<WorkerId>) -> Arc<PartitionManager> {
         let mut state = lock(&self.state);
+        let workers = live();
+        let workers = workers.as_slice();
         let same = state.current.workers() == workers;
         if workers.is_empty() || (same && state.pending.is_empty()) {
             return Arc::clone(&state.current);
@@ -113,10 +121,10 @@ impl Partitions {
         self.install(&mut state, next)
     }
 
-    /// A table of `partitions` partitions exists: deal its class over
-    /// `workers` unless it already is (then nothing changes), or keep it
+    /// A table of `partitions` partitions exists: deal its class over the
+    /// live workers unless it already is (then nothing changes), or keep it
     /// for the first worker to register.
-    pub(crate) fn add_class(&self, partitions: u32, workers: &[WorkerId]) {
+    pub(crate) fn add_class(&self, partitions: u32, live: impl FnOnce() -> Vec<WorkerId>) {
         {
             let mut state = lock(&self.state);
             if state.current.mapping(partitions).is_some() {
@@ -124,7 +132,7 @@ impl Partitions {
             }
             state.pending.insert(partitions);
         }
-        self.follow(workers);
+        self.follow(live);
     }
 
     /// Make `next` current and persist it. A failed write is logged and
@@ -179,21 +187,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let partitions = Partitions::open(dir.path()).unwrap();
         // A class before any worker waits for the first one.
-        partitions.add_class(8, &[]);
+        partitions.add_class(8, Vec::new);
         assert!(partitions.current().mapping(8).is_none());
-        let one = partitions.follow(&[1]);
+        let one = partitions.follow(|| vec![1]);
         assert_eq!(one.mapping(8).unwrap().owned_by(1).count(), 8);
-        let three = partitions.follow(&[1, 2, 3]);
+        let three = partitions.follow(|| vec![1, 2, 3]);
         assert!(three.epoch() > one.epoch());
         for w in [1, 2, 3] {
             let n = three.mapping(8).unwrap().owned_by(w).count();
             assert!((2..=3).contains(&n), "worker {w} owns {n}");
         }
         // The same workers: the same manager, no new epoch.
-        assert!(Arc::ptr_eq(&three, &partitions.follow(&[1, 2, 3])));
+        assert!(Arc::ptr_eq(&three, &partitions.follow(|| vec![1, 2, 3])));
         // No live worker keeps the map.
-        assert!(Arc::ptr_eq(&three, &partitions.follow(&[])));
-        partitions.add_class(4, &[1, 2, 3]);
+        assert!(Arc::ptr_eq(&three, &partitions.follow(Vec::new)));
+        partitions.add_class(4, || vec![1, 2, 3]);
         let stored = partitions.current();
         assert_eq!(stored.epoch(), three.epoch(), "a new class is no resize");
         drop(partitions);

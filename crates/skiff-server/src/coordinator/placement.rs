@@ -200,7 +200,9 @@ impl Placement {
 
 /// `EXPLAIN`'s account of placement: for each scan of a partitioned table
 /// in `plan` (a distributed plan), the worker each task goes to and the
-/// partitions it reads, under the query's epoch.
+/// partitions it reads, under the query's epoch. Each scan is shown by its
+/// own class; a stage holding scans of two classes is routed by its first
+/// ([`route`]), so there the second scan's workers are not the ones shown.
 pub(crate) fn explain(plan: &Arc<dyn ExecutionPlan>, placement: &Placement) -> String {
     let mut text = format!("epoch {}\n", placement.manager.epoch());
     let _ = plan.apply(|node| {
@@ -264,6 +266,11 @@ fn table_of(file: &PartitionedFile) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+    use datafusion::execution::TaskContext;
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    use datafusion::prelude::SessionConfig;
+
     use super::*;
 
     fn file(partition: u32, size: u64) -> PartitionedFile {
@@ -273,46 +280,120 @@ mod tests {
         })
     }
 
-    #[test]
-    fn each_task_reads_its_owners_partitions() {
+    fn scan_of(files: Vec<PartitionedFile>) -> FileScanConfig {
+        let schema = Arc::new(arrow::datatypes::Schema::empty());
+        let source = Arc::new(ParquetSource::new(
+            datafusion::datasource::table_schema::TableSchema::from(schema),
+        ));
+        FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
+            .with_file_groups(vec![FileGroup::new(files)])
+            .build()
+    }
+
+    fn manager() -> PartitionManager {
         let mut manager = PartitionManager::new([1, 2, 3]);
         manager.ensure_class(8).unwrap();
+        manager
+    }
+
+    fn partitions_of(files: &[PartitionedFile]) -> Vec<u32> {
+        let mut read: Vec<u32> = files
+            .iter()
+            .map(|f| f.extension::<FilePartition>().unwrap().partition)
+            .collect();
+        read.sort_unstable();
+        read
+    }
+
+    #[test]
+    fn each_task_reads_its_owners_partitions() {
+        let manager = manager();
         let files: Vec<PartitionedFile> = (0..8).map(|p| file(p, 100)).collect();
-        let scan_of = |files: Vec<PartitionedFile>| {
-            let schema = Arc::new(arrow::datatypes::Schema::empty());
-            let source = Arc::new(datafusion::datasource::physical_plan::ParquetSource::new(
-                datafusion::datasource::table_schema::TableSchema::from(schema),
-            ));
-            let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
-            datafusion::datasource::physical_plan::FileScanConfigBuilder::new(url, source)
-                .with_file_groups(vec![datafusion::datasource::physical_plan::FileGroup::new(
-                    files,
-                )])
-                .build()
-        };
         let owners = [1, 2, 3];
         let owner_of = |f: &PartitionedFile| {
             let tag = f.extension::<FilePartition>().unwrap();
             manager.owner(8, tag.partition).unwrap()
         };
+        let every: Vec<u32> = (0..8).collect();
         // One task per owner: each task holds exactly its owner's files.
         let tasks = assign(&manager, 8, &owners, &scan_of(files.clone()), 3);
         for (i, task) in tasks.iter().enumerate() {
             assert!(!task.is_empty());
             assert!(task.iter().all(|f| owner_of(f) == owners[i]), "task {i}");
         }
+        assert_eq!(partitions_of(&tasks.concat()), every);
         // Two tasks for three owners: owner 3's files join task 0.
         let tasks = assign(&manager, 8, &owners, &scan_of(files.clone()), 2);
         assert!(tasks[1].iter().all(|f| owner_of(f) == 2));
-        assert_eq!(tasks.iter().map(Vec::len).sum::<usize>(), 8);
+        assert_eq!(partitions_of(&tasks.concat()), every);
         // Owner 3 takes no queries: its files go to the lighter task.
         let tasks = assign(&manager, 8, &[1, 2], &scan_of(files), 2);
-        assert_eq!(tasks.iter().map(Vec::len).sum::<usize>(), 8);
+        assert_eq!(partitions_of(&tasks.concat()), every);
         assert!(tasks[0].iter().any(|f| owner_of(f) == 1));
         assert!(tasks[1].iter().any(|f| owner_of(f) == 2));
         // Groups within a task: exactly the width asked, none lost.
         let groups = deal_files(vec![file(0, 5)], 4);
         assert_eq!(groups.len(), 4);
         assert_eq!(groups.iter().map(|g| g.len()).sum::<usize>(), 1);
+    }
+
+    /// The three hooks together, as the library calls them: the scan
+    /// asks for one task per owner, is split into variants, and each
+    /// variant is routed to the owner of every partition it reads.
+    #[test]
+    fn hooks_route_each_variant_to_its_owner() {
+        let manager = Arc::new(manager());
+        let urls: BTreeMap<WorkerId, Url> = [1, 2, 3]
+            .into_iter()
+            .map(|w| (w, Url::parse(&format!("http://w{w}:1")).unwrap()))
+            .collect();
+        let mut config = SessionConfig::new();
+        config.set_extension(Arc::new(Placement {
+            manager: Arc::clone(&manager),
+            urls: urls.clone(),
+        }));
+        let scan: Arc<dyn ExecutionPlan> =
+            DataSourceExec::from_data_source(scan_of((0..8).map(|p| file(p, 100)).collect()));
+        let wanted = desired(DesiredTaskCountEvent {
+            plan: &scan,
+            session_config: &config,
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(wanted.task_count.as_usize(), 3);
+        let leaf = scale_up(ScaleUpLeafNodeEvent {
+            plan: &scan,
+            task_count: 3,
+            session_config: &config,
+        })
+        .unwrap()
+        .unwrap()
+        .plan;
+        let ctx = Arc::new(TaskContext::default().with_session_config(config));
+        let routed = route(RouteTasksEvent {
+            task_ctx: ctx,
+            plan: &leaf,
+            task_count: 3,
+        })
+        .unwrap()
+        .unwrap()
+        .urls;
+        let leaf = leaf.downcast_ref::<DistributedLeafExec>().unwrap();
+        let mut read = Vec::new();
+        for (variant, url) in leaf.variants().iter().zip(&routed) {
+            let files: Vec<PartitionedFile> = partitioned_scan(variant)
+                .unwrap()
+                .0
+                .file_groups
+                .iter()
+                .flat_map(|g| g.iter().cloned())
+                .collect();
+            for p in partitions_of(&files) {
+                assert_eq!(&urls[&manager.owner(8, p).unwrap()], url, "partition {p}");
+                read.push(p);
+            }
+        }
+        read.sort_unstable();
+        assert_eq!(read, (0..8).collect::<Vec<_>>());
     }
 }

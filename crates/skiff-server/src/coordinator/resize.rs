@@ -9,7 +9,7 @@
 //! others, and its next heartbeat tells it to leave. Nothing waits for a
 //! cluster-wide pause: queries planned before keep their epoch's map.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,9 +34,13 @@ pub trait WorkerLauncher: Send + Sync {
 }
 
 /// How many running distributed queries may have tasks on each worker
-/// (every worker that took queries when the query was planned).
+/// (every worker that took queries when the query was planned), and the
+/// workers being removed.
 #[derive(Debug, Default)]
-pub(crate) struct DistributedRuns(Arc<Mutex<BTreeMap<u64, usize>>>);
+pub(crate) struct DistributedRuns {
+    runs: Arc<Mutex<BTreeMap<u64, usize>>>,
+    removing: Mutex<BTreeSet<u64>>,
+}
 
 /// One distributed query's claim on its workers, released when dropped
 /// (with the query's stream).
@@ -48,18 +52,18 @@ pub(crate) struct RunGuard {
 impl DistributedRuns {
     pub(crate) fn enter(&self, workers: impl IntoIterator<Item = u64>) -> RunGuard {
         let workers: Vec<u64> = workers.into_iter().collect();
-        let mut runs = lock(&self.0);
+        let mut runs = lock(&self.runs);
         for w in &workers {
             *runs.entry(*w).or_default() += 1;
         }
         RunGuard {
-            runs: Arc::clone(&self.0),
+            runs: Arc::clone(&self.runs),
             workers,
         }
     }
 
     fn using(&self, worker: u64) -> usize {
-        lock(&self.0).get(&worker).copied().unwrap_or(0)
+        lock(&self.runs).get(&worker).copied().unwrap_or(0)
     }
 }
 
@@ -100,51 +104,77 @@ pub(crate) fn add_workers(inner: &Inner, n: usize) -> Result<()> {
 }
 
 /// `skiff.remove_worker(w)`: vacate worker `id`, wait (in the background,
-/// up to [`REMOVE_WAIT_MAX`]) until it runs nothing, then remove it.
+/// up to [`REMOVE_WAIT_MAX`]) until it runs nothing, then remove it. The
+/// last live worker is not removed (drain it instead), nor one already
+/// being removed.
 pub(crate) fn remove_worker(inner: &Arc<Inner>, id: u64) -> Result<()> {
-    vacate::vacate(inner, id, Vacate::Finish)?;
+    let refused = |why: String| Err(ServerError::new(SqlState::InvalidParameterValue, why));
+    if inner.membership.live_workers() == [id] {
+        return refused(format!(
+            "worker {id} is the last one: nobody would own its partitions or run queries \
+             (skiff.drain stops it taking queries)"
+        ));
+    }
+    if !lock(&inner.distributed_runs.removing).insert(id) {
+        return refused(format!("worker {id} is already being removed"));
+    }
+    if let Err(e) = vacate::vacate(inner, id, Vacate::Finish) {
+        lock(&inner.distributed_runs.removing).remove(&id);
+        return Err(e);
+    }
     let started = Instant::now();
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|e| ServerError::internal(format!("no runtime to remove a worker: {e}")))?;
     let inner = Arc::clone(inner);
     // Detached: the outcome shows in skiff.workers and the log.
     runtime.spawn(async move {
-        loop {
-            let busy = vacate::queries_on(&inner, id) + inner.distributed_runs.using(id);
-            if busy == 0 {
-                break;
-            }
-            if started.elapsed() >= REMOVE_WAIT_MAX {
-                warn!(
-                    worker = id,
-                    queries = busy,
-                    "worker still busy after {REMOVE_WAIT_MAX:?}; removing it anyway"
-                );
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-        let pid = inner
-            .membership
-            .nodes()
-            .into_iter()
-            .find(|n| n.id == id)
-            .map(|n| n.pid);
-        if let (Some(pid), Some(launcher)) = (pid, inner.launcher.get()) {
-            launcher.forget(pid);
-        }
-        if inner.membership.remove(id).is_none() {
-            warn!(worker = id, "worker was gone before its removal");
-        }
-        let map = inner.partition_map();
-        info!(
-            worker = id,
-            epoch = map.epoch(),
-            ms = started.elapsed().as_millis() as u64,
-            "worker removed"
-        );
+        finish_removal(&inner, id, started).await;
+        lock(&inner.distributed_runs.removing).remove(&id);
     });
     Ok(())
+}
+
+/// Wait until worker `id` runs nothing (or the deadline), then remove it.
+async fn finish_removal(inner: &Arc<Inner>, id: u64, started: Instant) {
+    loop {
+        if !inner.membership.live_workers().contains(&id) {
+            // Dead meanwhile: the failure detector moved its partitions.
+            warn!(worker = id, "worker died before its removal");
+            return;
+        }
+        let busy = vacate::queries_on(inner, id) + inner.distributed_runs.using(id);
+        if busy == 0 {
+            break;
+        }
+        if started.elapsed() >= REMOVE_WAIT_MAX {
+            warn!(
+                worker = id,
+                queries = busy,
+                "worker still busy after {REMOVE_WAIT_MAX:?}; removing it anyway"
+            );
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let pid = inner
+        .membership
+        .nodes()
+        .into_iter()
+        .find(|n| n.id == id)
+        .map(|n| n.pid);
+    if let (Some(pid), Some(launcher)) = (pid, inner.launcher.get()) {
+        launcher.forget(pid);
+    }
+    if inner.membership.remove(id).is_none() {
+        warn!(worker = id, "worker was gone before its removal");
+    }
+    let map = inner.partition_map();
+    info!(
+        worker = id,
+        epoch = map.epoch(),
+        ms = started.elapsed().as_millis() as u64,
+        "worker removed"
+    );
 }
 
 #[cfg(test)]
