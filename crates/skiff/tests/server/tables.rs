@@ -502,12 +502,26 @@ impl PipedCopy {
 /// before, and takes writes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_cut_off_by_a_kill_leaves_the_table_as_it_was() {
+    copy_cut_off_by_a_kill("CREATE TABLE big (a bigint NOT NULL, b varchar)").await;
+}
+
+/// The same for a hash-partitioned table: a load killed midway leaves every
+/// partition as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_copy_cut_off_by_a_kill_leaves_the_table_as_it_was() {
+    copy_cut_off_by_a_kill(
+        "CREATE TABLE big (a bigint NOT NULL, b varchar) PARTITION BY HASH (a) INTO 8 PARTITIONS",
+    )
+    .await;
+}
+
+async fn copy_cut_off_by_a_kill(create: &str) {
     const HALF: u64 = 40_000;
     let data = tempfile::tempdir().expect("data dir");
     let pipes = tempfile::tempdir().expect("pipes");
     {
         let server = Server::start_in(data.path(), Options::default());
-        psql(&server, "CREATE TABLE big (a bigint NOT NULL, b varchar)");
+        psql(&server, create);
         psql(
             &server,
             "INSERT INTO big VALUES (-1, 'before'), (-2, 'before')",
