@@ -34,6 +34,7 @@ use url::Url;
 use super::Inner;
 use super::membership::Membership;
 use super::placement::{self, Placement};
+use super::queries::QueryEntry;
 use super::resize::RunGuard;
 use crate::error::Result;
 
@@ -87,6 +88,7 @@ fn wanted(mode: Distribute, plan: &LogicalPlan, placement: &Placement) -> bool {
 pub(crate) async fn start(
     state: &SessionState,
     inner: &Inner,
+    entry: &QueryEntry,
     plan: &LogicalPlan,
 ) -> Result<Option<SendableRecordBatchStream>> {
     let (query, explain) = match plan {
@@ -134,6 +136,15 @@ pub(crate) async fn start(
         return Ok(Some(explained(query, &physical, &placement)?));
     }
     let stream = physical.execute(0, distributed.task_ctx())?;
+    // `skiff.queries` says where it runs (its `worker` names one).
+    let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
+    let epoch = placement.manager.epoch();
+    entry.update(|info| {
+        info.decision = format!(
+            "distributed over workers {} (partition map epoch {epoch})",
+            workers.join(",")
+        );
+    });
     // The query holds its workers until its stream is dropped: a removal
     // waits for it (`resize`).
     let schema = stream.schema();

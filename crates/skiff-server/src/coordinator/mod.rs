@@ -441,7 +441,7 @@ impl Coordinator {
         }
         let state = session.ctx.state();
         if !runs_on_coordinator(&plan)
-            && let Some(stream) = distributed::start(&state, &self.inner, &plan).await?
+            && let Some(stream) = distributed::start(&state, &self.inner, entry, &plan).await?
         {
             return Ok(Output::rows(stream));
         }

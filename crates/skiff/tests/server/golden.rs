@@ -235,6 +235,18 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     read.sort_unstable();
     assert_eq!(read, (0..8).collect::<Vec<_>>(), "{placement}");
     suite_matches_duckdb(&server, &client, "tpch", "on partitioned tables", &[]).await;
+    let said = simple_rows(
+        &client,
+        "SELECT decision FROM skiff.queries WHERE sql LIKE '%lineitem%' AND state = 'finished'",
+    )
+    .await
+    .expect("skiff.queries");
+    assert!(
+        said.iter().any(|r| r[0]
+            .as_deref()
+            .is_some_and(|d| d.starts_with("distributed over workers") && d.contains("epoch"))),
+        "{said:?}"
+    );
 
     // `off` keeps one worker.
     client
