@@ -8,8 +8,10 @@
 //!   PostgreSQL's `pg_catalog` for client tools, planning, membership, the
 //!   `skiff` system tables and admin functions, shipping plans to workers,
 //!   relaying a query's result across migrations, suspensions and restarts,
-//!   and running a query across several workers on datafusion-distributed
-//!   (`skiff.distribute`);
+//!   running a query across several workers on datafusion-distributed
+//!   (`skiff.distribute`) with scans of partitioned tables on their
+//!   partitions' owners, the partition map, and workers joining and
+//!   leaving online;
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   and hands queries off at pipeline boundaries, and serves the tasks of
 //!   distributed queries;

@@ -342,7 +342,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         };
         let mut kids = JoinSet::new();
         let cluster = listening.cluster.to_string();
-        let leaving = Leaving::default();
+        let children = Children::default();
         let worker = |n: u32| -> Result<_> {
             let mut command = child_command("worker", &cluster)?;
             if let Some(p) = session.partitions() {
@@ -355,7 +355,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
                 format!("worker {n}"),
                 command,
                 shutdown.clone(),
-                leaving.clone(),
+                children.clone(),
             ))
         };
         for n in 0..args.workers {
@@ -365,7 +365,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         let (start_tx, mut start_rx) = tokio::sync::mpsc::channel(ADD_REQUESTS);
         coordinator.set_launcher(Arc::new(LocalWorkers {
             start: start_tx,
-            leaving: leaving.clone(),
+            children: children.clone(),
         }));
         // Spills and durable state (suspended queries) live with the data,
         // so they outlive a restart of the memory node.
@@ -375,7 +375,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
             "memory node".into(),
             memnode,
             shutdown.clone(),
-            leaving.clone(),
+            children.clone(),
         ));
         wait_for_nodes(&coordinator, args.workers as usize, &shutdown).await;
         let workers = coordinator
@@ -397,6 +397,8 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
                         started += 1;
                     }
                 }
+                // Removed workers' supervisors end; nothing to keep of them.
+                Some(_) = kids.join_next() => {}
             }
         }
         while kids.join_next().await.is_some() {}
@@ -458,35 +460,35 @@ fn child_command(role: &str, cluster: &str) -> Result<tokio::process::Command> {
 /// exit. Only a child's own pid can be marked: a remote worker's reported
 /// pid may equal a local child's.
 #[derive(Clone, Default)]
-struct Leaving(Arc<Mutex<Children>>);
+struct Children(Arc<Mutex<Pids>>);
 
 #[derive(Default)]
-struct Children {
+struct Pids {
     running: HashSet<u32>,
     leaving: HashSet<u32>,
 }
 
-impl Leaving {
-    fn children(&self) -> std::sync::MutexGuard<'_, Children> {
+impl Children {
+    fn pids(&self) -> std::sync::MutexGuard<'_, Pids> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn started(&self, pid: u32) {
-        self.children().running.insert(pid);
+        self.pids().running.insert(pid);
     }
 
     /// Child `pid` exited: whether it was leaving the cluster.
     fn exited(&self, pid: u32) -> bool {
-        let mut children = self.children();
-        children.running.remove(&pid);
-        children.leaving.remove(&pid)
+        let mut pids = self.pids();
+        pids.running.remove(&pid);
+        pids.leaving.remove(&pid)
     }
 }
 
 /// `skiff serve`'s workers as the coordinator starts and removes them.
 struct LocalWorkers {
     start: tokio::sync::mpsc::Sender<u32>,
-    leaving: Leaving,
+    children: Children,
 }
 
 impl WorkerLauncher for LocalWorkers {
@@ -503,9 +505,9 @@ impl WorkerLauncher for LocalWorkers {
     }
 
     fn forget(&self, pid: u32) {
-        let mut children = self.leaving.children();
-        if children.running.contains(&pid) {
-            children.leaving.insert(pid);
+        let mut pids = self.children.pids();
+        if pids.running.contains(&pid) {
+            pids.leaving.insert(pid);
         }
     }
 }
@@ -516,7 +518,7 @@ async fn supervise(
     name: String,
     mut command: tokio::process::Command,
     shutdown: CancellationToken,
-    leaving: Leaving,
+    children: Children,
 ) {
     loop {
         let mut child = match command.spawn() {
@@ -528,7 +530,7 @@ async fn supervise(
         };
         let pid = child.id();
         if let Some(pid) = pid {
-            leaving.started(pid);
+            children.started(pid);
         }
         tokio::select! {
             _ = shutdown.cancelled() => {
@@ -536,7 +538,7 @@ async fn supervise(
                 return;
             }
             status = child.wait() => {
-                if pid.is_some_and(|p| leaving.exited(p)) {
+                if pid.is_some_and(|p| children.exited(p)) {
                     info!(%name, ?status, "left the cluster");
                     return;
                 }

@@ -50,32 +50,22 @@ impl WorkerResolver for SnapshotResolver {
     }
 }
 
-/// Whether `plan` runs distributed under `mode`: `on` always, `off` never,
-/// `auto` when it reads a hash-partitioned table whose partitions several
-/// workers that take queries own.
-fn wanted(mode: Distribute, plan: &LogicalPlan, placement: &Placement) -> bool {
-    match mode {
-        Distribute::On => true,
-        Distribute::Off => false,
-        Distribute::Auto => {
-            let mut spread = false;
-            // A plan that cannot be walked is not distributed.
-            let _ = plan.apply_with_subqueries(|node| {
-                if let LogicalPlan::TableScan(scan) = node
-                    && let Ok(provider) = source_as_provider(&scan.source)
-                    && let Some(hash) = provider
-                        .downcast_ref::<ManagedTable>()
-                        .and_then(ManagedTable::partitioning)
-                    && placement.spans_workers(hash.partitions)
-                {
-                    spread = true;
-                    return Ok(TreeNodeRecursion::Stop);
-                }
-                Ok(TreeNodeRecursion::Continue)
-            });
-            spread
+/// The classes (numbers of partitions) of the hash-partitioned tables
+/// `plan` reads. A plan that cannot be walked reads none.
+fn classes_read(plan: &LogicalPlan) -> BTreeSet<u32> {
+    let mut classes = BTreeSet::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(provider) = source_as_provider(&scan.source)
+            && let Some(hash) = provider
+                .downcast_ref::<ManagedTable>()
+                .and_then(ManagedTable::partitioning)
+        {
+            classes.insert(hash.partitions);
         }
-    }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    classes
 }
 
 /// When the session wants it (`skiff.distribute`), plans `plan` in stages
@@ -101,11 +91,19 @@ pub(crate) async fn start(
         .extensions
         .get::<SkiffOptions>()
         .map_or(Distribute::Auto, |s| s.distribute);
-    if mode == Distribute::Off {
+    // `auto` distributes a query that reads a hash-partitioned table whose
+    // partitions several workers that take queries own. Most queries read
+    // none: they are let go before any placement work.
+    let classes = match mode {
+        Distribute::Off => return Ok(None),
+        Distribute::On => BTreeSet::new(),
+        Distribute::Auto => classes_read(query),
+    };
+    if mode == Distribute::Auto && classes.is_empty() {
         return Ok(None);
     }
     let (placement, guard) = Placement::now(inner);
-    if !wanted(mode, query, &placement) {
+    if mode == Distribute::Auto && !classes.iter().any(|&c| placement.spans_workers(c)) {
         return Ok(None);
     }
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());

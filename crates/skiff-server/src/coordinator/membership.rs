@@ -119,18 +119,16 @@ impl Membership {
     }
 
     /// Remove live worker `id` from the cluster; its next heartbeat tells it
-    /// to leave. Returns the node as it was, `None` when no such live
-    /// worker.
-    pub fn remove(&self, id: u64) -> Option<Node> {
-        let mut nodes = lock(&self.nodes);
-        let node = nodes.get_mut(&id)?;
-        if node.role != Role::Worker || node.state != NodeState::Alive {
-            return None;
+    /// to leave. False when there is no such live worker.
+    pub fn remove(&self, id: u64) -> bool {
+        match lock(&self.nodes).get_mut(&id) {
+            Some(node) if node.role == Role::Worker && node.state == NodeState::Alive => {
+                node.state = NodeState::Removed;
+                node.running.clear();
+                true
+            }
+            _ => false,
         }
-        let was = node.clone();
-        node.state = NodeState::Removed;
-        node.running.clear();
-        Some(was)
     }
 
     /// Declare silent nodes dead; returns the ids newly declared dead.
@@ -323,8 +321,8 @@ mod tests {
         let m = Membership::default();
         let a = register(&m, "a:1", 1);
         let b = register(&m, "b:1", 1);
-        assert_eq!(m.remove(a).map(|n| n.id), Some(a));
-        assert!(m.remove(a).is_none(), "removed twice");
+        assert!(m.remove(a));
+        assert!(!m.remove(a), "removed twice");
         let beat = Heartbeat {
             node_id: a,
             queries: vec![],

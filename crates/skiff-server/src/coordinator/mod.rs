@@ -10,6 +10,10 @@
 //! whether it moves or starts over) → the client. [`vacate`] moves every
 //! query off a worker; [`cluster_service`] is where nodes register and
 //! send heartbeats; [`catalog_store`] and [`pg_catalog`] keep the catalog.
+//! A query over partitioned tables may instead run across the workers
+//! ([`distributed`], its scans placed by [`placement`] on the owners the
+//! partition map of [`partitions`] names); [`resize`] adds and removes
+//! workers.
 
 mod catalog_store;
 mod cluster_service;
@@ -104,6 +108,8 @@ pub(crate) struct Inner {
     pub(crate) partitions: partitions::Partitions,
     /// Distributed queries running, by the workers they may use.
     pub(crate) distributed_runs: resize::DistributedRuns,
+    /// Workers being removed (`skiff.remove_worker`).
+    pub(crate) removals: resize::Removals,
     /// Starts local workers (`skiff.add_workers`), under `skiff serve`.
     pub(crate) launcher: std::sync::OnceLock<Arc<dyn WorkerLauncher>>,
     pub(crate) membership: Arc<Membership>,
@@ -147,6 +153,7 @@ impl Coordinator {
                 catalog,
                 partitions,
                 distributed_runs: resize::DistributedRuns::default(),
+                removals: resize::Removals::default(),
                 launcher: std::sync::OnceLock::new(),
                 membership: Arc::default(),
                 queries: QueryRegistry::default(),

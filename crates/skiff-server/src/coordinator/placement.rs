@@ -59,6 +59,24 @@ impl Placement {
         owners.dedup();
         owners
     }
+
+    /// Where each of `task_count` tasks of a stage scanning class
+    /// `partitions` runs: task `i` on owner `i`, the tasks beyond the
+    /// owners round the workers. `None` when no owner takes queries.
+    fn task_workers(&self, partitions: u32, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
+        let owners = self.owners(partitions);
+        let all: Vec<(&WorkerId, &Url)> = self.urls.iter().collect();
+        if owners.is_empty() || all.is_empty() {
+            return None;
+        }
+        let workers = (0..task_count)
+            .map(|i| match owners.get(i) {
+                Some(owner) => (*owner, self.urls[owner].clone()),
+                None => (*all[i % all.len()].0, all[i % all.len()].1.clone()),
+            })
+            .collect();
+        Some(workers)
+    }
 }
 
 /// The files of `plan` when it is a Parquet scan of one hash-partitioned
@@ -176,26 +194,6 @@ pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventRespo
     Some(Ok(RouteTasksEventResponse::new(
         workers.into_iter().map(|(_, url)| url).collect(),
     )))
-}
-
-impl Placement {
-    /// Where each of `task_count` tasks of a stage scanning class
-    /// `partitions` runs: task `i` on owner `i`, the tasks beyond the
-    /// owners round the workers. `None` when no owner takes queries.
-    fn task_workers(&self, partitions: u32, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
-        let owners = self.owners(partitions);
-        let all: Vec<(&WorkerId, &Url)> = self.urls.iter().collect();
-        if owners.is_empty() || all.is_empty() {
-            return None;
-        }
-        let workers = (0..task_count)
-            .map(|i| match owners.get(i) {
-                Some(owner) => (*owner, self.urls[owner].clone()),
-                None => (*all[i % all.len()].0, all[i % all.len()].1.clone()),
-            })
-            .collect();
-        Some(workers)
-    }
 }
 
 /// `EXPLAIN`'s account of placement: for each scan of a partitioned table

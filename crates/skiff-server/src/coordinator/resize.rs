@@ -34,13 +34,15 @@ pub trait WorkerLauncher: Send + Sync {
 }
 
 /// How many running distributed queries may have tasks on each worker
-/// (every worker that took queries when the query was planned), and the
-/// workers being removed.
+/// (every worker that took queries when the query was planned).
 #[derive(Debug, Default)]
 pub(crate) struct DistributedRuns {
     runs: Arc<Mutex<BTreeMap<u64, usize>>>,
-    removing: Mutex<BTreeSet<u64>>,
 }
+
+/// The workers being removed: one removal each at a time.
+#[derive(Debug, Default)]
+pub(crate) struct Removals(Mutex<BTreeSet<u64>>);
 
 /// One distributed query's claim on its workers, released when dropped
 /// (with the query's stream).
@@ -115,11 +117,11 @@ pub(crate) fn remove_worker(inner: &Arc<Inner>, id: u64) -> Result<()> {
              (skiff.drain stops it taking queries)"
         ));
     }
-    if !lock(&inner.distributed_runs.removing).insert(id) {
+    if !lock(&inner.removals.0).insert(id) {
         return refused(format!("worker {id} is already being removed"));
     }
     if let Err(e) = vacate::vacate(inner, id, Vacate::Finish) {
-        lock(&inner.distributed_runs.removing).remove(&id);
+        lock(&inner.removals.0).remove(&id);
         return Err(e);
     }
     let started = Instant::now();
@@ -129,7 +131,7 @@ pub(crate) fn remove_worker(inner: &Arc<Inner>, id: u64) -> Result<()> {
     // Detached: the outcome shows in skiff.workers and the log.
     runtime.spawn(async move {
         finish_removal(&inner, id, started).await;
-        lock(&inner.distributed_runs.removing).remove(&id);
+        lock(&inner.removals.0).remove(&id);
     });
     Ok(())
 }
@@ -156,6 +158,8 @@ async fn finish_removal(inner: &Arc<Inner>, id: u64, started: Instant) {
         }
         tokio::time::sleep(POLL).await;
     }
+    // Forgotten before removed: the worker leaves at its next heartbeat
+    // after the removal, and must not be restarted then.
     let pid = inner
         .membership
         .nodes()
@@ -165,7 +169,7 @@ async fn finish_removal(inner: &Arc<Inner>, id: u64, started: Instant) {
     if let (Some(pid), Some(launcher)) = (pid, inner.launcher.get()) {
         launcher.forget(pid);
     }
-    if inner.membership.remove(id).is_none() {
+    if !inner.membership.remove(id) {
         warn!(worker = id, "worker was gone before its removal");
     }
     let map = inner.partition_map();
