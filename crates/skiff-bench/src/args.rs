@@ -145,6 +145,20 @@ pub struct BenchArgs {
     /// shipped lz4/uncompressed) against full state separation.
     #[arg(long, conflicts_with = "via")]
     pub state_sizes: bool,
+    /// Measure scale-out instead (TPC-H or TPC-DS): every query
+    /// distributed over each of these worker counts (comma-separated)
+    /// against the single-worker path on the same `skiff serve`, then the
+    /// resize experiment: adding a worker to 2 and removing one of 3 until
+    /// the first answer, online against a restart. Uses the data
+    /// hash-partitioned for the counts (generated when missing); results
+    /// in RESULTS/<benchmark>-<data>-scale-*.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,...",
+        conflicts_with_all = ["via", "migration", "state_sizes"]
+    )]
+    pub scale: Vec<usize>,
 }
 
 const BENCH_HELP: &str = "\
@@ -188,7 +202,22 @@ Examples:
   skiff bench load --sf 1
   skiff bench tpch --sf 0.1 --queries 1,3 --runs 5
   skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
-  skiff bench tpch --sf 1 --state-sizes";
+  skiff bench tpch --sf 1 --state-sizes
+  skiff bench tpch --sf 1 --scale 1,2,3,4
+
+--scale (TPC-H or TPC-DS over `skiff serve` children, via PostgreSQL):
+  The tables are hash-partitioned on their join keys into the least common
+  multiple of the counts (at least 8; 12 for 1,2,3,4): without --data they
+  live in bench/data/<benchmark>-sf<SF>-p<P>, generated when missing. For each
+  count a fresh `skiff serve --workers N` runs every query with
+  skiff.distribute = on and then off (the single-worker path), --runs times
+  each; `*` marks queries the planner did not split into stages. Then the
+  resize experiment (VectorH's Table 2) with TPC-H's q1 and q9, --runs rounds:
+  from 2 workers, skiff.add_workers(1) until q answers; from 3,
+  skiff.remove_worker until q answers; against stopping the server and
+  starting it with the new count. On a machine with fewer cores than workers
+  the query figures are the cost of distribution, not a speedup. Output:
+  RESULTS/<benchmark>-<data>-scale-latest.csv/.png.";
 
 /// A client protocol for `skiff bench --via`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

@@ -180,6 +180,21 @@ pub fn role(exe: &Path, role: &str) -> Command {
     command
 }
 
+/// `skiff serve` of the executable `exe` over `data` with `workers`
+/// workers of `partitions` partitions each, its front doors on free local
+/// ports and its logs at warn: the server of the benches (see [`role`]).
+pub fn serve(exe: &Path, data: &Path, workers: usize, partitions: usize) -> Command {
+    let mut command = role(exe, "serve");
+    command
+        .arg("--data")
+        .arg(data)
+        .args(["--workers", &workers.to_string()])
+        .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
+        .args(["--partitions", &partitions.to_string()])
+        .env("SKIFF_LOG", "warn");
+    command
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,7 @@ mod load;
 mod migration;
 pub mod plot;
 mod report;
+mod scale;
 mod state_sizes;
 mod via;
 
@@ -59,6 +60,7 @@ pub enum BenchError {
 }
 
 /// One query file of the benchmark.
+#[derive(Clone)]
 struct QueryFile {
     /// `q01`: zero-padded so that names sort like numbers.
     name: String,
@@ -97,11 +99,17 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     if let Some(csv) = args.summarize.as_deref() {
         return migration::summarize(csv, &title(args));
     }
-    let data = session
-        .data
-        .clone()
-        .unwrap_or_else(|| default_data_dir(args.suite(), args.sf));
-    ensure_data(&data, args.suite(), args.sf)?;
+    // Scale-out reads tables hash-partitioned for its worker counts.
+    let partitions = if args.scale.is_empty() {
+        None
+    } else {
+        Some(scale::partitions_for(&args.scale)?)
+    };
+    let data = session.data.clone().unwrap_or_else(|| {
+        let plain = default_data_dir(args.suite(), args.sf);
+        partitions.map_or_else(|| plain.clone(), |p| scale::default_data_dir(&plain, p))
+    });
+    ensure_data(&data, args.suite(), args.sf, partitions)?;
     let query_dir = args
         .query_dir
         .clone()
@@ -129,6 +137,15 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.state_sizes {
         return state_sizes::run(&setup, args, &queries, &title).await;
+    }
+    if !args.scale.is_empty() {
+        let all = find_queries(&query_dir)?;
+        let probes: Vec<QueryFile> = scale::RESIZE_PROBES
+            .iter()
+            .filter_map(|n| all.iter().find(|q| q.number == *n))
+            .map(QueryFile::clone)
+            .collect();
+        return scale::run(&setup, args, &queries, &probes, &title).await;
     }
     let mut header = format!(
         "{title}: {} queries x {} engines ({}), runs per query {}{}, {} partitions, data {}\n",
@@ -231,9 +248,16 @@ fn names(engines: &[BenchEngine]) -> String {
     names.join(", ")
 }
 
-/// Generate the tables into `dir` unless they are all there. Half a data set
-/// (an interrupted `skiff gen`) is refused rather than silently measured.
-pub(crate) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Result<(), BenchError> {
+/// Generate the tables into `dir` (hash-partitioned into `partitions`, when
+/// given: `skiff gen --partitions`) unless they are all there. Half a data
+/// set (an interrupted `skiff gen`) is refused rather than silently
+/// measured.
+pub(crate) fn ensure_data(
+    dir: &Path,
+    benchmark: BenchmarkName,
+    sf: f64,
+    partitions: Option<u32>,
+) -> Result<(), BenchError> {
     let present: Vec<String> = if dir.is_dir() {
         catalog::discover(dir)
             .map_err(|e| BenchError::Data(e.to_string()))?
@@ -255,12 +279,13 @@ pub(crate) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Resu
     if missing.len() < expected.len() {
         return Err(BenchError::Data(format!(
             "{} has only some of the {} tables (missing: {}); regenerate them with \
-             `skiff gen {} --sf {sf} --out {} --force`",
+             `skiff gen {} --sf {sf} --out {} --force{}`",
             dir.display(),
             bench_title(benchmark),
             missing.join(", "),
             bench_slug(benchmark),
-            dir.display()
+            dir.display(),
+            partitions.map_or(String::new(), |p| format!(" --partitions {p}"))
         )));
     }
     eprintln!(
@@ -273,7 +298,7 @@ pub(crate) fn ensure_data(dir: &Path, benchmark: BenchmarkName, sf: f64) -> Resu
         sf,
         out: dir.to_path_buf(),
         force: false,
-        partitions: None,
+        partitions,
     };
     generate::run(&args)?;
     Ok(())
@@ -324,11 +349,7 @@ fn select_queries(
     wanted: &[usize],
     dir: &Path,
 ) -> Result<Vec<QueryFile>, BenchError> {
-    let pick = |q: &QueryFile| QueryFile {
-        name: q.name.clone(),
-        number: q.number,
-        path: q.path.clone(),
-    };
+    let pick = QueryFile::clone;
     if wanted.is_empty() {
         return Ok(all.iter().map(pick).collect());
     }

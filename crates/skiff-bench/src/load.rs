@@ -28,7 +28,7 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         .data
         .clone()
         .unwrap_or_else(|| default_data_dir(args.suite(), args.sf));
-    ensure_data(&data, args.suite(), args.sf)?;
+    ensure_data(&data, args.suite(), args.sf, None)?;
     let (csv, schema) = csv_of_lineitem(&data).await?;
     let bytes = fs::metadata(&csv).map(|m| m.len()).unwrap_or(0);
     let scratch = beside(&data, "load-scratch");

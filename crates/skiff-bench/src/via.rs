@@ -25,14 +25,7 @@ use crate::launch::{self, Coordinator, START_TIMEOUT};
 fn start_server(data: &Path, partitions: usize) -> Result<Coordinator, BenchError> {
     let fail = |e: String| BenchError::Data(format!("cannot start skiff serve: {e}"));
     let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
-    let mut command = launch::role(&exe, "serve");
-    command
-        .arg("--data")
-        .arg(data)
-        .args(["--workers", "1", "--pg-addr", "127.0.0.1:0"])
-        .args(["--flight-addr", "127.0.0.1:0", "--partitions"])
-        .arg(partitions.to_string())
-        .env("SKIFF_LOG", "warn");
+    let mut command = launch::serve(&exe, data, 1, partitions);
     Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)
 }
 

@@ -14,7 +14,8 @@
 //!   leaving online;
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   and hands queries off at pipeline boundaries, and serves the tasks of
-//!   distributed queries;
+//!   distributed queries, with the session settings their query carried
+//!   ([`carried`]);
 //! - the **memory node** ([`memnode`]): the state cache.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs
@@ -22,6 +23,7 @@
 //! the engine's store or executor internals.
 
 pub mod auth;
+mod carried;
 pub mod config;
 pub mod coordinator;
 pub mod error;

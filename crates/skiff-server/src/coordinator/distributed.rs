@@ -103,6 +103,11 @@ pub(crate) async fn start(
         return Ok(None);
     }
     let (placement, guard) = Placement::now(inner);
+    // One worker has nothing to split: the library makes no stage, and
+    // planning for it would only be thrown away.
+    if placement.urls.len() < 2 {
+        return Ok(None);
+    }
     if mode == Distribute::Auto && !classes.iter().any(|&c| placement.spans_workers(c)) {
         return Ok(None);
     }
@@ -112,7 +117,8 @@ pub(crate) async fn start(
         .with_distributed_planner()
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
-        .with_distributed_route_tasks_handler(placement::route);
+        .with_distributed_route_tasks_handler(placement::route)
+        .with_distributed_passthrough_headers(crate::carried::headers(state.config().options())?)?;
     if mode == Distribute::On {
         // `on` spreads every other scan over every worker, however small:
         // one task per byte is capped at one per worker (the library sizes
@@ -142,6 +148,7 @@ pub(crate) async fn start(
             "distributed over workers {} (partition map epoch {epoch})",
             workers.join(",")
         );
+        info.routes = Some(Arc::clone(&placement.routes));
     });
     // The query holds its workers until its stream is dropped: a removal
     // waits for it (`resize`).
@@ -169,7 +176,12 @@ impl Placement {
             .into_iter()
             .filter(|(id, _)| again.contains_key(id))
             .collect();
-        (Placement { manager, urls }, guard)
+        let placement = Placement {
+            manager,
+            urls,
+            routes: Arc::default(),
+        };
+        (placement, guard)
     }
 
     /// Whether several workers that take queries own partitions of class

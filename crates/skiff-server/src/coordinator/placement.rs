@@ -14,9 +14,13 @@
 //! extra ones empty. Files whose owner takes no queries (draining, or not
 //! in the map yet) go to the task with the fewest bytes: any worker can
 //! read any partition, since all of them are in the data directory.
+//!
+//! [`route`] places every other stage too, its tasks round the workers
+//! (each stage starting one further on), and records each stage's workers
+//! ([`Routes`]) for `skiff.queries`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::Result as DfResult;
@@ -29,6 +33,8 @@ use datafusion_distributed::{
     RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 use skiff_cluster::{PartitionManager, WorkerId};
+
+use super::queries::lock;
 use skiff_tables::deal_files;
 use skiff_tables::partition::{FilePartition, PARTITION_COLUMN};
 use url::Url;
@@ -40,6 +46,42 @@ use url::Url;
 pub(crate) struct Placement {
     pub(crate) manager: Arc<PartitionManager>,
     pub(crate) urls: BTreeMap<WorkerId, Url>,
+    /// Where the stages' tasks went, as the query starts them.
+    pub(crate) routes: Arc<Routes>,
+}
+
+/// The workers of each task of a distributed query's stages, in the order
+/// they were routed (the library routes them when the query starts).
+#[derive(Debug, Default)]
+pub(crate) struct Routes(Mutex<Vec<Vec<WorkerId>>>);
+
+impl Routes {
+    fn record(&self, workers: Vec<WorkerId>) {
+        lock(&self.0).push(workers);
+    }
+
+    /// `skiff.queries.tasks`: `3 stages; worker 1: 3 tasks, worker 2: 2
+    /// tasks`; `None` before any stage was routed.
+    pub(crate) fn describe(&self) -> Option<String> {
+        let stages = lock(&self.0);
+        if stages.is_empty() {
+            return None;
+        }
+        let mut per_worker: BTreeMap<WorkerId, usize> = BTreeMap::new();
+        for worker in stages.iter().flatten() {
+            *per_worker.entry(*worker).or_default() += 1;
+        }
+        let workers: Vec<String> = per_worker
+            .iter()
+            .map(|(w, n)| format!("worker {w}: {n} task{}", if *n == 1 { "" } else { "s" }))
+            .collect();
+        Some(format!(
+            "{} stage{}; {}",
+            stages.len(),
+            if stages.len() == 1 { "" } else { "s" },
+            workers.join(", ")
+        ))
+    }
 }
 
 impl Placement {
@@ -173,7 +215,9 @@ fn assign(
 /// Task `i` of a stage that scans a partitioned table goes to owner `i` of
 /// its class; tasks beyond the owners go round the other workers. The
 /// first partitioned scan of the stage decides (a stage that scans tables
-/// of two classes is placed for the first).
+/// of two classes is placed for the first). The tasks of any other stage
+/// go round the workers, each stage starting one worker further on, so
+/// that single-task stages do not all land on one worker.
 pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventResponse>> {
     let config = ev.task_ctx.session_config();
     let placement = config.get_extension::<Placement>()?;
@@ -190,10 +234,36 @@ pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventRespo
     if let Err(e) = walked {
         return Some(Err(e));
     }
-    let workers = placement.task_workers(class?, ev.task_count)?;
+    let workers = match class.and_then(|c| placement.task_workers(c, ev.task_count)) {
+        Some(workers) => workers,
+        None => placement.round(ev.task_count)?,
+    };
+    placement
+        .routes
+        .record(workers.iter().map(|(id, _)| *id).collect());
     Some(Ok(RouteTasksEventResponse::new(
         workers.into_iter().map(|(_, url)| url).collect(),
     )))
+}
+
+impl Placement {
+    /// `task_count` tasks round the workers, from the one after the last
+    /// stage's start; `None` without workers.
+    fn round(&self, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
+        let all: Vec<(&WorkerId, &Url)> = self.urls.iter().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let start = lock(&self.routes.0).len();
+        Some(
+            (0..task_count)
+                .map(|i| {
+                    let (id, url) = all[(start + i) % all.len()];
+                    (*id, url.clone())
+                })
+                .collect(),
+        )
+    }
 }
 
 /// `EXPLAIN`'s account of placement: for each scan of a partitioned table
@@ -345,8 +415,10 @@ mod tests {
             .into_iter()
             .map(|w| (w, Url::parse(&format!("http://w{w}:1")).unwrap()))
             .collect();
+        let routes = Arc::new(Routes::default());
         let mut config = SessionConfig::new();
         config.set_extension(Arc::new(Placement {
+            routes: Arc::clone(&routes),
             manager: Arc::clone(&manager),
             urls: urls.clone(),
         }));
@@ -369,13 +441,32 @@ mod tests {
         .plan;
         let ctx = Arc::new(TaskContext::default().with_session_config(config));
         let routed = route(RouteTasksEvent {
-            task_ctx: ctx,
+            task_ctx: Arc::clone(&ctx),
             plan: &leaf,
             task_count: 3,
         })
         .unwrap()
         .unwrap()
         .urls;
+        // A stage without a partitioned scan goes round the workers, from
+        // the one after the last stage's start; both are recorded.
+        let other: Arc<dyn ExecutionPlan> =
+            Arc::new(datafusion::physical_plan::empty::EmptyExec::new(Arc::new(
+                arrow::datatypes::Schema::empty(),
+            )));
+        let round = route(RouteTasksEvent {
+            task_ctx: ctx,
+            plan: &other,
+            task_count: 2,
+        })
+        .unwrap()
+        .unwrap()
+        .urls;
+        assert_eq!(round, vec![urls[&2].clone(), urls[&3].clone()]);
+        assert_eq!(
+            routes.describe().as_deref(),
+            Some("2 stages; worker 1: 1 task, worker 2: 2 tasks, worker 3: 2 tasks")
+        );
         let leaf = leaf.downcast_ref::<DistributedLeafExec>().unwrap();
         let mut read = Vec::new();
         for (variant, url) in leaf.variants().iter().zip(&routed) {

@@ -10,6 +10,7 @@ use skiff_flight::protocol::{Handoff, RunningQuery};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::placement::Routes;
 use crate::error::ServerError;
 
 /// Finished queries kept for `skiff.queries`.
@@ -68,6 +69,8 @@ pub struct QueryInfo {
     pub state_bytes: u64,
     /// The last decision taken about moving the query, with its reasons.
     pub decision: String,
+    /// A distributed query's stages and where their tasks run.
+    pub(crate) routes: Option<Arc<Routes>>,
     /// Where an asked-for migration goes.
     pub migrate_to: Option<u64>,
     /// The latest snapshot of the query's state, and the query's running
@@ -207,6 +210,7 @@ impl QueryRegistry {
                 restarts: 0,
                 state_bytes: 0,
                 decision: String::new(),
+                routes: None,
                 migrate_to: None,
                 snapshot: None,
                 snapshot_elapsed_ms: 0.0,

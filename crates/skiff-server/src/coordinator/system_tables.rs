@@ -137,6 +137,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Field::new("snapshots", DataType::Int32, false),
         Field::new("state_bytes", DataType::Int64, false),
         Field::new("decision", DataType::Utf8, true),
+        Field::new("tasks", DataType::Utf8, true),
     ]));
     let all = registry.all();
     let mut migrations = Int32Builder::new();
@@ -145,6 +146,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
     let mut snapshots = Int32Builder::new();
     let mut state_bytes = Int64Builder::new();
     let mut decision = StringBuilder::new();
+    let mut tasks = StringBuilder::new();
     let mut id = Int64Builder::new();
     let mut user = StringBuilder::new();
     let mut sql = StringBuilder::new();
@@ -201,6 +203,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         snapshots.append_value(info.snapshots as i32);
         state_bytes.append_value(info.state_bytes as i64);
         decision.append_option(Some(info.decision.as_str()).filter(|d| !d.is_empty()));
+        tasks.append_option(info.routes.as_ref().and_then(|r| r.describe()));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
@@ -221,6 +224,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Arc::new(snapshots.finish()),
         Arc::new(state_bytes.finish()),
         Arc::new(decision.finish()),
+        Arc::new(tasks.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

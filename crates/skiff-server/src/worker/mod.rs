@@ -106,7 +106,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     // The tasks of distributed queries (`coordinator::distributed`) run on
     // the library's worker service, on the same port as Skiff's Flight
     // service, with the engine's object stores and memory pool.
-    let stage_tasks = datafusion_distributed::Worker::default()
+    let stage_tasks = datafusion_distributed::Worker::from_session_builder(task_session)
         .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
         .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
@@ -136,6 +136,25 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         running.token.cancel();
     }
     Ok(())
+}
+
+/// The session of a distributed query's task: the settings its query
+/// carried (`carried`), the library's own shuffle batch size first when
+/// one is set.
+async fn task_session(
+    mut ctx: datafusion_distributed::WorkerQueryContext,
+) -> datafusion::common::Result<datafusion::execution::SessionState> {
+    if let Some(config) = ctx.builder.config().as_mut() {
+        let options = config.options_mut();
+        crate::carried::apply(&ctx.headers, options)?;
+        // The library puts its settings in every task's session.
+        let shuffle = datafusion_distributed::DistributedConfig::from_config_options(options)
+            .map_or(0, |d| d.shuffle_batch_size);
+        if shuffle != 0 {
+            options.set("datafusion.execution.batch_size", &shuffle.to_string())?;
+        }
+    }
+    Ok(ctx.builder.build())
 }
 
 impl WorkerService {
@@ -407,5 +426,41 @@ impl Handler for WorkerHandle {
             }
             other => Err(Status::unimplemented(format!("unknown action {other}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::prelude::SessionConfig;
+    use datafusion_distributed::{DistributedConfig, DistributedExt, WorkerQueryContext};
+
+    use super::*;
+
+    /// A task's session has its query's carried settings, and the
+    /// library's shuffle batch size when one is set.
+    #[tokio::test]
+    async fn a_task_runs_with_its_querys_settings() {
+        let coordinator = SessionConfig::new().with_batch_size(100);
+        let headers = crate::carried::headers(coordinator.options()).unwrap();
+        let task = |headers| WorkerQueryContext {
+            builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
+            headers,
+        };
+        let state = task_session(task(headers)).await.unwrap();
+        assert_eq!(state.config().batch_size(), 100);
+
+        // The library sets its shuffle batch size from its own headers.
+        let mut ctx = task(crate::carried::headers(coordinator.options()).unwrap());
+        ctx.headers.insert(
+            "x-datafusion-distributed-config-distributed.shuffle_batch_size",
+            tonic::codegen::http::HeaderValue::from_static("50"),
+        );
+        let config = SessionConfig::new()
+            .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
+            .unwrap();
+        ctx.builder = ctx.builder.with_config(config);
+        let state = task_session(ctx).await.unwrap();
+        assert_eq!(state.config().batch_size(), 50);
     }
 }

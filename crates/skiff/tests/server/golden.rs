@@ -235,18 +235,31 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     read.sort_unstable();
     assert_eq!(read, (0..8).collect::<Vec<_>>(), "{placement}");
     suite_matches_duckdb(&server, &client, "tpch", "on partitioned tables", &[]).await;
+    // skiff.queries says where each distributed query ran: its workers and
+    // epoch, and its stages' tasks per worker (every worker of the query
+    // runs a task of the lineitem scan at least).
     let said = simple_rows(
         &client,
-        "SELECT decision FROM skiff.queries WHERE sql LIKE '%lineitem%' AND state = 'finished'",
+        "SELECT decision, tasks FROM skiff.queries \
+         WHERE sql LIKE '%lineitem%' AND state = 'finished'",
     )
     .await
     .expect("skiff.queries");
-    assert!(
-        said.iter().any(|r| r[0]
-            .as_deref()
-            .is_some_and(|d| d.starts_with("distributed over workers") && d.contains("epoch"))),
-        "{said:?}"
-    );
+    let mut distributed = 0;
+    for row in &said {
+        let decision = row[0].as_deref().unwrap_or_default();
+        let Some(workers) = decision.strip_prefix("distributed over workers ") else {
+            continue;
+        };
+        distributed += 1;
+        assert!(decision.contains("epoch"), "{row:?}");
+        let tasks = row[1].as_deref().unwrap_or_default();
+        assert!(tasks.contains(" stage"), "{row:?}");
+        for worker in workers.split(' ').next().unwrap_or_default().split(',') {
+            assert!(tasks.contains(&format!("worker {worker}: ")), "{row:?}");
+        }
+    }
+    assert!(distributed > 0, "{said:?}");
 
     // `off` keeps one worker.
     client

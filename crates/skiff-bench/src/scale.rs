@@ -1,0 +1,835 @@
+//! `skiff bench tpch --scale 1,2,3,4`: every query distributed over each
+//! worker count against the single-worker path on the same server, then
+//! the resize experiment of the VectorH paper's Table 2: from "add a
+//! worker" (2 to 3) or "remove one" (3 to 2) until the first answer on the
+//! new cluster, online against stopping everything and restarting with the
+//! new count.
+//!
+//! The data is hash-partitioned ([`partitions_for`]), so each worker reads
+//! the partitions it owns. Every figure comes from `skiff serve` children
+//! driven over the PostgreSQL wire: one server per worker count, its state
+//! (catalog, partition map) fresh in a directory of links to the tables.
+//! On a machine with fewer cores than workers the query figures measure
+//! the cost of distribution (planning in stages, shipping them, exchanges
+//! through Arrow Flight), not a speedup.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use plotters::prelude::*;
+use skiff_engine::statement::split_statements;
+
+use super::report;
+use super::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
+use crate::args::BenchArgs;
+use crate::client::{Credentials, PgConn};
+use crate::launch::{self, Coordinator, START_TIMEOUT};
+
+/// The worker count the resize experiment starts from: it adds one to it
+/// and removes one from one more (the issue's 2 to 3 and 3 to 2).
+const RESIZE_FROM: usize = 2;
+
+/// The queries of the paper's resize experiment (TPC-H 1 and 9).
+pub(crate) const RESIZE_PROBES: [usize; 2] = [1, 9];
+
+/// How long a worker may take to register after it was started.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often registrations are looked for while waiting.
+const JOIN_POLL: Duration = Duration::from_millis(20);
+
+/// The most partitions a table may have (`skiff_tables::partition`).
+const PARTITIONS_MAX: u64 = 1024;
+
+/// Partitions of the bench's tables for `counts` workers: the least
+/// common multiple of the counts (12 for 1,2,3,4), so that every count
+/// owns an equal share; at least 8, so one worker still reads several.
+pub fn partitions_for(counts: &[usize]) -> Result<u32, BenchError> {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    let mut lcm: u64 = 1;
+    for &n in counts {
+        if n == 0 {
+            return Err(BenchError::Data("--scale counts start at 1 worker".into()));
+        }
+        let n = n as u64;
+        lcm = lcm / gcd(lcm, n) * n;
+        if lcm > PARTITIONS_MAX {
+            return Err(BenchError::Data(format!(
+                "worker counts {counts:?} need more than {PARTITIONS_MAX} partitions \
+                 to share them evenly; use fewer or smaller counts"
+            )));
+        }
+    }
+    let mut partitions = lcm;
+    while partitions < 8 {
+        partitions *= 2;
+    }
+    Ok(partitions as u32)
+}
+
+/// Where the partitioned data of a benchmark lives by default.
+pub fn default_data_dir(plain: &Path, partitions: u32) -> PathBuf {
+    let mut name = plain.file_name().unwrap_or_default().to_os_string();
+    name.push(format!("-p{partitions}"));
+    plain.with_file_name(name)
+}
+
+/// One query at one worker count.
+struct QueryFigure {
+    workers: usize,
+    query: String,
+    distributed_ms: Option<f64>,
+    single_ms: Option<f64>,
+    rows: Option<u64>,
+    /// The distributed runs were planned in stages over the workers
+    /// (`skiff.queries` says so); otherwise they ran on one worker.
+    staged: bool,
+    error: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Add,
+    Remove,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Online,
+    Restart,
+}
+
+/// One resize until its first answer.
+struct ResizeFigure {
+    change: Change,
+    method: Method,
+    probe: String,
+    /// Until the new cluster took queries.
+    ready_ms: f64,
+    /// Until the probe's first answer, from the start of the change.
+    total_ms: f64,
+}
+
+impl Change {
+    fn name(self) -> &'static str {
+        match self {
+            Change::Add => "add",
+            Change::Remove => "remove",
+        }
+    }
+
+    fn counts(self) -> (usize, usize) {
+        match self {
+            Change::Add => (RESIZE_FROM, RESIZE_FROM + 1),
+            Change::Remove => (RESIZE_FROM + 1, RESIZE_FROM),
+        }
+    }
+}
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::Online => "online",
+            Method::Restart => "restart",
+        }
+    }
+}
+
+pub async fn run(
+    setup: &Setup<'_>,
+    args: &BenchArgs,
+    queries: &[QueryFile],
+    probes: &[QueryFile],
+    title: &str,
+) -> Result<(), BenchError> {
+    let counts = &args.scale;
+    eprintln!(
+        "{title}: {} queries distributed over {} workers against the single-worker path, \
+         runs per query {}{}, data {}",
+        queries.len(),
+        counts
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        setup.runs,
+        if setup.runs > 1 {
+            " (first is a warm-up)"
+        } else {
+            ""
+        },
+        setup.data.display()
+    );
+    let scripts = read_scripts(queries)?;
+    let mut figures = Vec::new();
+    for &workers in counts {
+        figures.extend(at_count(setup, &scripts, workers).await?);
+    }
+    let probe_scripts = read_scripts(probes)?;
+    let mut resizes = Vec::new();
+    for (name, script) in &probe_scripts {
+        for repetition in 0..setup.runs {
+            eprintln!(
+                "resize with {name}, repetition {} of {}",
+                repetition + 1,
+                setup.runs
+            );
+            resizes.extend(resize_round(setup, name, script).await?);
+        }
+    }
+    let text = summary(title, counts, &figures, &resizes);
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    let stem = format!("{}-scale", results_stem(args));
+    let files = publish(
+        &args.results,
+        &stem,
+        args.archive,
+        csv(&figures, &resizes).as_bytes(),
+        |png| plot(png, title, counts, &figures, &resizes),
+    )?;
+    println!("\nwrote {}", files.join(", "));
+    Ok(())
+}
+
+/// A `skiff serve` with `workers` workers whose state lives in `state`,
+/// and a connection once they have all registered.
+struct Cluster {
+    /// Held for its drop, which kills the server and its workers.
+    _server: Coordinator,
+    conn: PgConn,
+}
+
+impl Cluster {
+    async fn start(setup: &Setup<'_>, state: &Path, workers: usize) -> Result<Self, BenchError> {
+        let fail = |e: String| BenchError::Data(format!("cannot start skiff serve: {e}"));
+        let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+        let mut command = launch::serve(&exe, state, workers, setup.threads);
+        let server = Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)?;
+        let conn = PgConn::connect(server.pg().map_err(fail)?, &Credentials::default())
+            .await
+            .map_err(fail)?;
+        let cluster = Self {
+            _server: server,
+            conn,
+        };
+        cluster.wait_for(workers).await?;
+        Ok(cluster)
+    }
+
+    /// The ids of the workers that take queries.
+    async fn live(&self) -> Result<Vec<u64>, BenchError> {
+        let rows = self
+            .conn
+            .rows(
+                "SELECT id FROM skiff.workers WHERE role = 'worker' AND state = 'alive' \
+                 ORDER BY id",
+            )
+            .await
+            .map_err(BenchError::Data)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| r.first()?.as_deref()?.parse().ok())
+            .collect())
+    }
+
+    /// Wait until exactly `n` workers take queries.
+    async fn wait_for(&self, n: usize) -> Result<(), BenchError> {
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        loop {
+            let live = self.live().await?.len();
+            if live == n {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(BenchError::Data(format!(
+                    "{live} workers alive after {JOIN_TIMEOUT:?}, waiting for {n}"
+                )));
+            }
+            tokio::time::sleep(JOIN_POLL).await;
+        }
+    }
+
+    /// Run every statement of a query file; rows of all of them.
+    async fn run(&self, script: &str) -> Result<u64, String> {
+        let mut rows = 0;
+        for statement in split_statements(script) {
+            rows += self.conn.query(statement).await?;
+        }
+        Ok(rows)
+    }
+
+    async fn set_distribute(&self, mode: &str) -> Result<(), BenchError> {
+        self.conn
+            .query(&format!("SET skiff.distribute = '{mode}'"))
+            .await
+            .map(|_| ())
+            .map_err(BenchError::Data)
+    }
+
+    /// Whether one of the last `statements` queries (a query file's, other
+    /// than this look) ran in stages over the workers.
+    async fn last_was_staged(&self, statements: usize) -> bool {
+        let sql = format!(
+            "SELECT decision FROM skiff.queries \
+             WHERE sql NOT LIKE '%skiff.queries%' ORDER BY id DESC LIMIT {statements}"
+        );
+        self.conn.rows(&sql).await.is_ok_and(|rows| {
+            rows.iter().any(|r| {
+                r.first()
+                    .and_then(|d| d.as_deref())
+                    .is_some_and(|d| d.starts_with("distributed over"))
+            })
+        })
+    }
+}
+
+/// A data directory of its own for one server's state (`.skiff`), whose
+/// tables are links to `data`'s; hidden beside `data`, removed on drop.
+fn own_state(data: &Path) -> Result<tempfile::TempDir, BenchError> {
+    let fail = |e: std::io::Error| BenchError::Data(format!("cannot link {}: {e}", data.display()));
+    let parent = data.parent().unwrap_or(Path::new("."));
+    let own = tempfile::Builder::new()
+        .prefix(".scale-")
+        .tempdir_in(parent)
+        .map_err(fail)?;
+    let data = std::path::absolute(data).map_err(fail)?;
+    for entry in std::fs::read_dir(&data).map_err(fail)? {
+        let path = entry.map_err(fail)?.path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if !name.to_string_lossy().starts_with('.') {
+            std::os::unix::fs::symlink(&path, own.path().join(name)).map_err(fail)?;
+        }
+    }
+    Ok(own)
+}
+
+/// Median of the timed runs of `script` (the first is a warm-up when
+/// there are several), and its rows.
+async fn timed(cluster: &Cluster, script: &str, runs: u32) -> Result<(f64, u64), String> {
+    let mut times = Vec::new();
+    let mut rows = 0;
+    for _ in 0..runs {
+        let start = Instant::now();
+        rows = cluster.run(script).await?;
+        times.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    let counted = if times.len() > 1 { &times[1..] } else { &times };
+    let median = report::stats(counted).map_or(f64::NAN, |s| s.median_ms);
+    Ok((median, rows))
+}
+
+/// Every query on a fresh `skiff serve` with `workers` workers, each
+/// distributed and then on the single-worker path, in turn, so drift over
+/// the run touches both alike.
+async fn at_count(
+    setup: &Setup<'_>,
+    scripts: &[(String, String)],
+    workers: usize,
+) -> Result<Vec<QueryFigure>, BenchError> {
+    let state = own_state(&setup.data)?;
+    let cluster = Cluster::start(setup, state.path(), workers).await?;
+    let mut figures = Vec::new();
+    for (name, script) in scripts {
+        cluster.set_distribute("on").await?;
+        let distributed = timed(&cluster, script, setup.runs).await;
+        let staged = distributed.is_ok()
+            && cluster
+                .last_was_staged(split_statements(script).len())
+                .await;
+        cluster.set_distribute("off").await?;
+        let single = timed(&cluster, script, setup.runs).await;
+        let mut error = None;
+        let rows = match (&distributed, &single) {
+            (Ok((_, a)), Ok((_, b))) if a != b => {
+                error = Some(format!("{a} rows distributed, {b} on one worker"));
+                None
+            }
+            (Ok((_, rows)), _) | (_, Ok((_, rows))) => Some(*rows),
+            _ => None,
+        };
+        if let Err(e) = distributed.as_ref().and(single.as_ref()) {
+            error = Some(e.clone());
+        }
+        let figure = QueryFigure {
+            workers,
+            query: name.clone(),
+            distributed_ms: distributed.ok().map(|(ms, _)| ms),
+            single_ms: single.ok().map(|(ms, _)| ms),
+            rows,
+            staged,
+            error,
+        };
+        eprintln!(
+            "{workers} workers {name}: distributed {} ms{}, one worker {} ms{}",
+            fmt_ms(figure.distributed_ms),
+            if figure.staged { "" } else { " (not staged)" },
+            fmt_ms(figure.single_ms),
+            figure
+                .error
+                .as_ref()
+                .map_or(String::new(), |e| format!("  error: {e}"))
+        );
+        figures.push(figure);
+    }
+    Ok(figures)
+}
+
+/// One round of the resize experiment with `probe`: online add and
+/// remove, then the same two changes by restarting.
+async fn resize_round(
+    setup: &Setup<'_>,
+    probe: &str,
+    script: &str,
+) -> Result<Vec<ResizeFigure>, BenchError> {
+    let state = own_state(&setup.data)?;
+    let mut cluster = Cluster::start(setup, state.path(), RESIZE_FROM).await?;
+    // The figures are of a warm cluster: the probe has run once.
+    let expected = cluster.run(script).await.map_err(BenchError::Data)?;
+    let mut figures = Vec::new();
+    let mut record = |change: Change, method: Method, ready: Duration, total: Duration| {
+        eprintln!(
+            "  {} {} -> {} {}: ready in {:.0} ms, first answer at {:.0} ms",
+            change.name(),
+            change.counts().0,
+            change.counts().1,
+            method.name(),
+            ready.as_secs_f64() * 1000.0,
+            total.as_secs_f64() * 1000.0
+        );
+        figures.push(ResizeFigure {
+            change,
+            method,
+            probe: probe.to_string(),
+            ready_ms: ready.as_secs_f64() * 1000.0,
+            total_ms: total.as_secs_f64() * 1000.0,
+        });
+    };
+    // Online: add a worker, wait for it to take queries, answer.
+    let start = Instant::now();
+    cluster
+        .conn
+        .query("SELECT skiff.add_workers(1)")
+        .await
+        .map_err(BenchError::Data)?;
+    cluster.wait_for(RESIZE_FROM + 1).await?;
+    let ready = start.elapsed();
+    check(expected, cluster.run(script).await, probe)?;
+    record(Change::Add, Method::Online, ready, start.elapsed());
+
+    // Online: remove the oldest worker (not the one just added, which
+    // would only undo the add), answer.
+    let leaving = cluster.live().await?.first().copied().unwrap_or_default();
+    let start = Instant::now();
+    cluster
+        .conn
+        .query(&format!("SELECT skiff.remove_worker('{leaving}')"))
+        .await
+        .map_err(BenchError::Data)?;
+    cluster.wait_for(RESIZE_FROM).await?;
+    let ready = start.elapsed();
+    check(expected, cluster.run(script).await, probe)?;
+    record(Change::Remove, Method::Online, ready, start.elapsed());
+
+    // Restart: stop everything, start with the new count, answer.
+    for change in [Change::Add, Change::Remove] {
+        let start = Instant::now();
+        drop(cluster);
+        cluster = Cluster::start(setup, state.path(), change.counts().1).await?;
+        let ready = start.elapsed();
+        check(expected, cluster.run(script).await, probe)?;
+        record(change, Method::Restart, ready, start.elapsed());
+    }
+    Ok(figures)
+}
+
+/// A resize's first answer must be the answer before it.
+fn check(expected: u64, got: Result<u64, String>, probe: &str) -> Result<(), BenchError> {
+    match got {
+        Ok(rows) if rows == expected => Ok(()),
+        Ok(rows) => Err(BenchError::Data(format!(
+            "{probe} after a resize returned {rows} rows, {expected} before"
+        ))),
+        Err(e) => Err(BenchError::Data(format!(
+            "{probe} failed after a resize: {e}"
+        ))),
+    }
+}
+
+fn fmt_ms(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
+}
+
+/// Median total and ready time of one (change, method) over its rounds.
+fn resize_median(
+    resizes: &[ResizeFigure],
+    change: Change,
+    method: Method,
+    probe: &str,
+) -> Option<(f64, f64)> {
+    let pick = |f: &ResizeFigure| f.change == change && f.method == method && f.probe == probe;
+    let totals: Vec<f64> = resizes
+        .iter()
+        .filter(|f| pick(f))
+        .map(|f| f.total_ms)
+        .collect();
+    let ready: Vec<f64> = resizes
+        .iter()
+        .filter(|f| pick(f))
+        .map(|f| f.ready_ms)
+        .collect();
+    Some((
+        report::stats(&totals)?.median_ms,
+        report::stats(&ready)?.median_ms,
+    ))
+}
+
+fn probes_of(resizes: &[ResizeFigure]) -> Vec<String> {
+    let mut probes: Vec<String> = resizes.iter().map(|f| f.probe.clone()).collect();
+    probes.dedup();
+    probes
+}
+
+fn summary(
+    title: &str,
+    counts: &[usize],
+    figures: &[QueryFigure],
+    resizes: &[ResizeFigure],
+) -> String {
+    let mut text = format!(
+        "\n{title}: distributed over N workers / the single-worker path on the same server \
+         (median ms; * = not planned in stages)\n"
+    );
+    text.push_str(&format!("{:<6}", "query"));
+    for n in counts {
+        text.push_str(&format!(
+            " {:>9} {:>9} {:>6}",
+            format!("{n}w dist"),
+            "single",
+            "ratio"
+        ));
+    }
+    text.push('\n');
+    let mut queries: Vec<&str> = figures.iter().map(|f| f.query.as_str()).collect();
+    queries.sort_unstable();
+    queries.dedup();
+    for query in &queries {
+        text.push_str(&format!("{query:<6}"));
+        for &n in counts {
+            let f = figures.iter().find(|f| f.workers == n && f.query == *query);
+            let (d, s) = f.map_or((None, None), |f| (f.distributed_ms, f.single_ms));
+            let star = if f.is_some_and(|f| !f.staged) {
+                "*"
+            } else {
+                " "
+            };
+            text.push_str(&format!(
+                " {:>8}{star} {:>9} {:>6}",
+                fmt_ms(d),
+                fmt_ms(s),
+                ratio(d, s)
+            ));
+        }
+        if let Some(e) = figures
+            .iter()
+            .find(|f| f.query == *query && f.error.is_some())
+            .and_then(|f| f.error.as_ref())
+        {
+            text.push_str(&format!("  error: {e}"));
+        }
+        text.push('\n');
+    }
+    text.push_str(&format!("{:<6}", "total"));
+    for &n in counts {
+        let (d, s) = totals(figures, n);
+        text.push_str(&format!(
+            " {:>9.1} {:>9.1} {:>6}",
+            d,
+            s,
+            ratio(Some(d), Some(s))
+        ));
+    }
+    text.push_str("\n(totals over the queries both paths answered)\n");
+    if !resizes.is_empty() {
+        text.push_str(&format!(
+            "\nresize until the first answer (median ms over the rounds; ready = the new \
+             cluster takes queries; speedup = restart / online)\n\
+             {:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            "probe", "change", "online", "ready", "restart", "ready", "speedup", "(ready)"
+        ));
+        for probe in probes_of(resizes) {
+            for change in [Change::Add, Change::Remove] {
+                let online = resize_median(resizes, change, Method::Online, &probe);
+                let restart = resize_median(resizes, change, Method::Restart, &probe);
+                let (from, to) = change.counts();
+                text.push_str(&format!(
+                    "{probe:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+                    format!("{} {from}->{to}", change.name()),
+                    fmt_ms(online.map(|o| o.0)),
+                    fmt_ms(online.map(|o| o.1)),
+                    fmt_ms(restart.map(|r| r.0)),
+                    fmt_ms(restart.map(|r| r.1)),
+                    ratio(restart.map(|r| r.0), online.map(|o| o.0)),
+                    ratio(restart.map(|r| r.1), online.map(|o| o.1)),
+                ));
+            }
+        }
+    }
+    text
+}
+
+/// Distributed and single-worker totals at `workers`, over the queries
+/// both answered.
+fn totals(figures: &[QueryFigure], workers: usize) -> (f64, f64) {
+    figures
+        .iter()
+        .filter(|f| f.workers == workers)
+        .filter_map(|f| Some((f.distributed_ms?, f.single_ms?)))
+        .fold((0.0, 0.0), |(a, b), (d, s)| (a + d, b + s))
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn csv(figures: &[QueryFigure], resizes: &[ResizeFigure]) -> String {
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    let mut text = String::from(
+        "kind,workers,query,distributed_ms,single_ms,staged,rows,change,method,ready_ms,\
+         total_ms,error\n",
+    );
+    for f in figures {
+        text.push_str(&format!(
+            "query,{},{},{},{},{},{},,,,,{}\n",
+            f.workers,
+            f.query,
+            opt(f.distributed_ms),
+            opt(f.single_ms),
+            f.staged,
+            f.rows.map_or(String::new(), |r| r.to_string()),
+            f.error
+                .as_deref()
+                .map_or(String::new(), |e| format!("\"{}\"", e.replace('"', "\"\"")))
+        ));
+    }
+    for r in resizes {
+        let (from, to) = r.change.counts();
+        text.push_str(&format!(
+            "resize,{from}->{to},{},,,,,{},{},{:.3},{:.3},\n",
+            r.probe,
+            r.change.name(),
+            r.method.name(),
+            r.ready_ms,
+            r.total_ms
+        ));
+    }
+    text
+}
+
+/// Colours of the worker counts' bars, cycled.
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(40, 100, 190),
+    RGBColor(90, 160, 90),
+    RGBColor(150, 90, 170),
+    RGBColor(200, 160, 40),
+    RGBColor(60, 170, 170),
+    RGBColor(120, 120, 120),
+];
+const SINGLE: RGBColor = RGBColor(230, 120, 20);
+
+/// Top: per query, the single-worker path (at the first count) and the
+/// distributed time at each count. Bottom: the resize experiment.
+fn plot(
+    path: &Path,
+    title: &str,
+    counts: &[usize],
+    figures: &[QueryFigure],
+    resizes: &[ResizeFigure],
+) -> Result<(), String> {
+    super::plot::fonts()?;
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let mut queries: Vec<&str> = figures.iter().map(|f| f.query.as_str()).collect();
+    queries.sort_unstable();
+    queries.dedup();
+    let bars = counts.len() + 1;
+    let width = (160 + queries.len() as u32 * (bars as u32 * 14 + 14)).max(900);
+    let root = BitMapBackend::new(path, (width, 960)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (top, bottom) = root.split_vertically(480);
+    let max_ms = figures
+        .iter()
+        .flat_map(|f| [f.distributed_ms, f.single_ms])
+        .flatten()
+        .fold(1.0, f64::max);
+    let n = queries.len().max(1);
+    let mut chart = ChartBuilder::on(&top)
+        .caption(
+            format!("{title}: distributed over N workers vs one worker, median ms"),
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..max_ms * 1.3)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| {
+            queries
+                .get(x.floor() as usize)
+                .map(|q| q.to_string())
+                .unwrap_or_default()
+        })
+        .y_desc("ms")
+        .draw()
+        .map_err(err)?;
+    let width = 0.85 / bars as f64;
+    let first = counts.first().copied().unwrap_or(1);
+    // The single-worker path (`None`, at the first count's server), then
+    // the distributed runs at each count.
+    let mut series: Vec<(String, RGBColor, Option<usize>)> =
+        vec![(format!("one worker (server of {first})"), SINGLE, None)];
+    for (i, &count) in counts.iter().enumerate() {
+        series.push((
+            format!("distributed over {count}"),
+            PALETTE[i % PALETTE.len()],
+            Some(count),
+        ));
+    }
+    for (j, (label, color, distributed)) in series.into_iter().enumerate() {
+        let value = |f: &QueryFigure| match distributed {
+            None => (f.workers == first).then_some(f.single_ms).flatten(),
+            Some(count) => (f.workers == count).then_some(f.distributed_ms).flatten(),
+        };
+        let rects: Vec<_> = queries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| {
+                let v = figures.iter().filter(|f| f.query == *q).find_map(value)?;
+                let x = i as f64 + 0.075 + j as f64 * width;
+                Some(Rectangle::new(
+                    [(x, 0.0), (x + width * 0.9, v)],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    resize_panel(&bottom, title, resizes)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The resize experiment: per probe and change, online against restart.
+fn resize_panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    resizes: &[ResizeFigure],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let mut groups = Vec::new();
+    for probe in probes_of(resizes) {
+        for change in [Change::Add, Change::Remove] {
+            let (from, to) = change.counts();
+            groups.push((
+                format!("{probe} {} {from}->{to}", change.name()),
+                resize_median(resizes, change, Method::Online, &probe).map(|m| m.0),
+                resize_median(resizes, change, Method::Restart, &probe).map(|m| m.0),
+            ));
+        }
+    }
+    let max_ms = groups
+        .iter()
+        .flat_map(|g| [g.1, g.2])
+        .flatten()
+        .fold(1.0, f64::max);
+    let n = groups.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{title}: resize until the first answer, median ms"),
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..max_ms * 1.3)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| {
+            groups
+                .get(x.floor() as usize)
+                .map(|g| g.0.clone())
+                .unwrap_or_default()
+        })
+        .y_desc("ms")
+        .draw()
+        .map_err(err)?;
+    let series = [
+        ("online", PALETTE[0], true, 0.1),
+        ("restart", SINGLE, false, 0.5),
+    ];
+    for (label, color, online, offset) in series {
+        chart
+            .draw_series(groups.iter().enumerate().filter_map(|(i, g)| {
+                let v = if online { g.1 } else { g.2 }?;
+                let x = i as f64 + offset;
+                Some(Rectangle::new([(x, 0.0), (x + 0.38, v)], color.filled()))
+            }))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_count_gets_an_equal_share() {
+        assert_eq!(partitions_for(&[1, 2, 3, 4]).ok(), Some(12));
+        assert_eq!(partitions_for(&[1, 2]).ok(), Some(8));
+        assert_eq!(partitions_for(&[3]).ok(), Some(12));
+        assert_eq!(partitions_for(&[16]).ok(), Some(16));
+        assert!(partitions_for(&[0]).is_err());
+        assert!(partitions_for(&[7, 11, 13, 17]).is_err());
+    }
+
+    #[test]
+    fn partitioned_data_lives_beside_the_plain_data() {
+        assert_eq!(
+            default_data_dir(Path::new("bench/data/tpch-sf1"), 12),
+            PathBuf::from("bench/data/tpch-sf1-p12")
+        );
+    }
+}
