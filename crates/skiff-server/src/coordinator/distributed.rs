@@ -139,7 +139,7 @@ pub(crate) async fn start(
     if explain {
         return Ok(Some(explained(query, &physical, &placement)?));
     }
-    let stream = physical.execute(0, distributed.task_ctx())?;
+    let mut stream = physical.execute(0, distributed.task_ctx())?;
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
     let epoch = placement.manager.epoch();
@@ -150,13 +150,32 @@ pub(crate) async fn start(
         );
         info.routes = Some(Arc::clone(&placement.routes));
     });
+    // A stage the library cannot rebuild on a worker fails with an
+    // internal error before the first row: the query then runs on one
+    // worker instead (nothing reached the client yet).
+    let first = tokio::select! {
+        first = stream.next() => first,
+        () = entry.token().cancelled() => return Err(entry.cancel_reason()),
+    };
+    if let Some(Err(e)) = &first
+        && matches!(e.find_root(), DataFusionError::Internal(_))
+    {
+        warn!(query = entry.id, error = %e, "distributed plan failed; running on one worker");
+        entry.update(|info| {
+            info.decision = format!("not distributed: the distributed plan failed ({e})");
+            info.routes = None;
+        });
+        return Ok(None);
+    }
     // The query holds its workers until its stream is dropped: a removal
     // waits for it (`resize`).
     let schema = stream.schema();
-    let held = stream.map(move |batch| {
-        let _ = &guard;
-        batch
-    });
+    let held = futures::stream::iter(first)
+        .chain(stream)
+        .map(move |batch| {
+            let _ = &guard;
+            batch
+        });
     Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
 }
 
