@@ -97,3 +97,12 @@ pub const REMOVE_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Most workers one `skiff.add_workers(n)` starts.
 pub const ADD_WORKERS_MAX: usize = 64;
+
+/// How long the coordinator tries to connect to a worker of a failed
+/// distributed query: a refused connection declares the worker dead (a
+/// connection that only times out is left to the failure detector).
+pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Looks at each such worker, and the pause between them.
+pub const WORKER_PROBES: usize = 3;
+pub const WORKER_PROBE_PAUSE: Duration = Duration::from_millis(50);

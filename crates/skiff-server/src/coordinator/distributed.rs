@@ -36,6 +36,7 @@ use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::QueryEntry;
 use super::resize::RunGuard;
+use crate::config::{WORKER_PROBE_PAUSE, WORKER_PROBE_TIMEOUT, WORKER_PROBES};
 use crate::error::Result;
 
 /// The library's view of the cluster: the workers that took queries when
@@ -77,7 +78,7 @@ fn classes_read(plan: &LogicalPlan) -> BTreeSet<u32> {
 /// as on one worker.
 pub(crate) async fn start(
     state: &SessionState,
-    inner: &Inner,
+    inner: &Arc<Inner>,
     entry: &QueryEntry,
     plan: &LogicalPlan,
 ) -> Result<Option<SendableRecordBatchStream>> {
@@ -168,15 +169,62 @@ pub(crate) async fn start(
         return Ok(None);
     }
     // The query holds its workers until its stream is dropped: a removal
-    // waits for it (`resize`).
+    // waits for it (`resize`). When it fails, a worker of its that no
+    // longer listens is declared dead at once, not when its heartbeats
+    // stop, so the next query is not planned with it.
     let schema = stream.schema();
+    let inner = Arc::clone(inner);
+    let urls = Arc::new(placement.urls.clone());
     let held = futures::stream::iter(first)
         .chain(stream)
         .map(move |batch| {
             let _ = &guard;
             batch
+        })
+        .then(move |batch| {
+            let failed = batch
+                .is_err()
+                .then(|| (Arc::clone(&inner), Arc::clone(&urls)));
+            async move {
+                if let Some((inner, urls)) = failed {
+                    declare_gone(&inner, &urls).await;
+                }
+                batch
+            }
         });
     Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
+}
+
+/// Each of `workers` whose address refuses connections (its process is
+/// gone) is declared dead, and the partition map follows.
+async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) {
+    for (&id, url) in workers {
+        let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
+            continue;
+        };
+        let mut refused = false;
+        // A process being torn down may still complete a connection for a
+        // moment after its streams broke: a few looks.
+        for _ in 0..WORKER_PROBES {
+            let probe = tokio::net::TcpStream::connect((host, port));
+            refused = matches!(
+                tokio::time::timeout(WORKER_PROBE_TIMEOUT, probe).await,
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            );
+            if refused {
+                break;
+            }
+            tokio::time::sleep(WORKER_PROBE_PAUSE).await;
+        }
+        if refused && inner.membership.mark_dead(id) {
+            warn!(
+                worker = id,
+                "a distributed query's worker refuses connections; declared dead"
+            );
+            inner.node_lost(id);
+        }
+    }
+    inner.partition_map();
 }
 
 impl Placement {

@@ -270,7 +270,8 @@ async fn pid_of(client: &tokio_postgres::Client, id: u64) -> i32 {
 /// A worker SIGKILLed while distributed queries run: the failure detector
 /// declares it dead and the partition map drops it; every query answers as
 /// DuckDB does or fails with an error that says a worker was lost — never
-/// a wrong answer.
+/// a wrong answer — and once one failed so, the worker is already dead
+/// (the coordinator found it gone, not waiting for its heartbeats).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
     let server = Server::start(
@@ -325,6 +326,26 @@ async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
     let pid: i32 = rows[0][1].as_deref().unwrap_or("0").parse().expect("pid");
     // SAFETY: kill(2) on a child process of the server this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+    // Once the process is gone (its sockets closed), a distributed query
+    // planned with it fails, and the coordinator, finding it refuse
+    // connections, declares it dead at once: right after such a failure it
+    // is dead, well before its heartbeats would be missed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(Instant::now() < deadline, "worker {pid} did not die");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if let Err(e) = run_pg(&admin, "SELECT sum(l_quantity) FROM lineitem").await {
+        assert!(is_worker_loss(&e), "{e}");
+        let state = simple_rows(
+            &admin,
+            &format!("SELECT state FROM skiff.workers WHERE id = {victim}"),
+        )
+        .await
+        .expect("skiff.workers");
+        assert_eq!(state[0][0].as_deref(), Some("dead"), "after: {e}");
+    }
     // Declared dead within seconds; `skiff serve` restarts the process,
     // which joins again under a new id, maybe before the death is noticed:
     // wait for a map without the victim rather than for one epoch.
