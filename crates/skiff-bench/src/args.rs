@@ -212,7 +212,7 @@ Examples:
   count a fresh `skiff serve --workers N` runs every query with
   skiff.distribute = on and then off (the single-worker path), --runs times
   each; `*` marks queries the planner did not split into stages. Then the
-  resize experiment (VectorH's Table 2) with TPC-H's q1 and q9, --runs rounds:
+  resize experiment (VectorH's Table 2) with the benchmark's q1 and q9, --runs rounds:
   from 2 workers, skiff.add_workers(1) until q answers; from 3,
   skiff.remove_worker until q answers; against stopping the server and
   starting it with the new count. On a machine with fewer cores than workers

@@ -181,8 +181,9 @@ pub fn role(exe: &Path, role: &str) -> Command {
 }
 
 /// `skiff serve` of the executable `exe` over `data` with `workers`
-/// workers of `partitions` partitions each, its front doors on free local
-/// ports and its logs at warn: the server of the benches (see [`role`]).
+/// workers, `--partitions` (the parallelism of each) `partitions`, its
+/// front doors on free local ports and its logs at warn: the server of the
+/// benches (see [`role`]).
 pub fn serve(exe: &Path, data: &Path, workers: usize, partitions: usize) -> Command {
     let mut command = role(exe, "serve");
     command

@@ -30,7 +30,8 @@ use crate::launch::{self, Coordinator, START_TIMEOUT};
 /// and removes one from one more (the 2 to 3 and 3 to 2).
 const RESIZE_FROM: usize = 2;
 
-/// The queries of the paper's resize experiment (TPC-H 1 and 9).
+/// The queries of the paper's resize experiment (TPC-H 1 and 9; the same
+/// numbers of TPC-DS when it runs).
 pub(crate) const RESIZE_PROBES: [usize; 2] = [1, 9];
 
 /// How long a worker may take to register after it was started.

@@ -38,6 +38,13 @@ pub(crate) fn headers(options: &ConfigOptions) -> Result<HeaderMap> {
         let Some(value) = entry.value else {
             continue;
         };
+        // The worker reads header values as ASCII.
+        if !value.is_ascii() {
+            return Err(DataFusionError::Configuration(format!(
+                "{} = {value:?} cannot be sent to the workers: not ASCII",
+                entry.key
+            )));
+        }
         let name = HeaderName::try_from(format!("{HEADER_PREFIX}{}", entry.key))
             .map_err(|e| DataFusionError::Internal(format!("{}: {e}", entry.key)))?;
         let value = HeaderValue::try_from(value.as_str()).map_err(|e| {

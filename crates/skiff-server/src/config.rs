@@ -102,7 +102,3 @@ pub const ADD_WORKERS_MAX: usize = 64;
 /// distributed query: a refused connection declares the worker dead (a
 /// connection that only times out is left to the failure detector).
 pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Looks at each such worker, and the pause between them.
-pub const WORKER_PROBES: usize = 3;
-pub const WORKER_PROBE_PAUSE: Duration = Duration::from_millis(50);

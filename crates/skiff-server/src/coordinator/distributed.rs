@@ -36,13 +36,13 @@ use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::QueryEntry;
 use super::resize::RunGuard;
-use crate::config::{WORKER_PROBE_PAUSE, WORKER_PROBE_TIMEOUT, WORKER_PROBES};
+use crate::config::WORKER_PROBE_TIMEOUT;
 use crate::error::Result;
 
 /// The library's view of the cluster: the workers that took queries when
-/// the query was planned (its [`Placement`]), for its task counts and the
-/// routing of stages that scan no partitioned table. One snapshot for the
-/// whole query, the one its [`RunGuard`] holds.
+/// the query was planned (its [`Placement`]), for its task counts (every
+/// stage is routed by [`placement::route`]). One snapshot for the whole
+/// query, the one its [`RunGuard`] holds.
 struct SnapshotResolver(Vec<Url>);
 
 impl WorkerResolver for SnapshotResolver {
@@ -140,7 +140,7 @@ pub(crate) async fn start(
     if explain {
         return Ok(Some(explained(query, &physical, &placement)?));
     }
-    let mut stream = physical.execute(0, distributed.task_ctx())?;
+    let stream = physical.execute(0, distributed.task_ctx())?;
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
     let epoch = placement.manager.epoch();
@@ -151,23 +151,6 @@ pub(crate) async fn start(
         );
         info.routes = Some(Arc::clone(&placement.routes));
     });
-    // A stage the library cannot rebuild on a worker fails with an
-    // internal error before the first row: the query then runs on one
-    // worker instead (nothing reached the client yet).
-    let first = tokio::select! {
-        first = stream.next() => first,
-        () = entry.token().cancelled() => return Err(entry.cancel_reason()),
-    };
-    if let Some(Err(e)) = &first
-        && matches!(e.find_root(), DataFusionError::Internal(_))
-    {
-        warn!(query = entry.id, error = %e, "distributed plan failed; running on one worker");
-        entry.update(|info| {
-            info.decision = format!("not distributed: the distributed plan failed ({e})");
-            info.routes = None;
-        });
-        return Ok(None);
-    }
     // The query holds its workers until its stream is dropped: a removal
     // waits for it (`resize`). When it fails, a worker of its that no
     // longer listens is declared dead at once, not when its heartbeats
@@ -175,16 +158,19 @@ pub(crate) async fn start(
     let schema = stream.schema();
     let inner = Arc::clone(inner);
     let urls = Arc::new(placement.urls.clone());
-    let held = futures::stream::iter(first)
-        .chain(stream)
+    let held = stream
         .map(move |batch| {
             let _ = &guard;
             batch
         })
         .then(move |batch| {
+            // A failure of the query's own (its data, its plan) says
+            // nothing of the workers.
             let failed = batch
-                .is_err()
-                .then(|| (Arc::clone(&inner), Arc::clone(&urls)));
+                .as_ref()
+                .err()
+                .filter(|e| !own_failure(e))
+                .map(|_| (Arc::clone(&inner), Arc::clone(&urls)));
             async move {
                 if let Some((inner, urls)) = failed {
                     declare_gone(&inner, &urls).await;
@@ -195,28 +181,41 @@ pub(crate) async fn start(
     Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
 }
 
+/// Whether `error` is the query's own (its data or its plan), not a
+/// worker's or the network's.
+fn own_failure(error: &DataFusionError) -> bool {
+    matches!(
+        error.find_root(),
+        DataFusionError::ArrowError(..)
+            | DataFusionError::Plan(_)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(_)
+            | DataFusionError::ResourcesExhausted(_)
+    )
+}
+
 /// Each of `workers` whose address refuses connections (its process is
-/// gone) is declared dead, and the partition map follows.
+/// gone) is declared dead, and the partition map follows. The workers are
+/// probed at once; one that accepts is alive and left alone.
 async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) {
-    for (&id, url) in workers {
+    let probes = workers.iter().map(|(&id, url)| async move {
         let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
-            continue;
+            return None;
         };
-        let mut refused = false;
-        // A process being torn down may still complete a connection for a
-        // moment after its streams broke: a few looks.
-        for _ in 0..WORKER_PROBES {
-            let probe = tokio::net::TcpStream::connect((host, port));
-            refused = matches!(
-                tokio::time::timeout(WORKER_PROBE_TIMEOUT, probe).await,
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
-            );
-            if refused {
-                break;
-            }
-            tokio::time::sleep(WORKER_PROBE_PAUSE).await;
+        let probe = tokio::net::TcpStream::connect((host, port));
+        // Accepted, timed out or failed otherwise: not known to be gone
+        // (the failure detector decides).
+        match tokio::time::timeout(WORKER_PROBE_TIMEOUT, probe).await {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(id),
+            _ => None,
         }
-        if refused && inner.membership.mark_dead(id) {
+    });
+    for id in futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        if inner.membership.mark_dead(id) {
             warn!(
                 worker = id,
                 "a distributed query's worker refuses connections; declared dead"

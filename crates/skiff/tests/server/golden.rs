@@ -281,8 +281,14 @@ async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
         return;
     }
     let (server, client) = over_three(&partitioned_dataset(Benchmark::Tpcds, 8)).await;
-    suite_matches_duckdb(&server, &client, "tpcds", "on partitioned tables", &[]).await;
-    fell_back_as_known(&client).await;
+    suite_matches_duckdb(
+        &server,
+        &client,
+        "tpcds",
+        "on partitioned tables",
+        DISTRIBUTED_TPCDS_FAILURES,
+    )
+    .await;
 }
 
 /// Every query of `bench` through `client` matches its golden answers,
@@ -320,31 +326,14 @@ async fn suite_matches_duckdb(
     );
 }
 
-/// TPC-DS queries whose distributed plan fails (a window over a network
+/// TPC-DS queries that fail when distributed: a window over a network
 /// shuffle is rebuilt with fewer sorted partition columns than it had when
-/// planned: DataFusion's assertion, an internal error before any row) and
-/// that therefore run on one worker; docs/server.md.
-const FALLBACKS: usize = 2;
-
-/// After the suite: exactly the known queries ran on one worker because
-/// their distributed plan failed, each saying so in `skiff.queries`.
-async fn fell_back_as_known(client: &tokio_postgres::Client) {
-    let rows = simple_rows(
-        client,
-        "SELECT decision FROM skiff.queries \
-         WHERE decision LIKE 'not distributed: the distributed plan failed%'",
-    )
-    .await
-    .expect("skiff.queries");
-    assert_eq!(rows.len(), FALLBACKS, "{rows:?}");
-    for row in &rows {
-        let said = row[0].as_deref().unwrap_or_default();
-        assert!(
-            said.contains("All partition by columns should have an ordering"),
-            "{said}"
-        );
-    }
-}
+/// planned (DataFusion's assertion), so the query fails, never answers
+/// wrongly. Not yet understood; docs/server.md.
+const DISTRIBUTED_TPCDS_FAILURES: &[(&str, &str)] = &[
+    ("q47", "All partition by columns should have an ordering"),
+    ("q57", "All partition by columns should have an ordering"),
+];
 
 /// The same for TPC-DS, distributed over three workers (slow: run with
 /// `SKIFF_SLOW_TESTS=1`).
@@ -354,8 +343,14 @@ async fn tpcds_distributed_over_three_workers_matches_duckdb() {
         return;
     }
     let (server, client) = distributed_over_three(Benchmark::Tpcds).await;
-    suite_matches_duckdb(&server, &client, "tpcds", "distributed", &[]).await;
-    fell_back_as_known(&client).await;
+    suite_matches_duckdb(
+        &server,
+        &client,
+        "tpcds",
+        "distributed",
+        DISTRIBUTED_TPCDS_FAILURES,
+    )
+    .await;
 }
 
 /// A server over `bench` at SF 0.01 with three live workers, and a client
