@@ -37,7 +37,7 @@ use super::placement::{self, Placement};
 use super::queries::QueryEntry;
 use super::resize::RunGuard;
 use crate::config::WORKER_PROBE_TIMEOUT;
-use crate::error::Result;
+use crate::error::{Result, ServerError};
 
 /// The library's view of the cluster: the workers that took queries when
 /// the query was planned (its [`Placement`]), for its task counts (every
@@ -172,10 +172,19 @@ pub(crate) async fn start(
                 .filter(|e| !own_failure(e))
                 .map(|_| (Arc::clone(&inner), Arc::clone(&urls)));
             async move {
-                if let Some((inner, urls)) = failed {
-                    declare_gone(&inner, &urls).await;
+                let Some((inner, urls)) = failed else {
+                    return batch;
+                };
+                // A worker found gone is what failed the query: say so, as
+                // a query that lost its single worker does (57P03).
+                match (declare_gone(&inner, &urls).await.first(), batch) {
+                    (Some(id), Err(e)) => Err(ServerError::worker_gone(format!(
+                        "worker {id} was lost while running the query ({})",
+                        ServerError::from(e).message
+                    ))
+                    .into()),
+                    (_, batch) => batch,
                 }
-                batch
             }
         });
     Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
@@ -195,9 +204,10 @@ fn own_failure(error: &DataFusionError) -> bool {
 }
 
 /// Each of `workers` whose address refuses connections (its process is
-/// gone) is declared dead, and the partition map follows. The workers are
-/// probed at once; one that accepts is alive and left alone.
-async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) {
+/// gone) is declared dead, and the partition map follows; the ones found
+/// gone. The workers are probed at once; one that accepts is alive and
+/// left alone.
+async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) -> Vec<u64> {
     let probes = workers.iter().map(|(&id, url)| async move {
         let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
             return None;
@@ -210,11 +220,12 @@ async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) {
             _ => None,
         }
     });
-    for id in futures::future::join_all(probes)
+    let gone: Vec<u64> = futures::future::join_all(probes)
         .await
         .into_iter()
         .flatten()
-    {
+        .collect();
+    for &id in &gone {
         if inner.membership.mark_dead(id) {
             warn!(
                 worker = id,
@@ -224,6 +235,7 @@ async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) {
         }
     }
     inner.partition_map();
+    gone
 }
 
 impl Placement {
