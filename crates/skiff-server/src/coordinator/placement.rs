@@ -29,8 +29,8 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::{
-    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec, RouteTasksEvent,
-    RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec, NetworkBoundaryExt,
+    RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
 };
 use skiff_cluster::{PartitionManager, WorkerId};
 
@@ -221,40 +221,58 @@ fn assign(
 pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventResponse>> {
     let config = ev.task_ctx.session_config();
     let placement = config.get_extension::<Placement>()?;
-    let mut class = None;
-    let walked = ev.plan.apply(|node| {
-        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
-            && let Some((_, c)) = partitioned_scan(leaf.original())
-        {
-            class = Some(c);
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    if let Err(e) = walked {
-        return Some(Err(e));
-    }
-    let workers = match class.and_then(|c| placement.task_workers(c, ev.task_count)) {
-        Some(workers) => workers,
-        None => placement.round(ev.task_count)?,
+    let workers = match placement.stage_workers(&placement.routes, ev.plan, ev.task_count)? {
+        Ok(workers) => workers,
+        Err(e) => return Some(Err(e)),
     };
-    placement
-        .routes
-        .record(workers.iter().map(|(id, _)| *id).collect());
     Some(Ok(RouteTasksEventResponse::new(
         workers.into_iter().map(|(_, url)| url).collect(),
     )))
 }
 
 impl Placement {
+    /// Where the `task_count` tasks of the stage whose plan is `stage` run
+    /// ([`route`]'s rule), recorded in `routes`; `None` without workers.
+    fn stage_workers(
+        &self,
+        routes: &Routes,
+        stage: &Arc<dyn ExecutionPlan>,
+        task_count: usize,
+    ) -> Option<DfResult<Vec<(WorkerId, Url)>>> {
+        let mut class = None;
+        let walked = stage.apply(|node| {
+            // The stages below are not this one's (when the query starts
+            // they are remote already, without children).
+            if node.is_network_boundary() {
+                return Ok(TreeNodeRecursion::Jump);
+            }
+            if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
+                && let Some((_, c)) = partitioned_scan(leaf.original())
+            {
+                class = Some(c);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        if let Err(e) = walked {
+            return Some(Err(e));
+        }
+        let workers = match class.and_then(|c| self.task_workers(c, task_count)) {
+            Some(workers) => workers,
+            None => self.round(routes, task_count)?,
+        };
+        routes.record(workers.iter().map(|(id, _)| *id).collect());
+        Some(Ok(workers))
+    }
+
     /// `task_count` tasks round the workers, from the one after the last
     /// stage's start; `None` without workers.
-    fn round(&self, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
+    fn round(&self, routes: &Routes, task_count: usize) -> Option<Vec<(WorkerId, Url)>> {
         let all: Vec<(&WorkerId, &Url)> = self.urls.iter().collect();
         if all.is_empty() {
             return None;
         }
-        let start = lock(&self.routes.0).len();
+        let start = lock(&routes.0).len();
         Some(
             (0..task_count)
                 .map(|i| {
@@ -266,6 +284,28 @@ impl Placement {
     }
 }
 
+/// The stages of `plan` (a distributed plan) in the order the library
+/// routes them when the query starts: children before parents, as its
+/// `transform_up` visits them. Each is its number, plan and task count.
+fn stages_in_routing_order(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Vec<(usize, Arc<dyn ExecutionPlan>, usize)> {
+    fn visit(node: &Arc<dyn ExecutionPlan>, out: &mut Vec<(usize, Arc<dyn ExecutionPlan>, usize)>) {
+        for child in node.children() {
+            visit(child, out);
+        }
+        if let Some(boundary) = node.as_network_boundary() {
+            let stage = boundary.input_stage();
+            if let Some(local) = stage.local_plan() {
+                out.push((stage.num(), Arc::clone(local), stage.task_count()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    visit(plan, &mut out);
+    out
+}
+
 /// `EXPLAIN`'s account of placement: for each scan of a partitioned table
 /// in `plan` (a distributed plan), the worker each task goes to and the
 /// partitions it reads, under the query's epoch. Each scan is shown by its
@@ -273,6 +313,17 @@ impl Placement {
 /// ([`route`]), so there the second scan's workers are not the ones shown.
 pub(crate) fn explain(plan: &Arc<dyn ExecutionPlan>, placement: &Placement) -> String {
     let mut text = format!("epoch {}\n", placement.manager.epoch());
+    // Every stage's workers, routed as the query would be when it starts.
+    let routes = Routes::default();
+    for (num, stage, tasks) in stages_in_routing_order(plan) {
+        if let Some(Ok(workers)) = placement.stage_workers(&routes, &stage, tasks) {
+            let ids: Vec<String> = workers.iter().map(|(id, _)| id.to_string()).collect();
+            text.push_str(&format!("stage {num}: workers {}\n", ids.join(",")));
+        }
+    }
+    if let Some(summary) = routes.describe() {
+        text.push_str(&format!("tasks: {summary}\n"));
+    }
     let _ = plan.apply(|node| {
         let Some(leaf) = node.downcast_ref::<DistributedLeafExec>() else {
             return Ok(TreeNodeRecursion::Continue);

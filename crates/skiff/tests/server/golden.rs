@@ -215,7 +215,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         .expect("a placement row");
     let tasks: Vec<&str> = placement
         .lines()
-        .filter(|l| l.trim_start().starts_with("task"))
+        .filter(|l| l.trim_start().starts_with("task "))
         .collect();
     assert_eq!(tasks.len(), 3, "{placement}");
     let mut read = Vec::new();
@@ -260,6 +260,34 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         }
     }
     assert!(distributed > 0, "{said:?}");
+
+    // EXPLAIN routes every stage as the query does when it starts: its
+    // summary is the run's `tasks`.
+    let join = "SELECT o_orderpriority, count(*) FROM orders JOIN lineitem \
+                ON o_orderkey = l_orderkey GROUP BY 1";
+    let explained = run_pg(&client, &format!("EXPLAIN {join}"))
+        .await
+        .expect("explain");
+    let placement = explained[0]
+        .0
+        .iter()
+        .find(|r| r[0].as_deref() == Some("placement"))
+        .and_then(|r| r[1].clone())
+        .expect("a placement row");
+    assert!(placement.contains("stage 1: workers "), "{placement}");
+    let planned = placement
+        .lines()
+        .find_map(|l| l.strip_prefix("tasks: "))
+        .expect("a tasks line")
+        .to_string();
+    run_pg(&client, join).await.expect("the join");
+    let ran = simple_rows(
+        &client,
+        &format!("SELECT tasks FROM skiff.queries WHERE sql = '{join}' AND state = 'finished'"),
+    )
+    .await
+    .expect("skiff.queries");
+    assert_eq!(ran[0][0].as_deref(), Some(planned.as_str()), "{placement}");
 
     // `off` keeps one worker.
     client
