@@ -306,9 +306,11 @@ fn stages_in_routing_order(
     out
 }
 
-/// `EXPLAIN`'s account of placement: for each scan of a partitioned table
-/// in `plan` (a distributed plan), the worker each task goes to and the
-/// partitions it reads, under the query's epoch. Each scan is shown by its
+/// `EXPLAIN`'s account of placement: each stage's workers as [`route`]
+/// will place them (the same rule over the stages in the library's
+/// routing order, into routes of its own), and for each scan of a
+/// partitioned table in `plan` (a distributed plan), the worker each task
+/// goes to and the partitions it reads, under the query's epoch. Each scan is shown by its
 /// own class; a stage holding scans of two classes is routed by its first
 /// ([`route`]), so there the second scan's workers are not the ones shown.
 pub(crate) fn explain(plan: &Arc<dyn ExecutionPlan>, placement: &Placement) -> String {
