@@ -424,7 +424,9 @@ async fn resize_round(
 
     // Online: remove the oldest worker (not the one just added, which
     // would only undo the add), answer.
-    let leaving = cluster.live().await?.first().copied().unwrap_or_default();
+    let Some(leaving) = cluster.live().await?.first().copied() else {
+        return Err(BenchError::Data("no worker left to remove".into()));
+    };
     let start = Instant::now();
     cluster
         .conn
@@ -655,26 +657,98 @@ fn plot(
     resizes: &[ResizeFigure],
 ) -> Result<(), String> {
     super::plot::fonts()?;
-    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
     let mut queries: Vec<&str> = figures.iter().map(|f| f.query.as_str()).collect();
     queries.sort_unstable();
     queries.dedup();
-    let bars = counts.len() + 1;
-    let width = (160 + queries.len() as u32 * (bars as u32 * 14 + 14)).max(900);
+    let width = (160 + queries.len() as u32 * ((counts.len() as u32 + 1) * 14 + 14)).max(900);
     let root = BitMapBackend::new(path, (width, 960)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(480);
-    let max_ms = figures
+
+    // The single-worker path (at the first count's server), then the
+    // distributed runs at each count.
+    let first = counts.first().copied().unwrap_or(1);
+    let per_query = |value: &dyn Fn(&QueryFigure) -> Option<f64>| -> Vec<Option<f64>> {
+        queries
+            .iter()
+            .map(|q| figures.iter().filter(|f| f.query == *q).find_map(value))
+            .collect()
+    };
+    let mut series = vec![Bars {
+        label: format!("one worker (server of {first})"),
+        color: SINGLE,
+        values: per_query(&|f| (f.workers == first).then_some(f.single_ms).flatten()),
+    }];
+    for (i, &count) in counts.iter().enumerate() {
+        series.push(Bars {
+            label: format!("distributed over {count}"),
+            color: PALETTE[i % PALETTE.len()],
+            values: per_query(&|f| (f.workers == count).then_some(f.distributed_ms).flatten()),
+        });
+    }
+    let labels: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
+    grouped_bars(
+        &top,
+        format!("{title}: distributed over N workers vs one worker, median ms"),
+        &labels,
+        &series,
+    )?;
+
+    // The resize experiment: per probe and change, online against restart.
+    let mut labels = Vec::new();
+    let (mut online, mut restart) = (Vec::new(), Vec::new());
+    for probe in probes_of(resizes) {
+        for change in [Change::Add, Change::Remove] {
+            let (from, to) = change.counts();
+            labels.push(format!("{probe} {} {from}->{to}", change.name()));
+            online.push(resize_median(resizes, change, Method::Online, &probe).map(|m| m.0));
+            restart.push(resize_median(resizes, change, Method::Restart, &probe).map(|m| m.0));
+        }
+    }
+    let series = [
+        Bars {
+            label: "online".into(),
+            color: PALETTE[0],
+            values: online,
+        },
+        Bars {
+            label: "restart".into(),
+            color: SINGLE,
+            values: restart,
+        },
+    ];
+    grouped_bars(
+        &bottom,
+        format!("{title}: resize until the first answer, median ms"),
+        &labels,
+        &series,
+    )?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// One series of bars: its legend, colour, and a value per group.
+struct Bars {
+    label: String,
+    color: RGBColor,
+    values: Vec<Option<f64>>,
+}
+
+/// Bars in groups on `area`: a group per label, in each a bar per series
+/// (none where the series has no value), in milliseconds.
+fn grouped_bars(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    caption: String,
+    labels: &[String],
+    series: &[Bars],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let max_ms = series
         .iter()
-        .flat_map(|f| [f.distributed_ms, f.single_ms])
-        .flatten()
-        .fold(1.0, f64::max);
-    let n = queries.len().max(1);
-    let mut chart = ChartBuilder::on(&top)
-        .caption(
-            format!("{title}: distributed over N workers vs one worker, median ms"),
-            ("sans-serif", 20),
-        )
+        .flat_map(|s| s.values.iter().flatten())
+        .fold(1.0, |a: f64, b| a.max(*b));
+    let n = labels.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(70)
@@ -684,41 +758,21 @@ fn plot(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(n + 1)
-        .x_label_formatter(&|x| {
-            queries
-                .get(x.floor() as usize)
-                .map(|q| q.to_string())
-                .unwrap_or_default()
-        })
+        .x_label_formatter(&|x| labels.get(x.floor() as usize).cloned().unwrap_or_default())
         .y_desc("ms")
         .draw()
         .map_err(err)?;
-    let width = 0.85 / bars as f64;
-    let first = counts.first().copied().unwrap_or(1);
-    // The single-worker path (`None`, at the first count's server), then
-    // the distributed runs at each count.
-    let mut series: Vec<(String, RGBColor, Option<usize>)> =
-        vec![(format!("one worker (server of {first})"), SINGLE, None)];
-    for (i, &count) in counts.iter().enumerate() {
-        series.push((
-            format!("distributed over {count}"),
-            PALETTE[i % PALETTE.len()],
-            Some(count),
-        ));
-    }
-    for (j, (label, color, distributed)) in series.into_iter().enumerate() {
-        let value = |f: &QueryFigure| match distributed {
-            None => (f.workers == first).then_some(f.single_ms).flatten(),
-            Some(count) => (f.workers == count).then_some(f.distributed_ms).flatten(),
-        };
-        let rects: Vec<_> = queries
+    let width = 0.85 / series.len().max(1) as f64;
+    for (j, bars) in series.iter().enumerate() {
+        let color = bars.color;
+        let rects: Vec<_> = bars
+            .values
             .iter()
             .enumerate()
-            .filter_map(|(i, q)| {
-                let v = figures.iter().filter(|f| f.query == *q).find_map(value)?;
+            .filter_map(|(i, v)| {
                 let x = i as f64 + 0.075 + j as f64 * width;
                 Some(Rectangle::new(
-                    [(x, 0.0), (x + width * 0.9, v)],
+                    [(x, 0.0), (x + width * 0.9, (*v)?)],
                     color.filled(),
                 ))
             })
@@ -726,80 +780,7 @@ fn plot(
         chart
             .draw_series(rects)
             .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    resize_panel(&bottom, title, resizes)?;
-    root.present().map_err(|e| e.to_string())
-}
-
-/// The resize experiment: per probe and change, online against restart.
-fn resize_panel(
-    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
-    title: &str,
-    resizes: &[ResizeFigure],
-) -> Result<(), String> {
-    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
-    let mut groups = Vec::new();
-    for probe in probes_of(resizes) {
-        for change in [Change::Add, Change::Remove] {
-            let (from, to) = change.counts();
-            groups.push((
-                format!("{probe} {} {from}->{to}", change.name()),
-                resize_median(resizes, change, Method::Online, &probe).map(|m| m.0),
-                resize_median(resizes, change, Method::Restart, &probe).map(|m| m.0),
-            ));
-        }
-    }
-    let max_ms = groups
-        .iter()
-        .flat_map(|g| [g.1, g.2])
-        .flatten()
-        .fold(1.0, f64::max);
-    let n = groups.len().max(1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("{title}: resize until the first answer, median ms"),
-            ("sans-serif", 20),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..n as f64, 0.0..max_ms * 1.3)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n + 1)
-        .x_label_formatter(&|x| {
-            groups
-                .get(x.floor() as usize)
-                .map(|g| g.0.clone())
-                .unwrap_or_default()
-        })
-        .y_desc("ms")
-        .draw()
-        .map_err(err)?;
-    let series = [
-        ("online", PALETTE[0], true, 0.1),
-        ("restart", SINGLE, false, 0.5),
-    ];
-    for (label, color, online, offset) in series {
-        chart
-            .draw_series(groups.iter().enumerate().filter_map(|(i, g)| {
-                let v = if online { g.1 } else { g.2 }?;
-                let x = i as f64 + offset;
-                Some(Rectangle::new([(x, 0.0), (x + 0.38, v)], color.filled()))
-            }))
-            .map_err(err)?
-            .label(label)
+            .label(bars.label.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
     chart
@@ -824,6 +805,45 @@ mod tests {
         assert_eq!(partitions_for(&[16]).ok(), Some(16));
         assert!(partitions_for(&[0]).is_err());
         assert!(partitions_for(&[7, 11, 13, 17]).is_err());
+    }
+
+    #[test]
+    fn the_plot_has_both_panels() {
+        let figures: Vec<QueryFigure> = [1, 2]
+            .into_iter()
+            .map(|workers| QueryFigure {
+                workers,
+                query: "q01".into(),
+                distributed_ms: Some(10.0 * workers as f64),
+                single_ms: Some(9.0),
+                rows: Some(4),
+                staged: workers > 1,
+                error: None,
+            })
+            .collect();
+        let resizes: Vec<ResizeFigure> = [Method::Online, Method::Restart]
+            .into_iter()
+            .map(|method| ResizeFigure {
+                change: Change::Add,
+                method,
+                probe: "q01".into(),
+                ready_ms: 1.0,
+                total_ms: 2.0,
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let png = dir.path().join("scale.png");
+        plot(&png, "TPC-H", &[1, 2], &figures, &resizes).unwrap();
+        let drawn = image_size(&png);
+        assert_eq!(drawn, (900, 960));
+    }
+
+    /// Width and height from a PNG's header.
+    fn image_size(png: &Path) -> (u32, u32) {
+        let bytes = std::fs::read(png).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+        (word(16), word(20))
     }
 
     #[test]
