@@ -92,44 +92,10 @@ async fn workers_join_and_leave_while_queries_run() {
     let admin = server.pg().await;
     wait_for_workers(&admin, 2).await;
 
-    // The query stream: TPC-H queries over the partitioned tables, each
-    // answer checked, until the steps are done. A query may fail saying a
-    // worker was lost only while a killed worker is being replaced (the
-    // library does not retry); each such failure keeps its time.
+    // A query may fail saying a worker was lost only while a killed
+    // worker is being replaced (the library does not retry).
     let done = Arc::new(AtomicBool::new(false));
-    let stream = {
-        let done = Arc::clone(&done);
-        let client = server.pg().await;
-        // q15 creates and drops a view: failed midway it leaves the view,
-        // and its next run fails on that instead.
-        let all: Vec<(String, String)> = queries("tpch")
-            .into_iter()
-            .filter(|(q, _)| q != "q15")
-            .collect();
-        SpawnedTask::spawn(async move {
-            let mut answered = 0;
-            let mut failures = Vec::new();
-            let mut lost = Vec::new();
-            for (query, sql) in all.iter().cycle() {
-                if done.load(Ordering::SeqCst) && answered >= all.len() {
-                    break;
-                }
-                let began = Instant::now();
-                match run_pg(&client, sql).await {
-                    Err(e) if is_worker_loss(&e) => {
-                        lost.push((began, Instant::now(), format!("{query}: {e}")))
-                    }
-                    outcome => {
-                        if let Err(e) = check_in("tpch", query, outcome) {
-                            failures.push(format!("{query}: {e}"));
-                        }
-                        answered += 1;
-                    }
-                }
-            }
-            (answered, failures, lost)
-        })
-    };
+    let stream = query_stream(&server, Arc::clone(&done)).await;
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(16);
     let (mut before, _) = map(&admin).await;
@@ -241,7 +207,11 @@ async fn workers_join_and_leave_while_queries_run() {
         .expect_err("the last worker removed");
     assert!(format!("{last:?}").contains("last one"), "{last:?}");
     done.store(true, Ordering::SeqCst);
-    let (answered, mut failures, lost) = stream.join().await.expect("query stream");
+    let Streamed {
+        answered,
+        wrong: mut failures,
+        lost,
+    } = stream.join().await.expect("query stream");
     // Losing a worker fails only queries that ran while a killed one was
     // replaced: begun before the map without it, ended after the kill.
     failures.extend(
@@ -294,46 +264,16 @@ async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
     wait_for_workers(&admin, 3).await;
     let (before, _) = map(&admin).await;
     let done = Arc::new(AtomicBool::new(false));
-    let stream = {
-        let done = Arc::clone(&done);
-        let client = server.pg().await;
-        // q15 creates and drops a view: failed midway it leaves the view,
-        // and its next run fails on that instead.
-        let all: Vec<(String, String)> = queries("tpch")
-            .into_iter()
-            .filter(|(q, _)| q != "q15")
-            .collect();
-        SpawnedTask::spawn(async move {
-            let (mut answered, mut lost) = (0, 0);
-            let mut wrong = Vec::new();
-            for (query, sql) in all.iter().cycle() {
-                if done.load(Ordering::SeqCst) && answered >= all.len() {
-                    break;
-                }
-                match run_pg(&client, sql).await {
-                    // A query whose worker died may fail, saying so.
-                    Err(e) if is_worker_loss(&e) => lost += 1,
-                    outcome => {
-                        if let Err(e) = check_in("tpch", query, outcome) {
-                            wrong.push(format!("{query}: {e}"));
-                        }
-                        answered += 1;
-                    }
-                }
-            }
-            (answered, lost, wrong)
-        })
-    };
+    let stream = query_stream(&server, Arc::clone(&done)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rows = simple_rows(
         &admin,
-        "SELECT id, pid FROM skiff.workers WHERE role = 'worker' ORDER BY id DESC LIMIT 1",
+        "SELECT id FROM skiff.workers WHERE role = 'worker' ORDER BY id DESC LIMIT 1",
     )
     .await
     .expect("skiff.workers");
     let victim: u64 = rows[0][0].as_deref().unwrap_or("0").parse().expect("id");
-    let pid: i32 = rows[0][1].as_deref().unwrap_or("0").parse().expect("pid");
-    assert!(pid > 0, "worker {victim} has no pid: {rows:?}");
+    let pid = pid_of(&admin, victim).await;
     // SAFETY: kill(2) on a child process of the server this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
     // Once the process is gone (its sockets closed), a distributed query
@@ -380,7 +320,12 @@ async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
     let owners = after.mapping(P).expect("the class").owners().to_vec();
     assert!(owners.iter().all(|w| *w != victim), "{owners:?}");
     done.store(true, Ordering::SeqCst);
-    let (answered, lost, wrong) = stream.join().await.expect("query stream");
+    let Streamed {
+        answered,
+        wrong,
+        lost,
+    } = stream.join().await.expect("query stream");
+    let lost = lost.len();
     assert!(
         wrong.is_empty(),
         "{} of {answered} answers wrong ({lost} failed for the lost worker):\n{}\nlog:\n{}",
@@ -388,6 +333,53 @@ async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
         wrong.join("\n"),
         server.log_text()
     );
+}
+
+/// What a query stream saw: how many answers it checked, those that were
+/// wrong, and the queries that failed saying a worker was lost, with when
+/// each began and ended.
+struct Streamed {
+    answered: usize,
+    wrong: Vec<String>,
+    lost: Vec<(Instant, Instant, String)>,
+}
+
+/// A client running the TPC-H queries over `server`'s tables in a cycle,
+/// each answer checked against DuckDB's, until `done` (and at least one
+/// round). q15 is left out: it creates and drops a view, and failed
+/// midway it would leave the view behind for its next run to trip on.
+async fn query_stream(server: &Server, done: Arc<AtomicBool>) -> SpawnedTask<Streamed> {
+    let client = server.pg().await;
+    let all: Vec<(String, String)> = queries("tpch")
+        .into_iter()
+        .filter(|(q, _)| q != "q15")
+        .collect();
+    SpawnedTask::spawn(async move {
+        let mut seen = Streamed {
+            answered: 0,
+            wrong: Vec::new(),
+            lost: Vec::new(),
+        };
+        for (query, sql) in all.iter().cycle() {
+            if done.load(Ordering::SeqCst) && seen.answered >= all.len() {
+                break;
+            }
+            let began = Instant::now();
+            match run_pg(&client, sql).await {
+                Err(e) if is_worker_loss(&e) => {
+                    seen.lost
+                        .push((began, Instant::now(), format!("{query}: {e}")));
+                }
+                outcome => {
+                    if let Err(e) = check_in("tpch", query, outcome) {
+                        seen.wrong.push(format!("{query}: {e}"));
+                    }
+                    seen.answered += 1;
+                }
+            }
+        }
+        seen
+    })
 }
 
 /// Whether a failed query's error says a worker was lost (its connection
