@@ -157,7 +157,6 @@ pub(crate) async fn start(
     // stop, so the next query is not planned with it.
     let schema = stream.schema();
     let inner = Arc::clone(inner);
-    let urls = Arc::new(placement.urls.clone());
     let held = stream
         .map(move |batch| {
             let _ = &guard;
@@ -170,14 +169,14 @@ pub(crate) async fn start(
                 .as_ref()
                 .err()
                 .filter(|e| !own_failure(e))
-                .map(|_| (Arc::clone(&inner), Arc::clone(&urls)));
+                .map(|_| (Arc::clone(&inner), Arc::clone(&placement)));
             async move {
-                let Some((inner, urls)) = failed else {
+                let Some((inner, placement)) = failed else {
                     return batch;
                 };
                 // A worker found gone is what failed the query: say so, as
                 // a query that lost its single worker does (57P03).
-                match (declare_gone(&inner, &urls).await.first(), batch) {
+                match (declare_gone(&inner, &placement.urls).await.first(), batch) {
                     (Some(id), Err(e)) => Err(ServerError::worker_gone(format!(
                         "worker {id} was lost while running the query ({})",
                         ServerError::from(e).message
