@@ -238,18 +238,15 @@ impl Relay {
             error.state,
             SqlState::CannotConnectNow | SqlState::ConnectionFailure
         );
-        if !lost {
-            return Err(error);
-        }
-        // Its stream broke: do not wait for its heartbeats to stop.
-        if self.inner.membership.mark_dead(worker) {
-            self.inner.node_lost(worker);
-        }
-        if !self.entry.recoverable() {
+        if !lost || !self.entry.recoverable() {
             return Err(error);
         }
         self.current = None;
         self.inner.membership.release(worker);
+        // Its stream broke: do not wait for its heartbeats to stop.
+        if self.inner.membership.mark_dead(worker) {
+            self.inner.node_lost(worker);
+        }
         let Some(snapshot) = self.entry.info().snapshot else {
             self.entry.update(|info| {
                 info.worker = None;
