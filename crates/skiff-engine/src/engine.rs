@@ -10,11 +10,13 @@ use arrow::datatypes::Schema;
 
 use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::SQLOptions;
 use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryPool, TrackConsumersPool, UnboundedMemoryPool,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
@@ -101,7 +103,16 @@ impl Engine {
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
         }
-        let ctx = SessionContext::new_with_config_rt(session, runtime.build_arc()?);
+        // Scans of hash-partitioned tables declare their partitioning;
+        // Skiff's rules keep joins over them sound (`co_location`).
+        let rules = skiff_tables::co_location::with_rules(PhysicalOptimizer::new().rules);
+        let state = SessionStateBuilder::new()
+            .with_config(session)
+            .with_runtime_env(runtime.build_arc()?)
+            .with_default_features()
+            .with_physical_optimizer_rules(rules)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         ctx.state_ref().write().table_factories_mut().insert(
             skiff_tables::DELTA_FORMAT.to_string(),
             Arc::new(skiff_tables::DeltaFactory),

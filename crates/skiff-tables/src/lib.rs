@@ -10,11 +10,13 @@
 //! Arrow batches, [`ingest`]; `ALTER TABLE ... ADD COLUMN`, [`alter`]), each
 //! one Delta commit made by `deltalake-core`, and the commits' history
 //! ([`history`]), and hash partitioning (`PARTITION BY HASH`, each row in
-//! its partition's files, [`partition`]). Knows nothing of pipelines,
+//! its partition's files, [`partition`]; joins of co-located tables
+//! without a shuffle, [`co_location`]). Knows nothing of pipelines,
 //! workers or clients: the engine and the coordinator register these
 //! tables and hand their statements here.
 
 pub mod alter;
+pub mod co_location;
 mod command;
 pub mod copy;
 pub mod error;
@@ -30,6 +32,6 @@ mod table;
 
 pub use error::TableError;
 pub use location::DataLocation;
-pub use scan::deal_files;
+pub use scan::{deal_files, group_by_partition, is_declared};
 pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
 pub use table::ManagedTable;

@@ -18,15 +18,18 @@ use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchemaBuilder;
+use datafusion::execution::SessionState;
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, PhysicalExpr};
 use deltalake_core::DeltaTable;
 use object_store::path::Path as ObjectPath;
 use url::Url;
 
+use crate::co_location::CoLocation;
 use crate::error::TableError;
 use crate::partition::{FilePartition, HashPartitioning, PARTITION_COLUMN};
 
@@ -169,14 +172,30 @@ pub(crate) async fn plan(
         };
         return Ok(Arc::new(EmptyExec::new(schema)));
     }
-    let width = state.config().target_partitions().min(files.len());
-    let groups = deal_files(files, width);
+    let target = state.config().target_partitions().max(1);
     let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
     let source = format.file_source(
         TableSchemaBuilder::from(&layout.file_schema)
             .with_table_partition_cols(layout.partition_fields.clone())
             .build(),
     );
+    // A table of at least as many partitions as the session's target
+    // declares its hash partitioning, grouped partition by partition, so
+    // that joins and aggregations on its key need no repartition
+    // (`co_location` keeps that sound); a smaller one would be
+    // repartitioned to the target anyway and is dealt by size instead.
+    let declared = layout
+        .partitioning
+        .as_ref()
+        .filter(|hash| hash.partitions as usize >= target && keeps_co_location(state))
+        .and_then(|hash| declared_partitioning(hash, source.table_schema().table_schema(), target));
+    let groups = match &declared {
+        Some(_) => group_by_partition(files, target, |partition| partition as usize),
+        None => {
+            let width = target.min(files.len());
+            deal_files(files, width)
+        }
+    };
     let mut stats = Statistics::new_unknown(&layout.table_schema);
     stats.num_rows = Precision::Exact(rows);
     let config = FileScanConfigBuilder::new(store_url, source)
@@ -184,8 +203,70 @@ pub(crate) async fn plan(
         .with_statistics(stats)
         .with_projection_indices(projection.cloned())?
         .with_limit(limit)
+        .with_output_partitioning(declared)
         .build();
     format.create_physical_plan(state, config).await
+}
+
+/// Whether the session plans with Skiff's co-location rules: without them
+/// (deltalake plans some writes in a session of its own) a declared
+/// partitioning could meet DataFusion's hash in a join.
+fn keeps_co_location(state: &dyn Session) -> bool {
+    state
+        .as_any()
+        .downcast_ref::<SessionState>()
+        .is_some_and(|s| {
+            s.physical_optimizers()
+                .iter()
+                .any(|r| r.name() == CoLocation::NAME)
+        })
+}
+
+/// `Hash(key columns, width)` over a scan's full table schema (file
+/// columns, then partition columns); `None` when a key column is missing.
+fn declared_partitioning(
+    hash: &HashPartitioning,
+    schema: &SchemaRef,
+    width: usize,
+) -> Option<Partitioning> {
+    let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::with_capacity(hash.columns.len());
+    for name in &hash.columns {
+        let index = schema.index_of(name).ok()?;
+        keys.push(Arc::new(Column::new(name, index)));
+    }
+    Some(Partitioning::Hash(keys, width))
+}
+
+/// The files of a declared scan (each tagged with its [`FilePartition`])
+/// in exactly `width` groups: a file of partition `p` in group
+/// `slot(p) mod width`. Every scan of one equivalence class given the same
+/// `slot` and `width` puts each partition in the same group, which is what
+/// lets a join read group `i` of both sides together.
+pub fn group_by_partition(
+    files: Vec<PartitionedFile>,
+    width: usize,
+    slot: impl Fn(u32) -> usize,
+) -> Vec<FileGroup> {
+    let width = width.max(1);
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); width];
+    for file in files {
+        let partition = file
+            .extension::<FilePartition>()
+            .map_or(0, |tag| tag.partition);
+        groups[slot(partition) % width].push(file);
+    }
+    groups.into_iter().map(FileGroup::new).collect()
+}
+
+/// Whether `scan` is a declared scan of a partitioned table: its groups
+/// are [`group_by_partition`]'s and its partitioning says so.
+pub fn is_declared(scan: &FileScanConfig) -> bool {
+    scan.output_partitioning.is_some()
+        && scan
+            .file_groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .all(|f| f.extension::<FilePartition>().is_some())
 }
 
 /// The object store a table's files are read through: scheme and bucket.

@@ -26,7 +26,7 @@ use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::Result as DfResult;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion_distributed::{
     DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec, NetworkBoundaryExt,
@@ -35,8 +35,8 @@ use datafusion_distributed::{
 use skiff_cluster::{PartitionManager, WorkerId};
 
 use super::queries::lock;
-use skiff_tables::deal_files;
 use skiff_tables::partition::{FilePartition, PARTITION_COLUMN};
+use skiff_tables::{deal_files, group_by_partition, is_declared};
 use url::Url;
 
 /// The partition map a distributed query is planned under and the
@@ -157,22 +157,96 @@ pub(crate) fn scale_up(ev: ScaleUpLeafNodeEvent) -> Option<DfResult<ScaleUpLeafN
     let placement = ev.session_config.get_extension::<Placement>()?;
     let (scan, class) = partitioned_scan(ev.plan)?;
     let owners = placement.owners(class);
-    if owners.is_empty() || ev.task_count == 0 {
+    let declared = is_declared(scan);
+    // A declared scan is always placed here: the library's own split
+    // would deal its files without regard to their partitions.
+    if (owners.is_empty() && !declared) || ev.task_count == 0 {
         return None;
     }
-    let tasks = assign(&placement.manager, class, &owners, scan, ev.task_count);
     // Every variant has the scan's partition count (the library requires
     // one count), some of them empty.
     let width = ev.plan.output_partitioning().partition_count().max(1);
-    let variants = tasks.into_iter().map(|files| {
+    let groups: Vec<Vec<FileGroup>> = if declared {
+        let split = DeclaredSplit::new(&placement.manager, class, &owners, ev.task_count);
+        split.groups(scan, width)
+    } else {
+        let tasks = assign(&placement.manager, class, &owners, scan, ev.task_count);
+        tasks
+            .into_iter()
+            .map(|files| deal_files(files, width))
+            .collect()
+    };
+    let variants = groups.into_iter().map(|file_groups| {
         let mut variant = scan.clone();
-        variant.file_groups = deal_files(files, width);
+        variant.file_groups = file_groups;
         DataSourceExec::from_data_source(variant) as Arc<dyn ExecutionPlan>
     });
     Some(
         DistributedLeafExec::try_new(Arc::clone(ev.plan), variants)
             .map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))),
     )
+}
+
+/// Where each partition of a class goes in a stage of `task_count` tasks
+/// when its scans declare their partitioning: the task of its owner, or
+/// (an owner without a task) task `partition mod task_count`; within the
+/// task, group `rank mod width`, its rank among the task's partitions. It
+/// depends on the class, the map and the stage only, never on a table's
+/// files, so every scan of the class in the stage groups alike and a join
+/// of them reads matching groups.
+struct DeclaredSplit {
+    /// Per partition: its task and its rank there.
+    slots: Vec<(usize, usize)>,
+    task_count: usize,
+}
+
+impl DeclaredSplit {
+    fn new(
+        manager: &PartitionManager,
+        class: u32,
+        owners: &[WorkerId],
+        task_count: usize,
+    ) -> DeclaredSplit {
+        assert!(task_count > 0, "a stage has at least one task");
+        let task_of: BTreeMap<WorkerId, usize> = owners
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w, i % task_count))
+            .collect();
+        let mut ranks = vec![0usize; task_count];
+        let slots = (0..class)
+            .map(|partition| {
+                let task = manager
+                    .owner(class, partition)
+                    .and_then(|owner| task_of.get(&owner).copied())
+                    .unwrap_or(partition as usize % task_count);
+                let rank = ranks[task];
+                ranks[task] += 1;
+                (task, rank)
+            })
+            .collect();
+        DeclaredSplit { slots, task_count }
+    }
+
+    /// Each task's `width` file groups.
+    fn groups(&self, scan: &FileScanConfig, width: usize) -> Vec<Vec<FileGroup>> {
+        let mut files: Vec<Vec<PartitionedFile>> = vec![Vec::new(); self.task_count];
+        for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
+            let partition = file
+                .extension::<FilePartition>()
+                .map(|t| t.partition as usize);
+            let task = partition.and_then(|p| self.slots.get(p)).map_or(0, |s| s.0);
+            files[task].push(file.clone());
+        }
+        files
+            .into_iter()
+            .map(|files| {
+                group_by_partition(files, width, |p| {
+                    self.slots.get(p as usize).map_or(0, |s| s.1)
+                })
+            })
+            .collect()
+    }
 }
 
 /// The files of each of `task_count` tasks.
@@ -456,6 +530,52 @@ mod tests {
         let groups = deal_files(vec![file(0, 5)], 4);
         assert_eq!(groups.len(), 4);
         assert_eq!(groups.iter().map(|g| g.len()).sum::<usize>(), 1);
+    }
+
+    /// Two declared scans of one class put each partition in the same
+    /// task and group, whatever files each table has: what lets a join
+    /// read group `g` of task `t` of both. Every partition is read once.
+    #[test]
+    fn declared_scans_of_a_class_split_alike() {
+        let manager = manager();
+        let place = |split: &DeclaredSplit, files: Vec<PartitionedFile>| {
+            let mut at = BTreeMap::new();
+            for (t, groups) in split.groups(&scan_of(files), 2).iter().enumerate() {
+                assert_eq!(groups.len(), 2, "every task has the scan's width");
+                for (g, group) in groups.iter().enumerate() {
+                    for p in partitions_of(group.files()) {
+                        assert!(at.insert(p, (t, g)).is_none(), "partition {p} twice");
+                    }
+                }
+            }
+            at
+        };
+        for (owners, tasks) in [
+            (&[1, 2, 3][..], 3),
+            (&[1, 2, 3][..], 2),
+            (&[1, 2][..], 2),
+            (&[][..], 3),
+        ] {
+            let split = DeclaredSplit::new(&manager, 8, owners, tasks);
+            let whole = place(&split, (0..8).map(|p| file(p, 100)).collect());
+            assert_eq!(whole.len(), 8);
+            // A table without rows in some partitions, files of other sizes.
+            let sparse = place(
+                &split,
+                [1, 4, 6].map(|p| file(p, 7 * u64::from(p) + 1)).to_vec(),
+            );
+            for (p, slot) in &sparse {
+                assert_eq!(whole.get(p), Some(slot), "partition {p}, owners {owners:?}");
+            }
+            // Each owner's partitions in its own task.
+            for (i, owner) in owners.iter().enumerate() {
+                for p in 0..8 {
+                    if manager.owner(8, p) == Some(*owner) {
+                        assert_eq!(whole[&p].0, i % tasks, "partition {p}");
+                    }
+                }
+            }
+        }
     }
 
     /// The three hooks together, as the library calls them: the scan

@@ -289,7 +289,36 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     .expect("skiff.queries");
     assert_eq!(ran[0][0].as_deref(), Some(planned.as_str()), "{placement}");
 
-    // `off` keeps one worker.
+    // Partitioned joins even at SF 0.01 (no build side is small enough to
+    // broadcast): joins on the partition key of co-located tables run in
+    // the stage of their scans, on the partitions' owners, without a
+    // shuffle; every other join repartitions both sides.
+    client
+        .batch_execute(
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0; \
+             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+        )
+        .await
+        .expect("set");
+    let explained = run_pg(&client, &format!("EXPLAIN {join}"))
+        .await
+        .expect("explain");
+    let plan = explained[0]
+        .0
+        .iter()
+        .find(|r| r[0].as_deref() == Some("distributed_plan"))
+        .and_then(|r| r[1].clone())
+        .expect("a distributed plan");
+    assert!(plan.contains("HashJoinExec: mode=Partitioned"), "{plan}");
+    assert_eq!(
+        plan.matches("NetworkShuffleExec").count(),
+        1,
+        "only the group-by shuffles: {plan}"
+    );
+    suite_matches_duckdb(&server, &client, "tpch", "with partitioned joins", &[]).await;
+
+    // `off` keeps one worker, and runs the co-located joins on Skiff's
+    // pipeline executor.
     client
         .simple_query("SET skiff.distribute = 'off'")
         .await
@@ -298,6 +327,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         .await
         .expect("explain");
     assert!(!format!("{explained:?}").contains("DistributedExec"));
+    suite_matches_duckdb(&server, &client, "tpch", "on one worker", &[]).await;
 }
 
 /// TPC-DS on tables written by `skiff gen --partitions 8` (fact tables and
