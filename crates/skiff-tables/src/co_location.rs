@@ -152,7 +152,12 @@ fn aligned(plan: &Arc<dyn ExecutionPlan>, inputs: &[BTreeSet<Source>]) -> bool {
     let one_class = first.len() == 1
         && matches!(first.first(), Some(Source::Declared(_)))
         && inputs.iter().all(|s| s == first);
-    if !one_class {
+    let counts: BTreeSet<usize> = plan
+        .children()
+        .iter()
+        .map(|c| c.output_partitioning().partition_count())
+        .collect();
+    if !one_class || counts.len() != 1 {
         return false;
     }
     match partitioned_join_keys(plan) {
