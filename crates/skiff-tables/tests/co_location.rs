@@ -257,6 +257,30 @@ async fn co_located_joins_skip_the_shuffle_and_mixed_ones_stay_right() {
     )
     .await;
     assert_eq!(row, vec![3000]);
+
+    // Sort-merge joins too: co-located without a repartition, and a
+    // declared side repartitioned keeping its order for the merge.
+    ctx.sql("SET datafusion.optimizer.prefer_hash_join = false")
+        .await
+        .unwrap();
+    let (row, plan) = answer(
+        &ctx,
+        "SELECT count(*), sum(a.v + b.w) FROM a JOIN b ON a.k = b.k",
+    )
+    .await;
+    assert_eq!(row, expected);
+    let shown = text(&plan);
+    assert!(shown.contains("SortMergeJoin"), "{shown}");
+    assert!(!shown.contains("RepartitionExec"), "{shown}");
+    let (row, plan) = answer(
+        &ctx,
+        "SELECT count(*), sum(a.v + u.y) FROM a JOIN u ON a.k = u.k",
+    )
+    .await;
+    assert_eq!(row, vec![with_u.len() as i64, with_u.iter().sum()]);
+    assert!(text(&plan).contains("SortMergeJoin"), "{}", text(&plan));
+    let (row, _) = answer(&ctx, "SELECT count(*) FROM a JOIN c ON a.k = c.k").await;
+    assert_eq!(row, vec![with_c]);
 }
 
 /// `count(*)` and the sum of the second values of matched pairs.
