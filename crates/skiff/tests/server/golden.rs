@@ -331,8 +331,9 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
 }
 
 /// TPC-DS on tables written by `skiff gen --partitions 8` (fact tables and
-/// item by item key), over three workers with `skiff.distribute = auto`
-/// (slow: run with `SKIFF_SLOW_TESTS=1`).
+/// item by item key), over three workers with `skiff.distribute = auto`,
+/// then again with every join partitioned (slow: run with
+/// `SKIFF_SLOW_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
     if !skiff_testkit::slow_tests("tpcds on partitioned tables") {
@@ -344,6 +345,23 @@ async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
         &client,
         "tpcds",
         "on partitioned tables",
+        DISTRIBUTED_TPCDS_FAILURES,
+    )
+    .await;
+    // Every join partitioned: the fact tables' joins on the item key run
+    // co-located, every other one repartitions both sides.
+    client
+        .batch_execute(
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0; \
+             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+        )
+        .await
+        .expect("set");
+    suite_matches_duckdb(
+        &server,
+        &client,
+        "tpcds",
+        "with partitioned joins",
         DISTRIBUTED_TPCDS_FAILURES,
     )
     .await;
