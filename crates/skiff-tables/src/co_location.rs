@@ -273,15 +273,16 @@ impl PhysicalOptimizerRule for CoLocatedJoinFilters {
 
 /// DataFusion's physical optimizer rules with Skiff's two inserted:
 /// [`CoLocation`] after `EnsureRequirements`, [`CoLocatedJoinFilters`]
-/// after the last filter pushdown.
+/// after the last filter pushdown. Both places are where soundness needs
+/// the rules, so a DataFusion without those rules is a bug to fix here,
+/// not a list to append to.
 pub fn with_rules(
     mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let after = |rules: &[Arc<dyn PhysicalOptimizerRule + Send + Sync>], name: &str| {
-        rules
-            .iter()
-            .rposition(|r| r.name() == name)
-            .map_or(rules.len(), |i| i + 1)
+        let at = rules.iter().rposition(|r| r.name() == name);
+        assert!(at.is_some(), "DataFusion's optimizer has no rule {name}");
+        at.map_or(rules.len(), |i| i + 1)
     };
     let at = after(&rules, "EnsureRequirements");
     rules.insert(at, Arc::new(CoLocation));

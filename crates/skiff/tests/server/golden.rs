@@ -265,15 +265,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     // summary is the run's `tasks`.
     let join = "SELECT o_orderpriority, count(*) FROM orders JOIN lineitem \
                 ON o_orderkey = l_orderkey GROUP BY 1";
-    let explained = run_pg(&client, &format!("EXPLAIN {join}"))
-        .await
-        .expect("explain");
-    let placement = explained[0]
-        .0
-        .iter()
-        .find(|r| r[0].as_deref() == Some("placement"))
-        .and_then(|r| r[1].clone())
-        .expect("a placement row");
+    let placement = explain_row(&client, join, "placement").await;
     assert!(placement.contains("stage 1: workers "), "{placement}");
     let planned = placement
         .lines()
@@ -293,22 +285,8 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     // broadcast): joins on the partition key of co-located tables run in
     // the stage of their scans, on the partitions' owners, without a
     // shuffle; every other join repartitions both sides.
-    client
-        .batch_execute(
-            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0; \
-             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
-        )
-        .await
-        .expect("set");
-    let explained = run_pg(&client, &format!("EXPLAIN {join}"))
-        .await
-        .expect("explain");
-    let plan = explained[0]
-        .0
-        .iter()
-        .find(|r| r[0].as_deref() == Some("distributed_plan"))
-        .and_then(|r| r[1].clone())
-        .expect("a distributed plan");
+    partitioned_joins_only(&client).await;
+    let plan = explain_row(&client, join, "distributed_plan").await;
     assert!(plan.contains("HashJoinExec: mode=Partitioned"), "{plan}");
     assert_eq!(
         plan.matches("NetworkShuffleExec").count(),
@@ -350,13 +328,7 @@ async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
     .await;
     // Every join partitioned: the fact tables' joins on the item key run
     // co-located, every other one repartitions both sides.
-    client
-        .batch_execute(
-            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0; \
-             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
-        )
-        .await
-        .expect("set");
+    partitioned_joins_only(&client).await;
     suite_matches_duckdb(
         &server,
         &client,
@@ -365,6 +337,32 @@ async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
         DISTRIBUTED_TPCDS_FAILURES,
     )
     .await;
+}
+
+/// The text of row `name` (`placement`, `distributed_plan`, ...) of
+/// `EXPLAIN sql`.
+async fn explain_row(client: &tokio_postgres::Client, sql: &str, name: &str) -> String {
+    let explained = run_pg(client, &format!("EXPLAIN {sql}"))
+        .await
+        .expect("explain");
+    explained[0]
+        .0
+        .iter()
+        .find(|r| r[0].as_deref() == Some(name))
+        .and_then(|r| r[1].clone())
+        .unwrap_or_else(|| panic!("no {name} row in {explained:?}"))
+}
+
+/// No build side is small enough to broadcast: every join of the session
+/// is partitioned, even at SF 0.01.
+async fn partitioned_joins_only(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0; \
+             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+        )
+        .await
+        .expect("set");
 }
 
 /// Every query of `bench` through `client` matches its golden answers,
