@@ -36,6 +36,7 @@ use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::QueryEntry;
 use super::resize::RunGuard;
+use super::window_keys::WindowSortKeys;
 use crate::config::WORKER_PROBE_TIMEOUT;
 use crate::error::{Result, ServerError};
 
@@ -115,6 +116,8 @@ pub(crate) async fn start(
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
     let mut builder = SessionStateBuilder::new_from_existing(state.clone())
         .with_distributed_worker_resolver(resolver)
+        // After DataFusion's rules, before the library cuts stages.
+        .with_physical_optimizer_rule(Arc::new(WindowSortKeys))
         .with_distributed_planner()
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)

@@ -31,6 +31,7 @@ mod resize;
 mod session;
 mod system_tables;
 mod vacate;
+mod window_keys;
 mod workers;
 
 pub(crate) use cluster_service::ClusterService;

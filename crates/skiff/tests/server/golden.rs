@@ -150,7 +150,7 @@ async fn tpch_through_postgres_matches_duckdb() {
     let data = dataset(Benchmark::Tpch, 0.01);
     let server = Server::start(&data, Options::default());
     let client = server.pg().await;
-    suite_matches_duckdb(&server, &client, "tpch", "through PostgreSQL", &[]).await;
+    suite_matches_duckdb(&server, &client, "tpch", "through PostgreSQL").await;
 }
 
 /// With `skiff.distribute = on`, TPC-H runs across three worker processes
@@ -170,7 +170,7 @@ async fn tpch_distributed_over_three_workers_matches_duckdb() {
         text.contains("DistributedExec") && text.contains("tasks=3"),
         "no stages in {text}"
     );
-    suite_matches_duckdb(&server, &client, "tpch", "distributed", &[]).await;
+    suite_matches_duckdb(&server, &client, "tpch", "distributed").await;
 }
 
 /// TPC-H on tables written by `skiff gen --partitions 8`, over three
@@ -234,7 +234,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     }
     read.sort_unstable();
     assert_eq!(read, (0..8).collect::<Vec<_>>(), "{placement}");
-    suite_matches_duckdb(&server, &client, "tpch", "on partitioned tables", &[]).await;
+    suite_matches_duckdb(&server, &client, "tpch", "on partitioned tables").await;
     // skiff.queries says where each distributed query ran: its workers and
     // epoch, and its stages' tasks per worker (every worker of the query
     // runs a task of the lineitem scan at least).
@@ -293,7 +293,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         1,
         "only the group-by shuffles: {plan}"
     );
-    suite_matches_duckdb(&server, &client, "tpch", "with partitioned joins", &[]).await;
+    suite_matches_duckdb(&server, &client, "tpch", "with partitioned joins").await;
 
     // `off` keeps one worker, and runs the co-located joins on Skiff's
     // pipeline executor.
@@ -305,7 +305,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         .await
         .expect("explain");
     assert!(!format!("{explained:?}").contains("DistributedExec"));
-    suite_matches_duckdb(&server, &client, "tpch", "on one worker", &[]).await;
+    suite_matches_duckdb(&server, &client, "tpch", "on one worker").await;
 }
 
 /// TPC-DS on tables written by `skiff gen --partitions 8` (fact tables and
@@ -318,25 +318,11 @@ async fn tpcds_on_partitioned_tables_over_three_workers_matches_duckdb() {
         return;
     }
     let (server, client) = over_three(&partitioned_dataset(Benchmark::Tpcds, 8)).await;
-    suite_matches_duckdb(
-        &server,
-        &client,
-        "tpcds",
-        "on partitioned tables",
-        DISTRIBUTED_TPCDS_FAILURES,
-    )
-    .await;
+    suite_matches_duckdb(&server, &client, "tpcds", "on partitioned tables").await;
     // Every join partitioned: the fact tables' joins on the item key run
     // co-located, every other one repartitions both sides.
     partitioned_joins_only(&client).await;
-    suite_matches_duckdb(
-        &server,
-        &client,
-        "tpcds",
-        "with partitioned joins",
-        DISTRIBUTED_TPCDS_FAILURES,
-    )
-    .await;
+    suite_matches_duckdb(&server, &client, "tpcds", "with partitioned joins").await;
 }
 
 /// The text of row `name` (`placement`, `distributed_plan`, ...) of
@@ -365,29 +351,18 @@ async fn partitioned_joins_only(client: &tokio_postgres::Client) {
         .expect("set");
 }
 
-/// Every query of `bench` through `client` matches its golden answers,
-/// but the `known` failures, which must still fail as they are known to
-/// (so the list shrinks when they are fixed).
+/// Every query of `bench` through `client` matches its golden answers.
 async fn suite_matches_duckdb(
     server: &Server,
     client: &tokio_postgres::Client,
     bench: &str,
     how: &str,
-    known: &[(&str, &str)],
 ) {
     let mut failures = Vec::new();
     let all = queries(bench);
     for (query, sql) in &all {
-        let outcome = check_in(bench, query, run_pg(client, sql).await);
-        let expected = known.iter().find(|(q, _)| q == query).map(|(_, why)| why);
-        match (outcome, expected) {
-            (Ok(()), None) => {}
-            (Err(reason), None) => failures.push(format!("{query}: {reason}")),
-            (Err(reason), Some(why)) if reason.contains(why) => {}
-            (Err(reason), Some(why)) => failures.push(format!(
-                "{query}: known to fail with {why:?}, failed: {reason}"
-            )),
-            (Ok(()), Some(_)) => failures.push(format!("{query}: passes now; not a known failure")),
+        if let Err(reason) = check_in(bench, query, run_pg(client, sql).await) {
+            failures.push(format!("{query}: {reason}"));
         }
     }
     assert!(
@@ -400,15 +375,6 @@ async fn suite_matches_duckdb(
     );
 }
 
-/// TPC-DS queries that fail when distributed: a window over a network
-/// shuffle is rebuilt with fewer sorted partition columns than it had when
-/// planned (DataFusion's assertion), so the query fails, never answers
-/// wrongly. Not yet understood; docs/server.md.
-const DISTRIBUTED_TPCDS_FAILURES: &[(&str, &str)] = &[
-    ("q47", "All partition by columns should have an ordering"),
-    ("q57", "All partition by columns should have an ordering"),
-];
-
 /// The same for TPC-DS, distributed over three workers (slow: run with
 /// `SKIFF_SLOW_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,14 +383,7 @@ async fn tpcds_distributed_over_three_workers_matches_duckdb() {
         return;
     }
     let (server, client) = distributed_over_three(Benchmark::Tpcds).await;
-    suite_matches_duckdb(
-        &server,
-        &client,
-        "tpcds",
-        "distributed",
-        DISTRIBUTED_TPCDS_FAILURES,
-    )
-    .await;
+    suite_matches_duckdb(&server, &client, "tpcds", "distributed").await;
 }
 
 /// A server over `bench` at SF 0.01 with three live workers, and a client
