@@ -203,6 +203,20 @@ pub struct Heartbeat {
     pub node_id: u64,
     #[prost(message, repeated, tag = "2")]
     pub queries: Vec<RunningQuery>,
+    /// How far the node's tasks of distributed queries have scanned.
+    #[prost(message, repeated, tag = "3")]
+    pub scans: Vec<ScanFiles>,
+}
+
+/// The files (or file ranges) the scans of a distributed query's tasks on
+/// a node have finished, as of the heartbeat.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScanFiles {
+    /// Skiff's query id (the coordinator's).
+    #[prost(uint64, tag = "1")]
+    pub query_id: u64,
+    #[prost(uint64, tag = "2")]
+    pub files_done: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -102,3 +102,9 @@ pub const ADD_WORKERS_MAX: usize = 64;
 /// distributed query: a refused connection declares the worker dead (a
 /// connection that only times out is left to the failure detector).
 pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a node keeps reporting the scan counts of a distributed query
+/// whose scans there have not moved (`scan_progress`): the query has
+/// ended there, or its scans are done and only the coordinator's last
+/// figure matters.
+pub const SCAN_TALLY_FORGET_AFTER: Duration = Duration::from_secs(60);

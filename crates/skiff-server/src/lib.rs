@@ -10,7 +10,8 @@
 //!   relaying a query's result across migrations, suspensions and restarts,
 //!   running a query across several workers on datafusion-distributed
 //!   (`skiff.distribute`) with scans of partitioned tables on their
-//!   partitions' owners, the partition map, and workers joining and
+//!   partitions' owners and their progress counted on every node
+//!   (`scan_progress`), the partition map, and workers joining and
 //!   leaving online;
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   and hands queries off at pipeline boundaries, and serves the tasks of
@@ -32,6 +33,7 @@ pub mod memnode;
 pub mod metrics;
 pub mod node;
 pub mod pg;
+mod scan_progress;
 pub mod server;
 pub mod worker;
 

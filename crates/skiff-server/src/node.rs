@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use skiff_flight::protocol::{
-    HEARTBEAT_INTERVAL, Heartbeat, HeartbeatReply, Register, Registered, Role, RunningQuery, action,
+    HEARTBEAT_INTERVAL, Heartbeat, HeartbeatReply, Register, Registered, Role, action,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +48,7 @@ pub fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
 pub async fn report_from_own_thread(
     coordinator: String,
     identity: NodeIdentity,
-    reports: impl Fn() -> Vec<RunningQuery> + Send + 'static,
+    reports: impl Fn() -> Heartbeat + Send + 'static,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let stop = shutdown.child_token();
@@ -73,7 +73,7 @@ pub async fn report_from_own_thread(
 }
 
 /// Register with the coordinator at `coordinator` and send a heartbeat
-/// every [`HEARTBEAT_INTERVAL`] (with `reports()` of running queries) until
+/// every [`HEARTBEAT_INTERVAL`] (with what `reports()` says of running queries) until
 /// `shutdown`, or until the coordinator says the node was removed (then the
 /// node stops: its caller's serving ends with this). Registers again
 /// whenever the coordinator no longer knows the node; never gives up on an
@@ -81,7 +81,7 @@ pub async fn report_from_own_thread(
 async fn report_to_coordinator(
     coordinator: &str,
     identity: NodeIdentity,
-    reports: impl Fn() -> Vec<RunningQuery>,
+    reports: impl Fn() -> Heartbeat,
     shutdown: CancellationToken,
 ) {
     let register = Register {
@@ -130,7 +130,7 @@ async fn report_to_coordinator(
             Some(id) => {
                 let beat = Heartbeat {
                     node_id: id,
-                    queries: reports(),
+                    ..reports()
                 };
                 skiff_flight::do_action::<_, HeartbeatReply>(c, action::HEARTBEAT, &beat)
                     .await

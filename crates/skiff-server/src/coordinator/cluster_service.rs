@@ -50,6 +50,9 @@ impl Handler for ClusterService {
                     for query in &beat.queries {
                         self.inner.queries.report(query);
                     }
+                    for scan in &beat.scans {
+                        self.inner.queries.scanned(beat.node_id, scan);
+                    }
                 }
                 let removed = state == Some(NodeState::Removed);
                 Ok(HeartbeatReply { known, removed }.encode_to_vec().into())

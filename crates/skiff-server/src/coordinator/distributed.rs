@@ -34,11 +34,12 @@ use url::Url;
 use super::Inner;
 use super::membership::Membership;
 use super::placement::{self, Placement};
-use super::queries::QueryEntry;
+use super::queries::{QueryEntry, ScansSeen};
 use super::resize::RunGuard;
 use super::window_keys::WindowSortKeys;
 use crate::config::WORKER_PROBE_TIMEOUT;
 use crate::error::{Result, ServerError};
+use crate::scan_progress::{CountScans, ScanCountCodec, files_in};
 
 /// The library's view of the cluster: the workers that took queries when
 /// the query was planned (its [`Placement`]), for its task counts (every
@@ -118,6 +119,11 @@ pub(crate) async fn start(
         .with_distributed_worker_resolver(resolver)
         // After DataFusion's rules, before the library cuts stages.
         .with_physical_optimizer_rule(Arc::new(WindowSortKeys))
+        .with_physical_optimizer_rule(Arc::new(CountScans::new(
+            entry.id,
+            Arc::clone(&inner.scans),
+        )))
+        .with_distributed_user_codec(ScanCountCodec::new(Arc::clone(&inner.scans)))
         .with_distributed_planner()
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
@@ -143,6 +149,12 @@ pub(crate) async fn start(
     if explain {
         return Ok(Some(explained(query, &physical, &placement)?));
     }
+    let scans = ScansSeen {
+        total: files_in(&physical),
+        by_node: BTreeMap::new(),
+        local: Arc::clone(&inner.scans),
+    };
+    entry.update(|info| info.scans = Some(scans));
     let stream = physical.execute(0, distributed.task_ctx())?;
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();

@@ -308,7 +308,7 @@ mod tests {
         let later = Instant::now() + DEAD_AFTER + std::time::Duration::from_millis(10);
         let beat = Heartbeat {
             node_id: a,
-            queries: vec![],
+            ..Heartbeat::default()
         };
         assert_eq!(m.heartbeat(&beat), Some(NodeState::Alive));
         assert_eq!(m.sweep(later), vec![a, b]);
@@ -325,7 +325,7 @@ mod tests {
         assert!(!m.remove(a), "removed twice");
         let beat = Heartbeat {
             node_id: a,
-            queries: vec![],
+            ..Heartbeat::default()
         };
         assert_eq!(m.heartbeat(&beat), Some(NodeState::Removed));
         assert_eq!(m.live_workers(), vec![b]);

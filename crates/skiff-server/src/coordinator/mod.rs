@@ -127,6 +127,8 @@ pub(crate) struct Inner {
     pub(crate) bandwidth: cost::Bandwidth,
     /// Rewrites of the catalog queries PostgreSQL tools send.
     catalog_sql: pg_catalog::CatalogSql,
+    /// The scans of distributed queries' tasks the coordinator runs itself.
+    pub(crate) scans: Arc<crate::scan_progress::ScanTally>,
 }
 
 impl Coordinator {
@@ -166,6 +168,7 @@ impl Coordinator {
                 workers: Arc::default(),
                 bandwidth: cost::Bandwidth::default(),
                 catalog_sql: pg_catalog::CatalogSql::new(),
+                scans: Arc::default(),
             }
         });
         let coordinator = Self { inner };

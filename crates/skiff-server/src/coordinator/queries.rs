@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use skiff_flight::protocol::{Handoff, RunningQuery};
+use skiff_flight::protocol::{Handoff, RunningQuery, ScanFiles};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::placement::Routes;
 use crate::error::ServerError;
+use crate::scan_progress::ScanTally;
 
 /// Finished queries kept for `skiff.queries`.
 const RECENT_KEPT: usize = 200;
@@ -71,6 +72,8 @@ pub struct QueryInfo {
     pub decision: String,
     /// A distributed query's stages and where their tasks run.
     pub(crate) routes: Option<Arc<Routes>>,
+    /// How far a distributed query's scans have got.
+    pub(crate) scans: Option<ScansSeen>,
     /// Where an asked-for migration goes.
     pub migrate_to: Option<u64>,
     /// The latest snapshot of the query's state, and the query's running
@@ -83,6 +86,22 @@ pub struct QueryInfo {
     /// on (`skiff.retry_on_worker_loss`); how often it did.
     pub retry_on_loss: bool,
     pub loss_restarts: u32,
+}
+
+/// The files a distributed query's scans read, and how many of them its
+/// tasks finished: by worker as their heartbeats said, and in the
+/// coordinator's own process (`scan_progress`).
+#[derive(Clone, Debug)]
+pub(crate) struct ScansSeen {
+    pub total: u64,
+    pub by_node: BTreeMap<u64, u64>,
+    pub local: Arc<ScanTally>,
+}
+
+impl ScansSeen {
+    pub fn done(&self, query: u64) -> u64 {
+        self.local.files_done(query) + self.by_node.values().sum::<u64>()
+    }
 }
 
 /// One query.
@@ -211,6 +230,7 @@ impl QueryRegistry {
                 state_bytes: 0,
                 decision: String::new(),
                 routes: None,
+                scans: None,
                 migrate_to: None,
                 snapshot: None,
                 snapshot_elapsed_ms: 0.0,
@@ -262,6 +282,23 @@ impl QueryRegistry {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Store how far node `node`'s tasks of a distributed query scanned.
+    /// The report may come after the query ended: its last files.
+    pub fn scanned(&self, node: u64, report: &ScanFiles) {
+        let id = report.query_id;
+        let entry = self
+            .get(id)
+            .or_else(|| lock(&self.recent).iter().find(|e| e.id == id).cloned());
+        if let Some(entry) = entry {
+            entry.update(|info| {
+                if let Some(scans) = info.scans.as_mut() {
+                    let files = scans.by_node.entry(node).or_default();
+                    *files = (*files).max(report.files_done);
+                }
+            });
         }
     }
 

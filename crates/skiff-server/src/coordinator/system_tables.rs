@@ -138,8 +138,12 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Field::new("state_bytes", DataType::Int64, false),
         Field::new("decision", DataType::Utf8, true),
         Field::new("tasks", DataType::Utf8, true),
+        Field::new("scan_files_done", DataType::Int64, true),
+        Field::new("scan_files_total", DataType::Int64, true),
     ]));
     let all = registry.all();
+    let mut files_done = Int64Builder::new();
+    let mut files_total = Int64Builder::new();
     let mut migrations = Int32Builder::new();
     let mut suspensions = Int32Builder::new();
     let mut restarts = Int32Builder::new();
@@ -183,9 +187,27 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
                 total.append_value(t as i32);
             }
             None => {
-                progress.append_option(finished.then_some(1.0));
+                progress.append_option(match &info.scans {
+                    _ if finished => Some(1.0),
+                    Some(scans) => Some(scan_progress(
+                        scans.done(entry.id),
+                        scans.total,
+                        &info.status,
+                    )),
+                    None => None,
+                });
                 done.append_null();
                 total.append_null();
+            }
+        }
+        match &info.scans {
+            Some(scans) => {
+                files_done.append_value(scans.done(entry.id) as i64);
+                files_total.append_value(scans.total as i64);
+            }
+            None => {
+                files_done.append_null();
+                files_total.append_null();
             }
         }
         rows.append_value(info.rows_sent as i64);
@@ -225,9 +247,29 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Arc::new(state_bytes.finish()),
         Arc::new(decision.finish()),
         Arc::new(tasks.finish()),
+        Arc::new(files_done.finish()),
+        Arc::new(files_total.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
+
+/// A distributed query's progress: the share of its scans' files its tasks
+/// finished, below 1 until the query ends (the stages above the scans may
+/// still be running).
+fn scan_progress(done: u64, total: u64, status: &super::QueryStatus) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    let share = (done as f64 / total as f64).min(1.0);
+    if status.is_done() {
+        share
+    } else {
+        share.min(SCAN_PROGRESS_RUNNING_MAX)
+    }
+}
+
+/// The most progress a running distributed query shows.
+const SCAN_PROGRESS_RUNNING_MAX: f64 = 0.99;
 
 fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![

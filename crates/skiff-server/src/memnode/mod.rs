@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skiff_flight::protocol::Role;
+use skiff_flight::protocol::{Heartbeat, Role};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -80,7 +80,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
     let heartbeats = report_from_own_thread(
         config.coordinator.clone(),
         identity,
-        Vec::new,
+        Heartbeat::default,
         shutdown.clone(),
     );
     let outcome = tokio::select! {

@@ -20,6 +20,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion_distributed::DistributedExt;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_engine::store::PipelineStatus;
@@ -27,7 +28,7 @@ use skiff_engine::{
     Engine, EngineConfig, PauseMode, QueryExecution, explain, memory_pool, pipeline,
 };
 use skiff_flight::protocol::{
-    CancelQuery, HandoffReason, PauseQuery, PauseReply, PipelineReport, Role, RunQuery,
+    CancelQuery, HandoffReason, Heartbeat, PauseQuery, PauseReply, PipelineReport, Role, RunQuery,
     RunningQuery, VacateWorker, action,
 };
 use skiff_flight::{FlightStream, Handler, flight_server};
@@ -38,6 +39,7 @@ use tracing::{debug, info, warn};
 use crate::coordinator::lock;
 use crate::error::{Result, ServerError, to_status};
 use crate::node::{NodeIdentity, report_from_own_thread};
+use crate::scan_progress::{ScanCountCodec, ScanTally};
 
 /// The session option whose value a worker replaces with its own.
 const TARGET_PARTITIONS: &str = "datafusion.execution.target_partitions";
@@ -69,6 +71,8 @@ struct WorkerService {
     /// another count is rewritten for it.
     partitions: usize,
     running: Mutex<HashMap<u64, Running>>,
+    /// The scans of distributed queries' tasks this worker runs.
+    scans: Arc<ScanTally>,
 }
 
 /// How long a worker told to stop waits for its queries to move away.
@@ -91,6 +95,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         engine,
         partitions,
         running: Mutex::new(HashMap::new()),
+        scans: Arc::default(),
     });
     let identity = NodeIdentity {
         role: Role::Worker,
@@ -106,8 +111,11 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     // The tasks of distributed queries (`coordinator::distributed`) run on
     // the library's worker service, on the same port as Skiff's Flight
     // service, with the engine's object stores and memory pool.
-    let stage_tasks = datafusion_distributed::Worker::from_session_builder(task_session)
-        .with_runtime_env(service.engine.context().runtime_env());
+    let scans = Arc::clone(&service.scans);
+    let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
+        task_session(ctx, Arc::clone(&scans))
+    })
+    .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
         .add_service(flight_server(Arc::new(WorkerHandle(Arc::clone(&service)))))
         .add_service(stage_tasks.into_worker_server())
@@ -140,9 +148,10 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
 
 /// The session of a distributed query's task: the settings its query
 /// carried (`carried`), the library's own shuffle batch size first when
-/// one is set.
+/// one is set, and the codec of the scans it counts (`scan_progress`).
 async fn task_session(
     mut ctx: datafusion_distributed::WorkerQueryContext,
+    scans: Arc<ScanTally>,
 ) -> datafusion::common::Result<datafusion::execution::SessionState> {
     if let Some(config) = ctx.builder.config().as_mut() {
         let options = config.options_mut();
@@ -154,7 +163,10 @@ async fn task_session(
             options.set("datafusion.execution.batch_size", &shuffle.to_string())?;
         }
     }
-    Ok(ctx.builder.build())
+    Ok(ctx
+        .builder
+        .with_distributed_user_codec(ScanCountCodec::new(scans))
+        .build())
 }
 
 impl WorkerService {
@@ -188,9 +200,9 @@ impl WorkerService {
     }
 
     /// What the heartbeat tells the coordinator.
-    fn report(&self) -> Vec<RunningQuery> {
+    fn report(&self) -> Heartbeat {
         let running = lock(&self.running);
-        running
+        let queries = running
             .iter()
             .map(|(&query_id, r)| {
                 let progress = r.execution.progress();
@@ -237,7 +249,12 @@ impl WorkerService {
                     pipelines,
                 }
             })
-            .collect()
+            .collect();
+        Heartbeat {
+            queries,
+            scans: self.scans.report(),
+            ..Heartbeat::default()
+        }
     }
 
     /// Decode and start a query (loading its state first when it continues
@@ -447,7 +464,7 @@ mod tests {
             builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
             headers,
         };
-        let state = task_session(task(headers)).await.unwrap();
+        let state = task_session(task(headers), Arc::default()).await.unwrap();
         assert_eq!(state.config().batch_size(), 100);
 
         // The library sets its shuffle batch size from its own headers.
@@ -460,7 +477,7 @@ mod tests {
             .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
             .unwrap();
         ctx.builder = ctx.builder.with_config(config);
-        let state = task_session(ctx).await.unwrap();
+        let state = task_session(ctx, Arc::default()).await.unwrap();
         assert_eq!(state.config().batch_size(), 50);
     }
 }

@@ -260,6 +260,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
         }
     }
     assert!(distributed > 0, "{said:?}");
+    every_scan_file_counted(&client).await;
 
     // EXPLAIN routes every stage as the query does when it starts: its
     // summary is the run's `tasks`.
@@ -349,6 +350,45 @@ async fn partitioned_joins_only(client: &tokio_postgres::Client) {
         )
         .await
         .expect("set");
+}
+
+/// `skiff.queries` counts the files a distributed query's scans finished:
+/// a query that reads every row of lineitem counts all its files, and no
+/// finished query more than its scans have (a join whose build side is
+/// empty never reads its probe side's files). The workers' last counts
+/// come with their next heartbeats, after the query ended.
+async fn every_scan_file_counted(client: &tokio_postgres::Client) {
+    let full = "SELECT count(*) FROM lineitem WHERE l_comment LIKE '%a%'";
+    run_pg(client, full).await.expect("a full scan");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let rows = simple_rows(
+            client,
+            "SELECT sql, scan_files_done, scan_files_total, progress FROM skiff.queries \
+             WHERE decision LIKE 'distributed over%' AND state = 'finished'",
+        )
+        .await
+        .expect("skiff.queries");
+        let number = |v: &Option<String>| v.as_deref().and_then(|t| t.parse::<u64>().ok());
+        let sane = rows.iter().all(|r| {
+            let (done, total) = (number(&r[1]), number(&r[2]));
+            total.is_some_and(|t| t > 0)
+                && done.is_some_and(|d| Some(d) <= total)
+                && r[3].as_deref() == Some("1")
+        });
+        assert!(sane, "(sql, done, total, progress): {rows:?}");
+        let whole = rows
+            .iter()
+            .any(|r| r[0].as_deref() == Some(full) && r[1] == r[2]);
+        if whole {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the full scan's files are not all counted: {rows:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Every query of `bench` through `client` matches its golden answers.

@@ -1,0 +1,527 @@
+//! How far a distributed query's scans have got, for `skiff.queries`.
+//!
+//! The stages of a distributed query run inside datafusion-distributed,
+//! whose task metrics reach the coordinator only when the query ends (its
+//! observability service lists tasks from the start, with rows that stay 0
+//! until an operator ends: measured, docs/server.md). What does move while
+//! a query runs is each file scan's `files_processed` (DataFusion's file
+//! stream counts every file or file range it finished, pruned or skipped).
+//! So before the library cuts stages the coordinator wraps every file scan
+//! in a [`CountedScanExec`] naming the query ([`CountScans`]); the wrapper
+//! travels to the workers through [`ScanCountCodec`], and wherever a task
+//! runs it, it enters its scan in that process's [`ScanTally`]. Workers
+//! send their tally's sums with their heartbeats; the coordinator adds its
+//! own (tasks it runs itself) and divides by the files of the plan's scans,
+//! counted once the library has split them ([`files_in`]).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+
+use datafusion::catalog::memory::DataSourceExec;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err};
+use datafusion::config::ConfigOptions;
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::metrics::{Metric, MetricsSet};
+use datafusion::physical_plan::{
+    ChildStats, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
+    PlanProperties, ReplaceChildrenOptions, StatisticsArgs,
+};
+use datafusion_distributed::{DistributedLeafExec, NetworkBoundaryExt};
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use futures::{Stream, StreamExt};
+use prost::Message;
+use skiff_flight::protocol::ScanFiles;
+
+use crate::config::SCAN_TALLY_FORGET_AFTER;
+
+/// The file scans a process runs for distributed queries, by Skiff's query
+/// id: the `files_processed` counters their file streams register (they
+/// outlive the plan node, so a scan's last count is never lost), each
+/// counter once, however many copies of a scan's metrics name it.
+#[derive(Debug, Default)]
+pub struct ScanTally {
+    queries: Mutex<HashMap<u64, QueryScans>>,
+}
+
+#[derive(Debug)]
+struct QueryScans {
+    counters: Vec<Arc<Metric>>,
+    reported: u64,
+    moved: Instant,
+}
+
+const FILES_PROCESSED: &str = "files_processed";
+
+impl ScanTally {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, QueryScans>> {
+        self.queries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count the scan of `query` whose metrics are `metrics`.
+    fn enter(&self, query: u64, metrics: &MetricsSet) {
+        let mut queries = self.lock();
+        let entry = queries.entry(query).or_insert_with(|| QueryScans {
+            counters: Vec::new(),
+            reported: 0,
+            moved: Instant::now(),
+        });
+        for metric in metrics.iter() {
+            if metric.value().name() == FILES_PROCESSED
+                && !entry.counters.iter().any(|c| Arc::ptr_eq(c, metric))
+            {
+                entry.counters.push(Arc::clone(metric));
+            }
+        }
+    }
+
+    /// Files the scans of `query` in this process have finished.
+    pub fn files_done(&self, query: u64) -> u64 {
+        self.lock().get(&query).map_or(0, QueryScans::files)
+    }
+
+    /// Every query's sum, for a heartbeat. A query whose count has not
+    /// moved for [`SCAN_TALLY_FORGET_AFTER`] is reported this once more and
+    /// then forgotten.
+    pub fn report(&self) -> Vec<ScanFiles> {
+        let now = Instant::now();
+        let mut queries = self.lock();
+        let mut report = Vec::with_capacity(queries.len());
+        queries.retain(|&query_id, entry| {
+            let files = entry.files();
+            if files != entry.reported {
+                entry.reported = files;
+                entry.moved = now;
+            }
+            report.push(ScanFiles {
+                query_id,
+                files_done: files,
+            });
+            now.saturating_duration_since(entry.moved) < SCAN_TALLY_FORGET_AFTER
+        });
+        report
+    }
+}
+
+impl QueryScans {
+    fn files(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.value().as_usize() as u64)
+            .sum()
+    }
+}
+
+/// A file scan of distributed query `query`, entered in `tally` when it
+/// runs; otherwise its input, unchanged.
+#[derive(Debug)]
+pub struct CountedScanExec {
+    input: Arc<dyn ExecutionPlan>,
+    query: u64,
+    tally: Arc<ScanTally>,
+}
+
+impl CountedScanExec {
+    fn new(input: Arc<dyn ExecutionPlan>, query: u64, tally: Arc<ScanTally>) -> Self {
+        Self {
+            input,
+            query,
+            tally,
+        }
+    }
+}
+
+impl DisplayAs for CountedScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "CountedScanExec: query={}", self.query)
+    }
+}
+
+impl ExecutionPlan for CountedScanExec {
+    fn name(&self) -> &str {
+        "CountedScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("CountedScanExec has one child");
+        }
+        Ok(Arc::new(Self::new(
+            children.swap_remove(0),
+            self.query,
+            Arc::clone(&self.tally),
+        )))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let stream = self.input.execute(partition, context)?;
+        let entry = Entry {
+            input: Arc::clone(&self.input),
+            query: self.query,
+            tally: Arc::clone(&self.tally),
+        };
+        entry.enter();
+        Ok(Box::pin(CountedStream {
+            stream,
+            entry,
+            polled: false,
+        }))
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        match input_stats {
+            [stats] => Ok(Arc::clone(stats)),
+            _ => internal_err!("CountedScanExec has one child"),
+        }
+    }
+}
+
+/// Enters a scan's counters in its tally. A file stream may register its
+/// counters only once polled, so the stream enters them when it starts,
+/// on its first batch and at its end.
+struct Entry {
+    input: Arc<dyn ExecutionPlan>,
+    query: u64,
+    tally: Arc<ScanTally>,
+}
+
+impl Entry {
+    fn enter(&self) {
+        if let Some(metrics) = self.input.metrics() {
+            self.tally.enter(self.query, &metrics);
+        }
+    }
+}
+
+struct CountedStream {
+    stream: SendableRecordBatchStream,
+    entry: Entry,
+    polled: bool,
+}
+
+impl Stream for CountedStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.stream.poll_next_unpin(cx);
+        match &next {
+            Poll::Ready(None) => self.entry.enter(),
+            Poll::Ready(Some(_)) if !self.polled => {
+                self.polled = true;
+                self.entry.enter();
+            }
+            _ => {}
+        }
+        next
+    }
+}
+
+impl RecordBatchStream for CountedStream {
+    fn schema(&self) -> SchemaRef {
+        self.stream.schema()
+    }
+}
+
+/// Wraps every file scan in a [`CountedScanExec`] of `query`: the last
+/// rule before datafusion-distributed cuts the plan into stages.
+#[derive(Debug)]
+pub struct CountScans {
+    query: u64,
+    tally: Arc<ScanTally>,
+}
+
+impl CountScans {
+    pub fn new(query: u64, tally: Arc<ScanTally>) -> Self {
+        Self { query, tally }
+    }
+}
+
+impl PhysicalOptimizerRule for CountScans {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            if file_scan(node.as_ref()).is_none() {
+                return Ok(Transformed::no(node));
+            }
+            let counted = CountedScanExec::new(node, self.query, Arc::clone(&self.tally));
+            Ok(Transformed::yes(Arc::new(counted) as Arc<dyn ExecutionPlan>))
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "skiff_count_scans"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+fn file_scan(node: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
+    node.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
+}
+
+/// Files (or file ranges) the counted scans of a distributed `plan` read,
+/// its stages' plans included.
+pub fn files_in(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let mut files = 0;
+    let mut pending = vec![Arc::clone(plan)];
+    while let Some(node) = pending.pop() {
+        if let Some(counted) = node.downcast_ref::<CountedScanExec>() {
+            files += files_of(&counted.input);
+        }
+        // A boundary's child is its stage's plan, while the stage is local.
+        match node.as_network_boundary() {
+            Some(boundary) => pending.extend(boundary.input_stage().local_plan().cloned()),
+            None => pending.extend(node.children().into_iter().cloned()),
+        }
+    }
+    files
+}
+
+/// Files of one scan: of each task's variant when the library split it.
+fn files_of(scan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let count = |node: &Arc<dyn ExecutionPlan>| {
+        file_scan(node.as_ref()).map_or(0, |s| {
+            s.file_groups.iter().map(|g| g.len() as u64).sum::<u64>()
+        })
+    };
+    match scan.downcast_ref::<DistributedLeafExec>() {
+        Some(leaf) if !leaf.variants().is_empty() => leaf.variants().iter().map(count).sum(),
+        Some(leaf) => count(leaf.original()),
+        None => count(scan),
+    }
+}
+
+/// A [`CountedScanExec`] on the wire: its query (its input travels as the
+/// node's input). Registered with datafusion-distributed on the coordinator
+/// and on every worker, in the same place of its codec list.
+#[derive(Debug)]
+pub struct ScanCountCodec {
+    tally: Arc<ScanTally>,
+}
+
+impl ScanCountCodec {
+    pub fn new(tally: Arc<ScanTally>) -> Self {
+        Self { tally }
+    }
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct CountedScanNode {
+    #[prost(uint64, tag = "1")]
+    query: u64,
+}
+
+impl PhysicalExtensionCodec for ScanCountCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        _ctx: &TaskContext,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = inputs else {
+            return internal_err!("CountedScanExec with {} inputs", inputs.len());
+        };
+        let node = CountedScanNode::decode(buf)
+            .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;
+        Ok(Arc::new(CountedScanExec::new(
+            Arc::clone(input),
+            node.query,
+            Arc::clone(&self.tally),
+        )))
+    }
+
+    fn try_encode(
+        &self,
+        node: Arc<dyn ExecutionPlan>,
+        buf: &mut Vec<u8>,
+        _proto_converter: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<()> {
+        let Some(counted) = node.downcast_ref::<CountedScanExec>() else {
+            return internal_err!("{} is not a CountedScanExec", node.name());
+        };
+        CountedScanNode {
+            query: counted.query,
+        }
+        .encode(buf)
+        .map_err(|e| internal_datafusion_err!("encoding a CountedScanExec: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::physical_plan::collect;
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+    use datafusion_proto::physical_plan::DeduplicatingProtoConverter;
+
+    /// A session over table `t`, three one-row Parquet files in `dir`.
+    async fn three_files(dir: &std::path::Path) -> Result<SessionContext> {
+        let ctx = SessionContext::new();
+        for i in 0..3 {
+            let file = dir.join(format!("f{i}.parquet"));
+            ctx.sql(&format!("COPY (SELECT {i} AS v) TO '{}'", file.display()))
+                .await?
+                .collect()
+                .await?;
+        }
+        let path = format!("{}/", dir.display());
+        ctx.register_parquet("t", &path, ParquetReadOptions::default())
+            .await?;
+        Ok(ctx)
+    }
+
+    fn counted(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let mut n = 0;
+        let _ = plan.apply(|node| {
+            n += usize::from(node.downcast_ref::<CountedScanExec>().is_some());
+            Ok(TreeNodeRecursion::Continue)
+        });
+        n
+    }
+
+    #[tokio::test]
+    async fn a_counted_scan_counts_every_file_it_reads() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ctx = three_files(dir.path()).await?;
+        let plan = ctx
+            .sql("SELECT sum(v) FROM t")
+            .await?
+            .create_physical_plan()
+            .await?;
+        let tally = Arc::new(ScanTally::default());
+        let plan = CountScans::new(7, Arc::clone(&tally)).optimize(plan, &ConfigOptions::new())?;
+        assert_eq!(counted(&plan), 1, "one wrapper per scan");
+        assert_eq!(files_in(&plan), 3);
+        assert_eq!(tally.files_done(7), 0);
+        let batches = collect(plan, ctx.task_ctx()).await?;
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        assert_eq!(tally.files_done(7), 3);
+        assert_eq!(tally.files_done(8), 0);
+        let report = tally.report();
+        assert_eq!(
+            report,
+            vec![ScanFiles {
+                query_id: 7,
+                files_done: 3
+            }]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_plan_without_file_scans_is_left_alone() -> Result<()> {
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .sql("SELECT 1 AS one")
+            .await?
+            .create_physical_plan()
+            .await?;
+        let tally = Arc::new(ScanTally::default());
+        let plan = CountScans::new(1, tally).optimize(plan, &ConfigOptions::new())?;
+        assert_eq!(counted(&plan), 0);
+        assert_eq!(files_in(&plan), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn the_codec_carries_the_query_to_the_receivers_tally() -> Result<()> {
+        let input: Arc<dyn ExecutionPlan> =
+            Arc::new(EmptyExec::new(Arc::new(arrow::datatypes::Schema::empty())));
+        let sender = ScanCountCodec::new(Arc::default());
+        let node = CountedScanExec::new(Arc::clone(&input), 42, Arc::default());
+        let mut buf = Vec::new();
+        sender.try_encode(Arc::new(node), &mut buf, &DeduplicatingProtoConverter {})?;
+
+        let tally = Arc::new(ScanTally::default());
+        let receiver = ScanCountCodec::new(Arc::clone(&tally));
+        let decoded = receiver.try_decode(
+            &buf,
+            &[input],
+            &TaskContext::default(),
+            &DeduplicatingProtoConverter {},
+        )?;
+        let decoded = decoded
+            .downcast_ref::<CountedScanExec>()
+            .ok_or_else(|| internal_datafusion_err!("not a CountedScanExec"))?;
+        assert_eq!(decoded.query, 42);
+        assert!(Arc::ptr_eq(&decoded.tally, &tally));
+        // Another node is not this codec's.
+        let other: Arc<dyn ExecutionPlan> =
+            Arc::new(EmptyExec::new(Arc::new(arrow::datatypes::Schema::empty())));
+        assert!(
+            receiver
+                .try_encode(other, &mut Vec::new(), &DeduplicatingProtoConverter {})
+                .is_err()
+        );
+        Ok(())
+    }
+}
