@@ -217,6 +217,9 @@ pub struct ScanFiles {
     pub query_id: u64,
     #[prost(uint64, tag = "2")]
     pub files_done: u64,
+    /// The coordinator run that gave the query its id.
+    #[prost(uint64, tag = "3")]
+    pub run: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -108,3 +108,7 @@ pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// ended there, or its scans are done and only the coordinator's last
 /// figure matters.
 pub const SCAN_TALLY_FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// How many forgotten queries' scan counters a node keeps, for a scan of
+/// theirs that starts after they were forgotten.
+pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;

@@ -14,7 +14,7 @@
 //! own (tasks it runs itself) and divides by the files of the plan's scans,
 //! counted once the library has split them ([`files_in`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,7 +26,7 @@ use arrow::datatypes::SchemaRef;
 
 use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err};
+use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err, not_impl_err};
 use datafusion::config::ConfigOptions;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
@@ -43,15 +43,33 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use skiff_flight::protocol::ScanFiles;
 
-use crate::config::SCAN_TALLY_FORGET_AFTER;
+use crate::config::{SCAN_TALLY_FORGET_AFTER, SCAN_TALLY_RETIRED_MAX};
 
-/// The file scans a process runs for distributed queries, by Skiff's query
-/// id: the `files_processed` counters their file streams register (they
-/// outlive the plan node, so a scan's last count is never lost), each
-/// counter once, however many copies of a scan's metrics name it.
+/// A distributed query, as the nodes name its scans: Skiff's query id and
+/// the coordinator run that gave it (ids start again at 1 when the
+/// coordinator restarts; a worker's count of an earlier run's query must
+/// not land on a new one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ScanKey {
+    pub run: u64,
+    pub query: u64,
+}
+
+/// The file scans a process runs for distributed queries: the
+/// `files_processed` counters their file streams register (they outlive
+/// the plan node, so a scan's last count is never lost), each counter
+/// once, however many copies of a scan's metrics name it.
 #[derive(Debug, Default)]
 pub struct ScanTally {
-    queries: Mutex<HashMap<u64, QueryScans>>,
+    queries: Mutex<Queries>,
+}
+
+#[derive(Debug, Default)]
+struct Queries {
+    counting: HashMap<ScanKey, QueryScans>,
+    /// The counters of queries forgotten while idle, newest last: a scan
+    /// of theirs that starts later goes on from them.
+    retired: VecDeque<(ScanKey, Vec<Arc<Metric>>)>,
 }
 
 #[derive(Debug)]
@@ -64,17 +82,25 @@ struct QueryScans {
 const FILES_PROCESSED: &str = "files_processed";
 
 impl ScanTally {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, QueryScans>> {
+    fn lock(&self) -> MutexGuard<'_, Queries> {
         self.queries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Count the scan of `query` whose metrics are `metrics`.
-    fn enter(&self, query: u64, metrics: &MetricsSet) {
+    /// Count the scan of `key` whose metrics are `metrics`.
+    fn enter(&self, key: ScanKey, metrics: &MetricsSet) {
         let mut queries = self.lock();
-        let entry = queries.entry(query).or_insert_with(|| QueryScans {
-            counters: Vec::new(),
-            reported: 0,
-            moved: Instant::now(),
+        let Queries { counting, retired } = &mut *queries;
+        let entry = counting.entry(key).or_insert_with(|| {
+            let counters = retired
+                .iter()
+                .position(|(k, _)| *k == key)
+                .and_then(|i| retired.remove(i))
+                .map_or_else(Vec::new, |(_, counters)| counters);
+            QueryScans {
+                counters,
+                reported: 0,
+                moved: Instant::now(),
+            }
         });
         for metric in metrics.iter() {
             if metric.value().name() == FILES_PROCESSED
@@ -85,65 +111,81 @@ impl ScanTally {
         }
     }
 
-    /// Files the scans of `query` in this process have finished.
-    pub fn files_done(&self, query: u64) -> u64 {
-        self.lock().get(&query).map_or(0, QueryScans::files)
+    /// Files the scans of `key` in this process have finished.
+    pub fn files_done(&self, key: ScanKey) -> u64 {
+        self.lock().counting.get(&key).map_or(0, QueryScans::files)
+    }
+
+    /// The files of `key` done here, and forget it (the query ended).
+    pub fn finish(&self, key: ScanKey) -> u64 {
+        self.lock()
+            .counting
+            .remove(&key)
+            .map_or(0, |entry| entry.files())
     }
 
     /// Every query's sum, for a heartbeat. A query whose count has not
     /// moved for [`SCAN_TALLY_FORGET_AFTER`] is reported this once more and
-    /// then forgotten.
+    /// then forgotten, its count kept among the last
+    /// [`SCAN_TALLY_RETIRED_MAX`] forgotten ones.
     pub fn report(&self) -> Vec<ScanFiles> {
-        let now = Instant::now();
+        self.report_at(Instant::now())
+    }
+
+    fn report_at(&self, now: Instant) -> Vec<ScanFiles> {
         let mut queries = self.lock();
-        let mut report = Vec::with_capacity(queries.len());
-        queries.retain(|&query_id, entry| {
+        let Queries { counting, retired } = &mut *queries;
+        let mut report = Vec::with_capacity(counting.len());
+        counting.retain(|&key, entry| {
             let files = entry.files();
             if files != entry.reported {
                 entry.reported = files;
                 entry.moved = now;
             }
             report.push(ScanFiles {
-                query_id,
+                query_id: key.query,
                 files_done: files,
+                run: key.run,
             });
-            now.saturating_duration_since(entry.moved) < SCAN_TALLY_FORGET_AFTER
+            let keep = now.saturating_duration_since(entry.moved) < SCAN_TALLY_FORGET_AFTER;
+            if !keep {
+                retired.push_back((key, std::mem::take(&mut entry.counters)));
+            }
+            keep
         });
+        while retired.len() > SCAN_TALLY_RETIRED_MAX {
+            retired.pop_front();
+        }
         report
     }
 }
 
 impl QueryScans {
     fn files(&self) -> u64 {
-        self.counters
-            .iter()
-            .map(|c| c.value().as_usize() as u64)
-            .sum()
+        self.counters.iter().fold(0u64, |sum, c| {
+            sum.saturating_add(c.value().as_usize() as u64)
+        })
     }
 }
 
-/// A file scan of distributed query `query`, entered in `tally` when it
+/// A file scan of distributed query `key`, entered in `tally` when it
 /// runs; otherwise its input, unchanged.
 #[derive(Debug)]
 pub struct CountedScanExec {
     input: Arc<dyn ExecutionPlan>,
-    query: u64,
+    key: ScanKey,
     tally: Arc<ScanTally>,
 }
 
 impl CountedScanExec {
-    fn new(input: Arc<dyn ExecutionPlan>, query: u64, tally: Arc<ScanTally>) -> Self {
-        Self {
-            input,
-            query,
-            tally,
-        }
+    fn new(input: Arc<dyn ExecutionPlan>, key: ScanKey, tally: Arc<ScanTally>) -> Self {
+        Self { input, key, tally }
     }
 }
 
 impl DisplayAs for CountedScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "CountedScanExec: query={}", self.query)
+        write!(f, "CountedScanExec: query={}", self.key.query)
     }
 }
 
@@ -185,7 +227,7 @@ impl ExecutionPlan for CountedScanExec {
         }
         Ok(Arc::new(Self::new(
             children.swap_remove(0),
-            self.query,
+            self.key,
             Arc::clone(&self.tally),
         )))
     }
@@ -208,7 +250,7 @@ impl ExecutionPlan for CountedScanExec {
         let stream = self.input.execute(partition, context)?;
         let entry = Entry {
             input: Arc::clone(&self.input),
-            query: self.query,
+            key: self.key,
             tally: Arc::clone(&self.tally),
         };
         entry.enter();
@@ -240,14 +282,14 @@ impl ExecutionPlan for CountedScanExec {
 /// on its first batch and at its end.
 struct Entry {
     input: Arc<dyn ExecutionPlan>,
-    query: u64,
+    key: ScanKey,
     tally: Arc<ScanTally>,
 }
 
 impl Entry {
     fn enter(&self) {
         if let Some(metrics) = self.input.metrics() {
-            self.tally.enter(self.query, &metrics);
+            self.tally.enter(self.key, &metrics);
         }
     }
 }
@@ -281,17 +323,17 @@ impl RecordBatchStream for CountedStream {
     }
 }
 
-/// Wraps every file scan in a [`CountedScanExec`] of `query`: the last
+/// Wraps every file scan in a [`CountedScanExec`] of `key`: the last
 /// rule before datafusion-distributed cuts the plan into stages.
 #[derive(Debug)]
 pub struct CountScans {
-    query: u64,
+    key: ScanKey,
     tally: Arc<ScanTally>,
 }
 
 impl CountScans {
-    pub fn new(query: u64, tally: Arc<ScanTally>) -> Self {
-        Self { query, tally }
+    pub fn new(key: ScanKey, tally: Arc<ScanTally>) -> Self {
+        Self { key, tally }
     }
 }
 
@@ -305,7 +347,7 @@ impl PhysicalOptimizerRule for CountScans {
             if file_scan(node.as_ref()).is_none() {
                 return Ok(Transformed::no(node));
             }
-            let counted = CountedScanExec::new(node, self.query, Arc::clone(&self.tally));
+            let counted = CountedScanExec::new(node, self.key, Arc::clone(&self.tally));
             Ok(Transformed::yes(Arc::new(counted) as Arc<dyn ExecutionPlan>))
         })
         .data()
@@ -376,6 +418,8 @@ impl ScanCountCodec {
 struct CountedScanNode {
     #[prost(uint64, tag = "1")]
     query: u64,
+    #[prost(uint64, tag = "2")]
+    run: u64,
 }
 
 impl PhysicalExtensionCodec for ScanCountCodec {
@@ -391,9 +435,13 @@ impl PhysicalExtensionCodec for ScanCountCodec {
         };
         let node = CountedScanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;
+        let key = ScanKey {
+            run: node.run,
+            query: node.query,
+        };
         Ok(Arc::new(CountedScanExec::new(
             Arc::clone(input),
-            node.query,
+            key,
             Arc::clone(&self.tally),
         )))
     }
@@ -405,10 +453,11 @@ impl PhysicalExtensionCodec for ScanCountCodec {
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
         let Some(counted) = node.downcast_ref::<CountedScanExec>() else {
-            return internal_err!("{} is not a CountedScanExec", node.name());
+            return not_impl_err!("plan node {} cannot be shipped to a worker", node.name());
         };
         CountedScanNode {
-            query: counted.query,
+            query: counted.key.query,
+            run: counted.key.run,
         }
         .encode(buf)
         .map_err(|e| internal_datafusion_err!("encoding a CountedScanExec: {e}"))
@@ -439,6 +488,18 @@ mod tests {
         Ok(ctx)
     }
 
+    fn find_counted(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+        let mut found = None;
+        let _ = plan.apply(|node| {
+            if node.downcast_ref::<CountedScanExec>().is_some() {
+                found = Some(Arc::clone(node));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        found
+    }
+
     fn counted(plan: &Arc<dyn ExecutionPlan>) -> usize {
         let mut n = 0;
         let _ = plan.apply(|node| {
@@ -458,22 +519,51 @@ mod tests {
             .create_physical_plan()
             .await?;
         let tally = Arc::new(ScanTally::default());
-        let plan = CountScans::new(7, Arc::clone(&tally)).optimize(plan, &ConfigOptions::new())?;
+        let key = ScanKey { run: 5, query: 7 };
+        let plan =
+            CountScans::new(key, Arc::clone(&tally)).optimize(plan, &ConfigOptions::new())?;
         assert_eq!(counted(&plan), 1, "one wrapper per scan");
         assert_eq!(files_in(&plan), 3);
-        assert_eq!(tally.files_done(7), 0);
+        assert_eq!(tally.files_done(key), 0);
         let batches = collect(plan, ctx.task_ctx()).await?;
         assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
-        assert_eq!(tally.files_done(7), 3);
-        assert_eq!(tally.files_done(8), 0);
-        let report = tally.report();
-        assert_eq!(
-            report,
-            vec![ScanFiles {
-                query_id: 7,
-                files_done: 3
-            }]
-        );
+        assert_eq!(tally.files_done(key), 3);
+        assert_eq!(tally.files_done(ScanKey { run: 6, query: 7 }), 0);
+        let three = vec![ScanFiles {
+            query_id: 7,
+            files_done: 3,
+            run: 5,
+        }];
+        assert_eq!(tally.report(), three);
+
+        // Idle past the limit: reported once more, then forgotten; a scan
+        // that starts after goes on from the forgotten counters, never
+        // counting them twice.
+        let later = Instant::now() + SCAN_TALLY_FORGET_AFTER * 2;
+        assert_eq!(tally.report_at(later), three);
+        assert_eq!(tally.files_done(key), 0);
+        assert!(tally.report().is_empty());
+        let again = ctx
+            .sql("SELECT sum(v) FROM t")
+            .await?
+            .create_physical_plan()
+            .await?;
+        let again =
+            CountScans::new(key, Arc::clone(&tally)).optimize(again, &ConfigOptions::new())?;
+        let scan = find_counted(&again).ok_or_else(|| internal_datafusion_err!("no scan"))?;
+        collect(again, ctx.task_ctx()).await?;
+        assert_eq!(tally.files_done(key), 6);
+        // Entering a scan's counters again counts them once.
+        let metrics = scan
+            .downcast_ref::<CountedScanExec>()
+            .and_then(|c| c.input.metrics())
+            .ok_or_else(|| internal_datafusion_err!("no scan metrics"))?;
+        tally.enter(key, &metrics);
+        assert_eq!(tally.files_done(key), 6);
+
+        // The coordinator's own count, taken when its query ends.
+        assert_eq!(tally.finish(key), 6);
+        assert!(tally.report().is_empty());
         Ok(())
     }
 
@@ -486,7 +576,8 @@ mod tests {
             .create_physical_plan()
             .await?;
         let tally = Arc::new(ScanTally::default());
-        let plan = CountScans::new(1, tally).optimize(plan, &ConfigOptions::new())?;
+        let key = ScanKey { run: 1, query: 1 };
+        let plan = CountScans::new(key, tally).optimize(plan, &ConfigOptions::new())?;
         assert_eq!(counted(&plan), 0);
         assert_eq!(files_in(&plan), 0);
         Ok(())
@@ -497,7 +588,8 @@ mod tests {
         let input: Arc<dyn ExecutionPlan> =
             Arc::new(EmptyExec::new(Arc::new(arrow::datatypes::Schema::empty())));
         let sender = ScanCountCodec::new(Arc::default());
-        let node = CountedScanExec::new(Arc::clone(&input), 42, Arc::default());
+        let key = ScanKey { run: 9, query: 42 };
+        let node = CountedScanExec::new(Arc::clone(&input), key, Arc::default());
         let mut buf = Vec::new();
         sender.try_encode(Arc::new(node), &mut buf, &DeduplicatingProtoConverter {})?;
 
@@ -512,7 +604,7 @@ mod tests {
         let decoded = decoded
             .downcast_ref::<CountedScanExec>()
             .ok_or_else(|| internal_datafusion_err!("not a CountedScanExec"))?;
-        assert_eq!(decoded.query, 42);
+        assert_eq!(decoded.key, key);
         assert!(Arc::ptr_eq(&decoded.tally, &tally));
         // Another node is not this codec's.
         let other: Arc<dyn ExecutionPlan> =

@@ -51,7 +51,8 @@ impl Handler for ClusterService {
                         self.inner.queries.report(query);
                     }
                     for scan in &beat.scans {
-                        self.inner.queries.scanned(beat.node_id, scan);
+                        let run = self.inner.scan_run;
+                        self.inner.queries.scanned(beat.node_id, scan, run);
                     }
                 }
                 let removed = state == Some(NodeState::Removed);

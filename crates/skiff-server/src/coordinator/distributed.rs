@@ -39,7 +39,7 @@ use super::resize::RunGuard;
 use super::window_keys::WindowSortKeys;
 use crate::config::WORKER_PROBE_TIMEOUT;
 use crate::error::{Result, ServerError};
-use crate::scan_progress::{CountScans, ScanCountCodec, files_in};
+use crate::scan_progress::{CountScans, ScanCountCodec, ScanKey, files_in};
 
 /// The library's view of the cluster: the workers that took queries when
 /// the query was planned (its [`Placement`]), for its task counts (every
@@ -115,12 +115,16 @@ pub(crate) async fn start(
         return Ok(None);
     }
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
+    let scan_key = ScanKey {
+        run: inner.scan_run,
+        query: entry.id,
+    };
     let mut builder = SessionStateBuilder::new_from_existing(state.clone())
         .with_distributed_worker_resolver(resolver)
         // After DataFusion's rules, before the library cuts stages.
         .with_physical_optimizer_rule(Arc::new(WindowSortKeys))
         .with_physical_optimizer_rule(Arc::new(CountScans::new(
-            entry.id,
+            scan_key,
             Arc::clone(&inner.scans),
         )))
         .with_distributed_user_codec(ScanCountCodec::new(Arc::clone(&inner.scans)))
@@ -150,11 +154,17 @@ pub(crate) async fn start(
         return Ok(Some(explained(query, &physical, &placement)?));
     }
     let scans = ScansSeen {
+        key: scan_key,
         total: files_in(&physical),
         by_node: BTreeMap::new(),
-        local: Arc::clone(&inner.scans),
+        local: Some(Arc::clone(&inner.scans)),
+        local_done: 0,
     };
     entry.update(|info| info.scans = Some(scans));
+    let settle = SettleScans {
+        inner: Arc::clone(inner),
+        query: entry.id,
+    };
     let stream = physical.execute(0, distributed.task_ctx())?;
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
@@ -174,7 +184,7 @@ pub(crate) async fn start(
     let inner = Arc::clone(inner);
     let held = stream
         .map(move |batch| {
-            let _ = &guard;
+            let _ = (&guard, &settle);
             batch
         })
         .then(move |batch| {
@@ -202,6 +212,19 @@ pub(crate) async fn start(
             }
         });
     Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
+}
+
+/// Held by a distributed query's stream: when the stream goes, the
+/// coordinator's own scan count moves into the query's record.
+struct SettleScans {
+    inner: Arc<Inner>,
+    query: u64,
+}
+
+impl Drop for SettleScans {
+    fn drop(&mut self) {
+        self.inner.queries.settle_scans(self.query);
+    }
 }
 
 /// Whether `error` is the query's own (its data or its plan), not a

@@ -129,6 +129,9 @@ pub(crate) struct Inner {
     catalog_sql: pg_catalog::CatalogSql,
     /// The scans of distributed queries' tasks the coordinator runs itself.
     pub(crate) scans: Arc<crate::scan_progress::ScanTally>,
+    /// Names this run's queries in scan counts (ids start again at 1 after
+    /// a restart): its start, in nanoseconds since the epoch.
+    pub(crate) scan_run: u64,
 }
 
 impl Coordinator {
@@ -169,6 +172,9 @@ impl Coordinator {
                 bandwidth: cost::Bandwidth::default(),
                 catalog_sql: pg_catalog::CatalogSql::new(),
                 scans: Arc::default(),
+                scan_run: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
             }
         });
         let coordinator = Self { inner };

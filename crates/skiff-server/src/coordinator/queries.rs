@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::placement::Routes;
 use crate::error::ServerError;
-use crate::scan_progress::ScanTally;
+use crate::scan_progress::{ScanKey, ScanTally};
 
 /// Finished queries kept for `skiff.queries`.
 const RECENT_KEPT: usize = 200;
@@ -90,17 +90,26 @@ pub struct QueryInfo {
 
 /// The files a distributed query's scans read, and how many of them its
 /// tasks finished: by worker as their heartbeats said, and in the
-/// coordinator's own process (`scan_progress`).
+/// coordinator's own process (`scan_progress`): its tally while the query
+/// runs, the count taken from it when the query ended.
 #[derive(Clone, Debug)]
 pub(crate) struct ScansSeen {
+    pub key: ScanKey,
     pub total: u64,
     pub by_node: BTreeMap<u64, u64>,
-    pub local: Arc<ScanTally>,
+    pub local: Option<Arc<ScanTally>>,
+    pub local_done: u64,
 }
 
 impl ScansSeen {
-    pub fn done(&self, query: u64) -> u64 {
-        self.local.files_done(query) + self.by_node.values().sum::<u64>()
+    pub fn done(&self) -> u64 {
+        let local = self
+            .local
+            .as_ref()
+            .map_or(self.local_done, |t| t.files_done(self.key));
+        self.by_node
+            .values()
+            .fold(local, |sum, files| sum.saturating_add(*files))
     }
 }
 
@@ -286,13 +295,13 @@ impl QueryRegistry {
     }
 
     /// Store how far node `node`'s tasks of a distributed query scanned.
-    /// The report may come after the query ended: its last files.
-    pub fn scanned(&self, node: u64, report: &ScanFiles) {
-        let id = report.query_id;
-        let entry = self
-            .get(id)
-            .or_else(|| lock(&self.recent).iter().find(|e| e.id == id).cloned());
-        if let Some(entry) = entry {
+    /// The report may come after the query ended: its last files. A
+    /// report of another coordinator run's query is not this one's.
+    pub fn scanned(&self, node: u64, report: &ScanFiles, run: u64) {
+        if report.run != run {
+            return;
+        }
+        if let Some(entry) = self.live_or_recent(report.query_id) {
             entry.update(|info| {
                 if let Some(scans) = info.scans.as_mut() {
                     let files = scans.by_node.entry(node).or_default();
@@ -300,6 +309,25 @@ impl QueryRegistry {
                 }
             });
         }
+    }
+
+    /// A distributed query's stream ended: keep the files the
+    /// coordinator's own tasks scanned, and let its tally forget them.
+    pub fn settle_scans(&self, id: u64) {
+        if let Some(entry) = self.live_or_recent(id) {
+            entry.update(|info| {
+                if let Some(scans) = info.scans.as_mut()
+                    && let Some(tally) = scans.local.take()
+                {
+                    scans.local_done = tally.finish(scans.key);
+                }
+            });
+        }
+    }
+
+    fn live_or_recent(&self, id: u64) -> Option<Arc<QueryEntry>> {
+        self.get(id)
+            .or_else(|| lock(&self.recent).iter().find(|e| e.id == id).cloned())
     }
 
     /// Store the progress a worker reported.

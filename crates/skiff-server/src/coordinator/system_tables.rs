@@ -189,11 +189,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
             None => {
                 progress.append_option(match &info.scans {
                     _ if finished => Some(1.0),
-                    Some(scans) => Some(scan_progress(
-                        scans.done(entry.id),
-                        scans.total,
-                        &info.status,
-                    )),
+                    Some(scans) => Some(scan_progress(scans.done(), scans.total, &info.status)),
                     None => None,
                 });
                 done.append_null();
@@ -202,8 +198,8 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         }
         match &info.scans {
             Some(scans) => {
-                files_done.append_value(scans.done(entry.id) as i64);
-                files_total.append_value(scans.total as i64);
+                files_done.append_value(i64::try_from(scans.done()).unwrap_or(i64::MAX));
+                files_total.append_value(i64::try_from(scans.total).unwrap_or(i64::MAX));
             }
             None => {
                 files_done.append_null();

@@ -8,22 +8,24 @@
 //! worker with empty equivalence properties (`EquivalenceProperties::new`
 //! in its codec), so the constant is forgotten there, and the window, rebuilt
 //! over the sort, fails DataFusion's check "All partition by columns should
-//! have an ordering" (TPC-DS q47 and q57). Sorting by the constant first
+//! have an ordering" (TPC-DS q47 and q57). Sorting by the constant too
 //! changes no row's place and keeps the window valid wherever it is rebuilt.
+//! It goes right after the sort's leading partition keys, so a window
+//! above on fewer keys (DataFusion nests them) still finds its keys first.
 
 use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
-use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_expr::{AcrossPartitions, LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{ExecutionPlan, replace_children_if_necessary};
 
-/// Puts the constant partition keys a window's sort leaves out first in
-/// that sort (module docs).
+/// Puts the constant partition keys a window's sort leaves out into that
+/// sort, after its leading partition keys (module docs).
 #[derive(Debug, Default)]
 pub(crate) struct WindowSortKeys;
 
@@ -34,11 +36,16 @@ impl PhysicalOptimizerRule for WindowSortKeys {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            let keys = if let Some(window) = node.downcast_ref::<WindowAggExec>() {
-                window.partition_keys()
+            // Not `partition_keys()`: it is empty for a window that may
+            // not repartition, whose sort still needs the keys.
+            let exprs = if let Some(window) = node.downcast_ref::<WindowAggExec>() {
+                window.window_expr()
             } else if let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() {
-                window.partition_keys()
+                window.window_expr()
             } else {
+                return Ok(Transformed::no(node));
+            };
+            let Some(keys) = exprs.first().map(|e| e.partition_by().to_vec()) else {
                 return Ok(Transformed::no(node));
             };
             let Some(sort) = node
@@ -69,23 +76,43 @@ impl PhysicalOptimizerRule for WindowSortKeys {
 }
 
 /// `sort` with the keys it leaves out that are constant in its input
-/// sorted first; `None` when it leaves none out.
+/// added after its leading keys; `None` when it leaves none out.
 fn with_constant_keys(
     sort: &SortExec,
     keys: &[Arc<dyn PhysicalExpr>],
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let input = sort.input();
     let equivalences = input.properties().equivalence_properties();
+    // A constant that differs between partitions orders nothing once a
+    // sort merges them.
+    let merged =
+        !sort.preserve_partitioning() && input.properties().partitioning.partition_count() > 1;
+    let constant = |key: &Arc<dyn PhysicalExpr>| match equivalences.is_expr_constant(key) {
+        Some(AcrossPartitions::Uniform(_)) => true,
+        Some(AcrossPartitions::Heterogeneous) => !merged,
+        None => false,
+    };
     let missing: Vec<PhysicalSortExpr> = keys
         .iter()
         .filter(|key| !sort.expr().iter().any(|s| s.expr.eq(*key)))
-        .filter(|key| equivalences.is_expr_constant(key).is_some())
+        .filter(|key| constant(key))
         .map(|key| PhysicalSortExpr::new_default(Arc::clone(key)))
         .collect();
     if missing.is_empty() {
         return None;
     }
-    let ordering = LexOrdering::new(missing.into_iter().chain(sort.expr().iter().cloned()))?;
+    let leading = sort
+        .expr()
+        .iter()
+        .take_while(|s| keys.iter().any(|k| s.expr.eq(k)))
+        .count();
+    let (head, tail) = sort.expr().split_at(leading);
+    let ordering = LexOrdering::new(
+        head.iter()
+            .cloned()
+            .chain(missing)
+            .chain(tail.iter().cloned()),
+    )?;
     let spelled = SortExec::new(ordering, Arc::clone(input))
         .with_fetch(sort.fetch())
         .with_preserve_partitioning(sort.preserve_partitioning());
@@ -110,7 +137,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_constant_partition_key_is_sorted_first() -> Result<()> {
+    async fn a_constant_partition_key_follows_the_leading_keys() -> Result<()> {
         let ctx = SessionContext::new();
         ctx.sql(
             "CREATE TABLE t (a INT, y INT, x INT) AS \
@@ -135,8 +162,10 @@ mod tests {
         );
         let after = sorts(&WindowSortKeys.optimize(plan, &ConfigOptions::default())?);
         assert!(
-            after.iter().any(|s| s.contains("expr=[y@1 ASC")),
-            "the constant key is sorted first: {after:?}"
+            after
+                .iter()
+                .any(|s| s.contains("expr=[a@0 ASC NULLS LAST, y@1 ASC")),
+            "the constant key follows the leading key: {after:?}"
         );
         assert_eq!(before.len(), after.len());
         // A key that is not constant is never added.
