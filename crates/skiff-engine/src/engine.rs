@@ -113,10 +113,19 @@ impl Engine {
             .with_physical_optimizer_rules(rules)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.state_ref().write().table_factories_mut().insert(
-            skiff_tables::DELTA_FORMAT.to_string(),
-            Arc::new(skiff_tables::DeltaFactory),
-        );
+        {
+            let state = ctx.state_ref();
+            let mut state = state.write();
+            let factories = state.table_factories_mut();
+            // A mistyped LOCATION is an error, not an empty table.
+            for factory in factories.values_mut() {
+                *factory = Arc::new(skiff_tables::CheckedLocation(Arc::clone(factory)));
+            }
+            factories.insert(
+                skiff_tables::DELTA_FORMAT.to_string(),
+                Arc::new(skiff_tables::DeltaFactory),
+            );
+        }
         // `skiff.table_history`; the server's coordinator replaces the
         // schema with one that also shows its own state.
         let skiff = MemorySchemaProvider::new();

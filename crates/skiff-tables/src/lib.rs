@@ -11,7 +11,8 @@
 //! one Delta commit made by `deltalake-core`, and the commits' history
 //! ([`history`]), and hash partitioning (`PARTITION BY HASH`, each row in
 //! its partition's files, [`partition`]; joins of co-located tables
-//! without a shuffle, [`co_location`]). Knows nothing of pipelines,
+//! without a shuffle, [`co_location`]), and the check that an external
+//! table's local files exist ([`CheckedLocation`]). Knows nothing of pipelines,
 //! workers or clients: the engine and the coordinator register these
 //! tables and hand their statements here.
 
@@ -20,6 +21,7 @@ pub mod co_location;
 mod command;
 pub mod copy;
 pub mod error;
+mod external;
 pub mod history;
 pub mod ingest;
 pub mod location;
@@ -31,6 +33,7 @@ mod store;
 mod table;
 
 pub use error::TableError;
+pub use external::CheckedLocation;
 pub use location::DataLocation;
 pub use scan::{deal_files, group_by_partition, is_declared};
 pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
