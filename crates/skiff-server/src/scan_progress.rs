@@ -24,11 +24,9 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
-use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err, not_impl_err};
 use datafusion::config::ConfigOptions;
-use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -43,7 +41,10 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use skiff_flight::protocol::ScanFiles;
 
+use skiff_tables::file_scan;
+
 use crate::config::{SCAN_TALLY_FORGET_AFTER, SCAN_TALLY_RETIRED_MAX};
+use crate::coordinator::lock;
 
 /// A distributed query, as the nodes name its scans: Skiff's query id and
 /// the coordinator run that gave it (ids start again at 1 when the
@@ -83,7 +84,7 @@ const FILES_PROCESSED: &str = "files_processed";
 
 impl ScanTally {
     fn lock(&self) -> MutexGuard<'_, Queries> {
-        self.queries.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.queries)
     }
 
     /// Count the scan of `key` whose metrics are `metrics`.
@@ -360,12 +361,6 @@ impl PhysicalOptimizerRule for CountScans {
     fn schema_check(&self) -> bool {
         true
     }
-}
-
-fn file_scan(node: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
-    node.downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()
 }
 
 /// Files (or file ranges) the counted scans of a distributed `plan` read,

@@ -28,7 +28,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
@@ -46,7 +45,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::partition::FilePartition;
-use crate::scan::is_declared;
+use crate::scan::{file_scan, is_declared};
 
 /// Where the rows of a hash-partitioned output were put in their
 /// partitions.
@@ -71,10 +70,7 @@ fn sources(plan: &Arc<dyn ExecutionPlan>) -> BTreeSet<Source> {
     if plan.is::<RepartitionExec>() {
         return BTreeSet::from([Source::DataFusion]);
     }
-    if let Some(scan) = plan
-        .downcast_ref::<DataSourceExec>()
-        .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
-    {
+    if let Some(scan) = file_scan(plan.as_ref()) {
         return BTreeSet::from([declared_class(scan).map_or(Source::Other, Source::Declared)]);
     }
     let found: BTreeSet<Source> = plan.children().into_iter().flat_map(sources).collect();

@@ -35,6 +35,6 @@ mod table;
 pub use error::TableError;
 pub use external::CheckedLocation;
 pub use location::DataLocation;
-pub use scan::{deal_files, group_by_partition, is_declared};
+pub use scan::{deal_files, file_scan, group_by_partition, is_declared};
 pub use store::{DELTA_FORMAT, DeltaFactory, TableStore, is_delta_table};
 pub use table::ManagedTable;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::Session;
+use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::file_format::FileFormat;
@@ -256,6 +257,13 @@ pub fn group_by_partition(
         groups[slot(partition) % width].push(file);
     }
     groups.into_iter().map(FileGroup::new).collect()
+}
+
+/// The file scan `plan` is, when it is one: a `DataSourceExec` over files.
+pub fn file_scan(plan: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
+    plan.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
 }
 
 /// Whether `scan` is a declared scan of a partitioned table: its groups

@@ -36,7 +36,7 @@ use skiff_cluster::{PartitionManager, WorkerId};
 
 use super::queries::lock;
 use skiff_tables::partition::{FilePartition, PARTITION_COLUMN};
-use skiff_tables::{deal_files, group_by_partition, is_declared};
+use skiff_tables::{deal_files, file_scan, group_by_partition, is_declared};
 use url::Url;
 
 /// The partition map a distributed query is planned under and the
@@ -124,10 +124,7 @@ impl Placement {
 /// The files of `plan` when it is a Parquet scan of one hash-partitioned
 /// table (every file tagged with its partition), with the class.
 fn partitioned_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(&FileScanConfig, u32)> {
-    let scan = plan
-        .downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()?;
+    let scan = file_scan(plan.as_ref())?;
     let mut class = None;
     for file in scan.file_groups.iter().flat_map(|g| g.iter()) {
         let tag = file.extension::<FilePartition>()?;
@@ -418,9 +415,7 @@ pub(crate) fn explain(plan: &Arc<dyn ExecutionPlan>, placement: &Placement) -> S
             .task_workers(class, leaf.variants().len())
             .unwrap_or_default();
         for (i, variant) in leaf.variants().iter().enumerate() {
-            let mut read: Vec<u32> = variant
-                .downcast_ref::<DataSourceExec>()
-                .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
+            let mut read: Vec<u32> = file_scan(variant.as_ref())
                 .map(|s| {
                     s.file_groups
                         .iter()

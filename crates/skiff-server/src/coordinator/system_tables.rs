@@ -171,6 +171,8 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         worker.append_option(info.worker.as_ref().map(|(_, addr)| addr.as_str()));
         state.append_value(info.status.name());
         let finished = info.status == super::QueryStatus::Finished;
+        // Reads the coordinator's tally: once per row.
+        let scanned = info.scans.as_ref().map(|s| (s.done(), s.total));
         match &info.progress {
             Some(p) => {
                 let (d, t) = if finished {
@@ -187,25 +189,18 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
                 total.append_value(t as i32);
             }
             None => {
-                progress.append_option(match &info.scans {
+                progress.append_option(match scanned {
                     _ if finished => Some(1.0),
-                    Some(scans) => Some(scan_progress(scans.done(), scans.total, &info.status)),
+                    Some((d, t)) => Some(scan_progress(d, t, &info.status)),
                     None => None,
                 });
                 done.append_null();
                 total.append_null();
             }
         }
-        match &info.scans {
-            Some(scans) => {
-                files_done.append_value(i64::try_from(scans.done()).unwrap_or(i64::MAX));
-                files_total.append_value(i64::try_from(scans.total).unwrap_or(i64::MAX));
-            }
-            None => {
-                files_done.append_null();
-                files_total.append_null();
-            }
-        }
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        files_done.append_option(scanned.map(|(d, _)| as_i64(d)));
+        files_total.append_option(scanned.map(|(_, t)| as_i64(t)));
         rows.append_value(info.rows_sent as i64);
         started.append_value(micros(entry.started));
         elapsed.append_value(entry.elapsed().as_millis() as i64);
