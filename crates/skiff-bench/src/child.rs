@@ -101,6 +101,7 @@ async fn open_engine(session: &EngineFlags) -> Result<Engine> {
         target_partitions: session.partitions,
         memory_limit: session.memory_limit,
         spill_dir: None,
+        cache_memory: None,
     })?;
     engine
         .register_data(&DataLocation::parse(data.as_os_str())?)

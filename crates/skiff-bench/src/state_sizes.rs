@@ -164,6 +164,7 @@ async fn open_engine(setup: &Setup<'_>) -> Result<Engine> {
         target_partitions: Some(setup.threads),
         memory_limit: setup.session.memory_limit,
         spill_dir: None,
+        cache_memory: None,
     };
     let engine = Engine::new(&config)?;
     engine.register_data_dir(&setup.data).await?;

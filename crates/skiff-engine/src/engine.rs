@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use arrow::datatypes::Schema;
 
@@ -26,13 +26,14 @@ use skiff_tables::alter::AddColumns;
 use skiff_tables::copy::{Copy, CopySourceKind, LoadProgress};
 use skiff_tables::{DataLocation, TableStore};
 
+use crate::buffer::{self, BufferPool};
 use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
 use crate::explain;
 use crate::options::SkiffOptions;
 use crate::pipeline;
 use crate::statement::{StatementKind, classify};
-use crate::store::SkiffMemoryPool;
+use crate::store::{Relieve, SkiffMemoryPool};
 
 /// Memory consumers named in an out-of-memory error.
 const TOP_CONSUMERS_REPORTED: NonZeroUsize = NonZeroUsize::new(5).expect("non-zero");
@@ -41,6 +42,10 @@ const TOP_CONSUMERS_REPORTED: NonZeroUsize = NonZeroUsize::new(5).expect("non-ze
 /// consumers when it refuses) or unbounded, and able to ask intermediate
 /// stores to spill when an operator cannot grow.
 pub fn memory_pool(limit: Option<usize>) -> Arc<dyn MemoryPool> {
+    skiff_memory_pool(limit)
+}
+
+fn skiff_memory_pool(limit: Option<usize>) -> Arc<SkiffMemoryPool> {
     let pool: Arc<dyn MemoryPool> = match limit {
         Some(limit) => Arc::new(TrackConsumersPool::new(
             GreedyMemoryPool::new(limit),
@@ -60,6 +65,9 @@ pub struct EngineConfig {
     pub memory_limit: Option<usize>,
     /// Where spill files go; the system temporary directory when `None`.
     pub spill_dir: Option<PathBuf>,
+    /// Bytes of the buffer pool (`buffer`); `buffer::default_budget` for
+    /// one process when `None`, no pool at 0.
+    pub cache_memory: Option<usize>,
 }
 
 /// What running a statement gives back.
@@ -78,6 +86,7 @@ pub struct Engine {
     ctx: SessionContext,
     /// Managed tables, once a data directory is registered.
     tables: Arc<OnceLock<TableStore>>,
+    buffer: Option<Arc<BufferPool>>,
 }
 
 impl Engine {
@@ -96,9 +105,23 @@ impl Engine {
         // by default, so a table over a directory never saw files added
         // after its first scan (a silent wrong answer). A listing per scan
         // is what correctness costs until tables carry versions.
+        let memory = skiff_memory_pool(config.memory_limit);
+        let budget = config
+            .cache_memory
+            .unwrap_or_else(|| buffer::default_budget(config.memory_limit, 1));
+        let buffer = (budget > 0).then(|| {
+            let dyn_memory: Arc<dyn MemoryPool> = Arc::clone(&memory) as _;
+            let pool = BufferPool::new(budget, &dyn_memory);
+            // Under memory pressure blocks go first, before any spill.
+            memory.register_store(Arc::downgrade(&pool) as Weak<dyn Relieve>);
+            pool
+        });
+        if let Some(pool) = &buffer {
+            session = session.with_extension(Arc::clone(pool));
+        }
         let mut runtime = RuntimeEnvBuilder::new()
             .with_object_store_registry(Arc::new(skiff_tables::location::Stores::default()))
-            .with_memory_pool(memory_pool(config.memory_limit))
+            .with_memory_pool(memory)
             .with_object_list_cache_limit(0);
         if let Some(dir) = &config.spill_dir {
             runtime = runtime.with_temp_file_path(dir);
@@ -133,17 +156,30 @@ impl Engine {
             skiff_tables::history::NAME.to_string(),
             Arc::new(skiff_tables::history::TableHistory),
         )?;
+        if let Some(pool) = &buffer {
+            skiff.register_table(
+                buffer::system::CACHE_TABLE.to_string(),
+                Arc::new(buffer::system::CacheTable(Arc::downgrade(pool))),
+            )?;
+            ctx.register_udf(buffer::system::ClearCache::udf(pool));
+        }
         if let Some(catalog) = ctx.catalog(catalog::DATABASE) {
             catalog.register_schema(catalog::SYSTEM_SCHEMA, Arc::new(skiff))?;
         }
         Ok(Self {
             ctx,
             tables: Arc::new(OnceLock::new()),
+            buffer,
         })
     }
 
     pub fn context(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The process's buffer pool; `None` when its budget is 0.
+    pub fn buffer_pool(&self) -> Option<&Arc<BufferPool>> {
+        self.buffer.as_ref()
     }
 
     /// Register every table found in `dir` (see [`catalog::discover`]);

@@ -141,6 +141,18 @@ impl QueryExecution {
         let options = task_ctx.session_config().options();
         let skiff = options.extensions.get::<SkiffOptions>();
         let memory_max = skiff.and_then(|o| o.store_memory_max);
+        // Scans read through this process's buffer pool, wherever the plan
+        // was made (a plan on the wire names plain Parquet scans).
+        let pipelines = graph
+            .pipelines()
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p.plan = crate::buffer::read_through(p.plan, task_ctx)?;
+                Ok(p)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let graph = graph.with_pipelines(pipelines);
         let (graph, cuts) = if let Some(o) = skiff.filter(|o| o.mid_pipeline_cuts) {
             let (graph, control) = add_cut_points(graph, o.cut_tap_max_bytes)?;
             (graph, Some(control))

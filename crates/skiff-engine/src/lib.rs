@@ -6,13 +6,16 @@
 //! outputs and the query state ([`store`]), the leaf that reads them in
 //! later pipelines, here or after a migration ([`materialized`]), batches
 //! ready for IPC
-//! ([`batch`]), mid-pipeline cut points ([`morsel`]), and the embedded session
+//! ([`batch`]), mid-pipeline cut points ([`morsel`]), the process's buffer
+//! pool of decoded blocks that Parquet scans read through ([`buffer`]), and
+//! the embedded session
 //! ([`Engine`]), which registers a data directory's tables ([`catalog`]) and
 //! hands managed-table DDL and `COPY` to `skiff-tables`. Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive
 //! it through [`Engine`] and [`QueryExecution`].
 
 pub mod batch;
+pub mod buffer;
 pub mod catalog;
 pub mod engine;
 pub mod executor;

@@ -57,6 +57,9 @@ extensions_options! {
         /// pipelines once their gates let this many morsels through and
         /// migrate the query, partial work included.
         pub migrate_after_morsels: Option<u64>, default = None
+        /// Read Parquet scans through the process's buffer pool (`buffer`);
+        /// off reads every scan from storage, for comparisons.
+        pub buffer_pool: bool, default = true
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto
     }

@@ -41,6 +41,7 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use skiff_flight::protocol::ScanFiles;
 
+use skiff_engine::buffer::{self, BufferPool};
 use skiff_tables::file_scan;
 
 use crate::config::{SCAN_TALLY_FORGET_AFTER, SCAN_TALLY_RETIRED_MAX};
@@ -401,11 +402,22 @@ fn files_of(scan: &Arc<dyn ExecutionPlan>) -> u64 {
 #[derive(Debug)]
 pub struct ScanCountCodec {
     tally: Arc<ScanTally>,
+    /// The receiving process's buffer pool: the scans it decodes read
+    /// through it (plans name plain Parquet scans on the wire).
+    buffer: Option<Arc<BufferPool>>,
 }
 
 impl ScanCountCodec {
     pub fn new(tally: Arc<ScanTally>) -> Self {
-        Self { tally }
+        Self {
+            tally,
+            buffer: None,
+        }
+    }
+
+    pub fn with_buffer(mut self, pool: Option<Arc<BufferPool>>) -> Self {
+        self.buffer = pool;
+        self
     }
 }
 
@@ -422,11 +434,17 @@ impl PhysicalExtensionCodec for ScanCountCodec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        _ctx: &TaskContext,
+        ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let [input] = inputs else {
             return internal_err!("CountedScanExec with {} inputs", inputs.len());
+        };
+        let input = match &self.buffer {
+            Some(pool) if buffer::enabled(ctx.session_config().options()) => {
+                buffer::wrap_scans(Arc::clone(input), pool, ctx)?
+            }
+            _ => Arc::clone(input),
         };
         let node = CountedScanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;
@@ -435,7 +453,7 @@ impl PhysicalExtensionCodec for ScanCountCodec {
             query: node.query,
         };
         Ok(Arc::new(CountedScanExec::new(
-            Arc::clone(input),
+            input,
             key,
             Arc::clone(&self.tally),
         )))

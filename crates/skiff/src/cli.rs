@@ -78,6 +78,9 @@ impl SessionArgs {
         if let Some(bytes) = memory.and_then(|m| m.memory_limit) {
             merged.memory.memory_limit = Some(bytes);
         }
+        if let Some(bytes) = memory.and_then(|m| m.cache_memory) {
+            merged.memory.cache_memory = Some(bytes);
+        }
         merged
     }
 
@@ -96,6 +99,10 @@ impl SessionArgs {
 
     pub fn memory_limit(&self) -> Option<usize> {
         self.memory.memory_limit
+    }
+
+    pub fn cache_memory(&self) -> Option<usize> {
+        self.memory.cache_memory
     }
 }
 
@@ -128,6 +135,12 @@ pub struct MemoryLimitArg {
     /// default.
     #[arg(long, value_parser = parse_bytes)]
     pub memory_limit: Option<usize>,
+    /// Memory of the buffer pool (decoded blocks of tables' files kept
+    /// for later scans), e.g. 2G; 0 turns it off. By default a quarter of
+    /// the machine's memory (shared by `serve`'s workers), at most half
+    /// of --memory-limit.
+    #[arg(long, value_parser = parse_bytes)]
+    pub cache_memory: Option<usize>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

@@ -282,6 +282,7 @@ pub async fn worker(session: &SessionArgs, args: &WorkerArgs) -> Result<()> {
         partitions: session.partitions(),
         memory_limit: session.memory_limit(),
         spill_dir: args.spill_dir.clone(),
+        cache_memory: session.cache_memory(),
     };
     let span = info_span!("worker", pid = std::process::id());
     skiff_server::run_worker(config, shutdown_on_signal())
@@ -309,7 +310,7 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         .map_err(server_error)
 }
 
-fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize)>) {
+fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize, usize)>) {
     let pg = listening.pg.map_or("off".to_string(), |a| a.to_string());
     let flight = listening
         .flight
@@ -318,8 +319,11 @@ fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize)>) 
         "skiff: PostgreSQL on {pg}, Flight SQL on {flight}, cluster on {}",
         listening.cluster
     );
-    if let Some((workers, memnodes)) = nodes {
-        line.push_str(&format!(", {workers} workers, {memnodes} memory node"));
+    if let Some((workers, memnodes, cache)) = nodes {
+        line.push_str(&format!(
+            ", {workers} workers ({} MiB buffer pool each), {memnodes} memory node",
+            cache >> 20
+        ));
     }
     // The announcement is the one line scripts wait for.
     println!("{line}");
@@ -342,6 +346,10 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         };
         let mut kids = JoinSet::new();
         let cluster = listening.cluster.to_string();
+        // The default pool is a share of the machine for all its workers.
+        let cache = session.cache_memory().unwrap_or_else(|| {
+            skiff_engine::buffer::default_budget(session.memory_limit(), args.workers as usize)
+        });
         let children = Children::default();
         let worker = |n: u32| -> Result<_> {
             let mut command = child_command("worker", &cluster)?;
@@ -351,6 +359,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
             if let Some(m) = session.memory_limit() {
                 command.arg("--memory-limit").arg(m.to_string());
             }
+            command.arg("--cache-memory").arg(cache.to_string());
             Ok(supervise(
                 format!("worker {n}"),
                 command,
@@ -384,7 +393,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         let memnodes = coordinator
             .membership()
             .live(skiff_flight::protocol::Role::MemoryNode);
-        announce(&listening, Some((workers, memnodes)));
+        announce(&listening, Some((workers, memnodes, cache)));
         // `skiff.add_workers(n)` until shutdown.
         let mut started = args.workers;
         loop {

@@ -39,6 +39,7 @@ pub async fn open(args: &SessionArgs) -> Result<(Engine, PathBuf)> {
         target_partitions: args.partitions(),
         memory_limit: args.memory_limit(),
         spill_dir: None,
+        cache_memory: args.cache_memory(),
     };
     let engine = Engine::new(&config)?;
     let dir = data_dir(args);

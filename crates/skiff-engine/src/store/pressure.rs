@@ -111,7 +111,9 @@ impl MemoryPool for SkiffMemoryPool {
         };
         // The store spills its own overflow as it writes; asking it to
         // spill for itself could deadlock on the partition it is writing.
-        if reservation.consumer().name().starts_with(CONSUMER_PREFIX) {
+        // The buffer pool gives up a block rather than push anyone out.
+        let name = reservation.consumer().name();
+        if name.starts_with(CONSUMER_PREFIX) || name == crate::buffer::CONSUMER {
             return Err(refused);
         }
         if self.relieve(additional) == 0 {

@@ -8,7 +8,10 @@ use std::panic::AssertUnwindSafe;
 
 use arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
+use std::sync::Arc;
+
 use skiff_engine::Engine;
+use skiff_engine::buffer::TableCache;
 use skiff_engine::store::PipelineStatus;
 use skiff_gen::Benchmark;
 
@@ -37,17 +40,20 @@ async fn run_query(engine: &Engine, sql: &str) -> Result<QueryRun, String> {
     let run = run_statements(engine, sql).await?;
     // Every reservation taken for the query is returned once it is done.
     // Operator tasks wind down just after the last batch, so allow them a
-    // moment; a leak stays reserved for good.
+    // moment; a leak stays reserved for good. The buffer pool's blocks
+    // stay, reserved under its own consumer.
     let pool = &engine.context().runtime_env().memory_pool;
+    let cached = || engine.buffer_pool().map_or(0, |b| b.bytes());
     for _ in 0..RELEASE_POLLS_MAX {
-        if pool.reserved() == 0 {
+        if pool.reserved() == cached() {
             return Ok(run);
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     Err(format!(
-        "{} bytes still reserved after the query",
-        pool.reserved()
+        "{} bytes still reserved after the query ({} of them the buffer pool's)",
+        pool.reserved(),
+        cached()
     ))
 }
 
@@ -106,10 +112,16 @@ fn compare_all(answers: &[Golden], run: &QueryRun) -> Result<(), String> {
 /// with the list of failures. Returns the bytes spilled over all queries.
 async fn check_benchmark(bench: Benchmark, name: &str, sf: &str, setup: &[&str]) -> u64 {
     let data = dataset(bench, sf.parse().expect("sf"));
-    let golden_dir = repo_root().join(format!("tests/golden/{name}/sf{sf}"));
     // More partitions than cores, so that partition parallelism is exercised
     // on any machine.
     let engine = engine(Some(&data), 4).await;
+    check_on(&engine, name, sf, setup).await
+}
+
+/// [`check_benchmark`] on an engine already over the benchmark's data.
+async fn check_on(engine: &Engine, name: &str, sf: &str, setup: &[&str]) -> u64 {
+    let engine = engine.clone();
+    let golden_dir = repo_root().join(format!("tests/golden/{name}/sf{sf}"));
     for statement in setup {
         engine.execute(statement).await.expect(statement);
     }
@@ -197,6 +209,88 @@ async fn tpch_sf0_1_matches_duckdb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_sf0_01_matches_duckdb() {
     check_benchmark(Benchmark::Tpcds, "tpcds", "0.01", &[]).await;
+}
+
+/// The whole benchmark twice on one engine whose buffer pool holds
+/// `budget` bytes: answers equal DuckDB's cold and warm, and the pool's
+/// counters show how the second pass read.
+async fn check_twice(bench: Benchmark, name: &str, budget: usize) -> Vec<TableCache> {
+    let data = dataset(bench, 0.01);
+    let engine = skiff_engine::Engine::new(&skiff_engine::EngineConfig {
+        target_partitions: Some(4),
+        cache_memory: Some(budget),
+        ..Default::default()
+    })
+    .expect("engine");
+    engine
+        .register_data_dir(&data)
+        .await
+        .expect("register data");
+    let pool = Arc::clone(engine.buffer_pool().expect("a buffer pool"));
+    check_on(&engine, name, "0.01", &[]).await;
+    let cold = pool.tables();
+    check_on(&engine, name, "0.01", &[]).await;
+    assert!(pool.bytes() <= budget);
+    assert_eq!(
+        engine.context().runtime_env().memory_pool.reserved(),
+        pool.bytes()
+    );
+    let warm = pool.tables();
+    // Each table's counters over the second pass alone.
+    warm.iter()
+        .map(|(location, after)| {
+            let before = cold
+                .iter()
+                .find(|(l, _)| l == location)
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default();
+            TableCache {
+                blocks: after.blocks,
+                bytes: after.bytes,
+                hits: after.hits - before.hits,
+                misses: after.misses - before.misses,
+                evictions: after.evictions - before.evictions,
+            }
+        })
+        .collect()
+}
+
+/// With room for every block, the second pass reads nothing from storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_warm_matches_duckdb_and_misses_nothing() {
+    let warm = check_twice(Benchmark::Tpch, "tpch", 1 << 30).await;
+    assert!(warm.iter().map(|t| t.hits).sum::<u64>() > 0);
+    assert_eq!(warm.iter().map(|t| t.misses).sum::<u64>(), 0, "{warm:?}");
+    assert_eq!(warm.iter().map(|t| t.evictions).sum::<u64>(), 0);
+}
+
+/// A pool far smaller than the data: blocks come and go between (and
+/// within) queries, answers do not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_with_a_small_pool_matches_duckdb() {
+    let warm = check_twice(Benchmark::Tpch, "tpch", 1 << 20).await;
+    assert!(warm.iter().map(|t| t.evictions).sum::<u64>() > 0);
+    assert!(warm.iter().map(|t| t.hits).sum::<u64>() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_sf0_01_warm_matches_duckdb_and_misses_nothing() {
+    let warm = check_twice(Benchmark::Tpcds, "tpcds", 1 << 30).await;
+    assert!(warm.iter().map(|t| t.hits).sum::<u64>() > 0);
+    assert_eq!(warm.iter().map(|t| t.misses).sum::<u64>(), 0, "{warm:?}");
+}
+
+/// Without the pool (`skiff.buffer_pool = false`) every scan reads storage,
+/// as DataFusion's own Parquet scan does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_sf0_01_without_the_pool_matches_duckdb() {
+    check_benchmark(
+        Benchmark::Tpch,
+        "tpch",
+        "0.01",
+        &["SET skiff.buffer_pool = false"],
+    )
+    .await;
 }
 
 /// SF 1 is where every TPC-DS query returns rows; it takes minutes, so it

@@ -1,5 +1,6 @@
 //! Skiff engine integration tests, in one binary to link DataFusion once.
 
+mod buffer;
 mod golden;
 mod invariants;
 mod slt;

@@ -143,6 +143,8 @@ impl Coordinator {
             target_partitions: config.partitions,
             memory_limit: None,
             spill_dir: None,
+            // Workers scan; the coordinator reads only its system tables.
+            cache_memory: Some(0),
         })?;
         let data = config.data.display();
         // The lock first: opening the tables finishes interrupted DROPs,

@@ -90,6 +90,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         partitions: Some(2),
         memory_limit: None,
         spill_dir: None,
+        cache_memory: Some(64 << 20),
     };
     let stop = shutdown.clone();
     tasks.spawn(async move { run_worker(worker, stop).await.unwrap() });

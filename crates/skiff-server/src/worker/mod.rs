@@ -56,6 +56,8 @@ pub struct WorkerConfig {
     /// Memory the worker's queries may use together, in bytes.
     pub memory_limit: Option<usize>,
     pub spill_dir: Option<PathBuf>,
+    /// Bytes of the worker's buffer pool; the engine's default when `None`.
+    pub cache_memory: Option<usize>,
 }
 
 /// A query this worker runs.
@@ -86,7 +88,11 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         target_partitions: config.partitions,
         memory_limit: config.memory_limit,
         spill_dir: config.spill_dir.clone(),
+        cache_memory: config.cache_memory,
     })?;
+    if let Some(pool) = engine.buffer_pool() {
+        info!(bytes = pool.budget(), "buffer pool");
+    }
     let stop = CancellationToken::new();
     let listener = crate::node::bind(config.listen).await?;
     let addr = crate::node::local_addr(&listener)?;
@@ -112,8 +118,9 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     // the library's worker service, on the same port as Skiff's Flight
     // service, with the engine's object stores and memory pool.
     let scans = Arc::clone(&service.scans);
+    let buffer = service.engine.buffer_pool().cloned();
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
-        task_session(ctx, Arc::clone(&scans))
+        task_session(ctx, Arc::clone(&scans), buffer.clone())
     })
     .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
@@ -152,6 +159,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
 async fn task_session(
     mut ctx: datafusion_distributed::WorkerQueryContext,
     scans: Arc<ScanTally>,
+    buffer: Option<Arc<skiff_engine::buffer::BufferPool>>,
 ) -> datafusion::common::Result<datafusion::execution::SessionState> {
     if let Some(config) = ctx.builder.config().as_mut() {
         let options = config.options_mut();
@@ -165,7 +173,7 @@ async fn task_session(
     }
     Ok(ctx
         .builder
-        .with_distributed_user_codec(ScanCountCodec::new(scans))
+        .with_distributed_user_codec(ScanCountCodec::new(scans).with_buffer(buffer))
         .build())
 }
 
@@ -464,7 +472,9 @@ mod tests {
             builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
             headers,
         };
-        let state = task_session(task(headers), Arc::default()).await.unwrap();
+        let state = task_session(task(headers), Arc::default(), None)
+            .await
+            .unwrap();
         assert_eq!(state.config().batch_size(), 100);
 
         // The library sets its shuffle batch size from its own headers.
@@ -477,7 +487,7 @@ mod tests {
             .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
             .unwrap();
         ctx.builder = ctx.builder.with_config(config);
-        let state = task_session(ctx, Arc::default()).await.unwrap();
+        let state = task_session(ctx, Arc::default(), None).await.unwrap();
         assert_eq!(state.config().batch_size(), 50);
     }
 }

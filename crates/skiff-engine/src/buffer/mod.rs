@@ -1,0 +1,110 @@
+//! The buffer pool: decoded column chunks (*blocks*) of tables' Parquet
+//! files, kept per process so that a warm scan skips I/O and decoding
+//! (VectorH's per-node buffer pool, `../shared/papers/elastic-scaling-vectorh.txt` §6).
+//!
+//! [`BufferPool`] holds the blocks within a byte budget, counted in the
+//! process's DataFusion memory pool and given back under memory pressure;
+//! [`BufferedSource`] is the Parquet scan that reads through it;
+//! [`read_through`] puts it under a plan's scans where the plan runs (the
+//! pipeline executor, a worker's distributed tasks), so plans on the wire
+//! stay plain DataFusion scans.
+
+mod pool;
+mod scan;
+pub mod system;
+
+use std::sync::Arc;
+
+use datafusion::common::Result;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::datasource::physical_plan::{FileScanConfig, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+
+pub use pool::{
+    BlockKey, BufferPool, CONSUMER, FileVersion, OTHER_CHANCES, OWNED_CHANCES, TableCache,
+};
+pub use scan::BufferedSource;
+
+use crate::options::SkiffOptions;
+
+/// The pool's default share of the machine's memory (of all the
+/// processes of one machine together; `skiff serve` divides it).
+pub const DEFAULT_SHARE_OF_MEMORY: f64 = 0.25;
+/// Its default share of a `--memory-limit`, when one is set.
+pub const DEFAULT_SHARE_OF_LIMIT: f64 = 0.5;
+/// Assumed when the machine's memory cannot be read.
+const MACHINE_MEMORY_UNKNOWN: usize = 4 << 30;
+
+/// The budget a pool gets when none is given: a share of the machine's
+/// memory split over `processes`, and at most a share of `memory_limit`.
+pub fn default_budget(memory_limit: Option<usize>, processes: usize) -> usize {
+    let machine = machine_memory().unwrap_or(MACHINE_MEMORY_UNKNOWN);
+    let share = (machine as f64 * DEFAULT_SHARE_OF_MEMORY) as usize / processes.max(1);
+    match memory_limit {
+        Some(limit) => share.min((limit as f64 * DEFAULT_SHARE_OF_LIMIT) as usize),
+        None => share,
+    }
+}
+
+/// Total memory of this machine, from `/proc/meminfo`.
+pub fn machine_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// `plan` with each Parquet scan that [`BufferedSource`] can read wrapped
+/// in it, reading through the pool `ctx`'s session carries; `plan` as it is
+/// when the session has no pool or `skiff.buffer_pool` is off.
+pub fn read_through(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let config = ctx.session_config();
+    match config.get_extension::<BufferPool>() {
+        Some(pool) if enabled(config.options()) => wrap_scans(plan, &pool, ctx),
+        _ => Ok(plan),
+    }
+}
+
+/// Whether the session reads through the pool (`skiff.buffer_pool`).
+pub fn enabled(options: &ConfigOptions) -> bool {
+    options
+        .extensions
+        .get::<SkiffOptions>()
+        .is_none_or(|o| o.buffer_pool)
+}
+
+/// `plan` with each Parquet scan [`BufferedSource`] can read reading
+/// through `pool` (file metadata through `ctx`'s runtime cache).
+pub fn wrap_scans(
+    plan: Arc<dyn ExecutionPlan>,
+    pool: &Arc<BufferPool>,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let metadata = ctx.runtime_env().cache_manager.get_file_metadata_cache();
+    plan.transform_up(|node| {
+        let Some(config) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|exec| exec.data_source().downcast_ref::<FileScanConfig>())
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(parquet) = config.file_source().downcast_ref::<ParquetSource>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(source) = BufferedSource::wrap(parquet, config, pool, Arc::clone(&metadata))
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let mut config = config.clone();
+        config.file_source = Arc::new(source);
+        let wrapped: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        Ok(Transformed::yes(wrapped))
+    })
+    .data()
+}

@@ -1,0 +1,377 @@
+//! The blocks a process holds, their budget and which one goes first.
+//!
+//! Eviction is CLOCK with VectorH's importance order: every block has a
+//! few *chances*, refilled when a scan reads it; the hand takes one chance
+//! from each block it passes and evicts a block that has none left. A block
+//! of a partition this node owns gets [`OWNED_CHANCES`], any other block
+//! [`OTHER_CHANCES`], so between blocks read equally often the ones of
+//! partitions owned elsewhere go first.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::DataType;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+
+use crate::store::Relieve;
+
+/// The memory consumer the pool's blocks are counted under.
+pub const CONSUMER: &str = "BufferPool";
+
+/// Chances of a block of a partition this node owns (and of blocks of
+/// tables that are not hash-partitioned: every node reads all of them).
+pub const OWNED_CHANCES: u8 = 2;
+/// Chances of a block of a partition another node owns.
+pub const OTHER_CHANCES: u8 = 1;
+
+/// One version of one file: a block read from it is valid while the file
+/// a scan names has the same path, size and modification time. Delta
+/// never rewrites a file in place; an external file rewritten in place
+/// changes size or time, and its old blocks are never read again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FileVersion {
+    pub path: String,
+    pub size: u64,
+    /// Nanoseconds since the epoch, as the object store reports them.
+    pub modified: i64,
+    pub e_tag: Option<String>,
+}
+
+/// A block: one column chunk of one row group, decoded to `data_type`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub file: Arc<FileVersion>,
+    pub row_group: usize,
+    /// The column's index among the file's top-level columns.
+    pub column: usize,
+    pub data_type: DataType,
+}
+
+/// What `skiff.cache` shows of one table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableCache {
+    pub blocks: u64,
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+}
+
+/// The buffer pool of one process: decoded blocks of tables' Parquet
+/// files within `budget` bytes, counted in the process's memory pool.
+pub struct BufferPool {
+    budget: usize,
+    blocks: Mutex<Blocks>,
+}
+
+struct Blocks {
+    index: HashMap<BlockKey, usize>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    hand: usize,
+    bytes: usize,
+    /// Per table location, in first-seen order for a stable listing.
+    tables: Vec<(Arc<str>, TableCache)>,
+    reservation: MemoryReservation,
+}
+
+struct Slot {
+    key: BlockKey,
+    table: usize,
+    array: ArrayRef,
+    bytes: usize,
+    chances: u8,
+    owned: bool,
+}
+
+impl BufferPool {
+    /// A pool of at most `budget` bytes whose blocks are counted in
+    /// `memory`; a budget of 0 admits nothing.
+    pub fn new(budget: usize, memory: &Arc<dyn MemoryPool>) -> Arc<Self> {
+        let reservation = MemoryConsumer::new(CONSUMER).register(memory);
+        Arc::new(Self {
+            budget,
+            blocks: Mutex::new(Blocks {
+                index: HashMap::new(),
+                slots: Vec::new(),
+                free: Vec::new(),
+                hand: 0,
+                bytes: 0,
+                tables: Vec::new(),
+                reservation,
+            }),
+        })
+    }
+
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Bytes the blocks take now.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Blocks> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The block at `key`, counted as a hit of `table`; `None` (a miss)
+    /// when the pool does not hold it.
+    pub fn get(&self, table: &Arc<str>, key: &BlockKey) -> Option<ArrayRef> {
+        let mut blocks = self.lock();
+        let slot = blocks.index.get(key).copied();
+        let table = blocks.table(table);
+        let Some(slot) = slot else {
+            blocks.tables[table].1.misses += 1;
+            return None;
+        };
+        blocks.tables[table].1.hits += 1;
+        let slot = blocks.slots[slot].as_mut()?;
+        slot.chances = if slot.owned {
+            OWNED_CHANCES
+        } else {
+            OTHER_CHANCES
+        };
+        Some(Arc::clone(&slot.array))
+    }
+
+    /// Keep `array` as the block at `key`, evicting others to make room;
+    /// a block larger than the budget, or one the memory pool has no room
+    /// for, is not kept (the scan has its data either way).
+    pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, owned: bool) {
+        let bytes = array.get_array_memory_size();
+        if bytes > self.budget {
+            return;
+        }
+        let mut blocks = self.lock();
+        if blocks.index.contains_key(&key) {
+            return;
+        }
+        while blocks.bytes + bytes > self.budget {
+            if !blocks.evict_one() {
+                return;
+            }
+        }
+        // Queries come first: the pool does not ask anyone to spill for
+        // the cache (`SkiffMemoryPool` skips this consumer), it gives up.
+        if blocks.reservation.try_grow(bytes).is_err() {
+            return;
+        }
+        let table = blocks.table(table);
+        let slot = Slot {
+            key: key.clone(),
+            table,
+            array,
+            bytes,
+            chances: if owned { OWNED_CHANCES } else { OTHER_CHANCES },
+            owned,
+        };
+        let at = match blocks.free.pop() {
+            Some(at) => {
+                blocks.slots[at] = Some(slot);
+                at
+            }
+            None => {
+                blocks.slots.push(Some(slot));
+                blocks.slots.len() - 1
+            }
+        };
+        blocks.index.insert(key, at);
+        blocks.bytes += bytes;
+        let stats = &mut blocks.tables[table].1;
+        stats.blocks += 1;
+        stats.bytes += bytes as u64;
+        blocks.check(self.budget);
+    }
+
+    /// Drop every block; the bytes they took.
+    pub fn clear(&self) -> usize {
+        let mut blocks = self.lock();
+        let freed = blocks.bytes;
+        for at in 0..blocks.slots.len() {
+            if blocks.slots[at].is_some() {
+                blocks.remove(at, false);
+            }
+        }
+        blocks.check(self.budget);
+        freed
+    }
+
+    /// Per table location: what the pool holds of it and how its reads went.
+    pub fn tables(&self) -> Vec<(Arc<str>, TableCache)> {
+        self.lock().tables.clone()
+    }
+}
+
+impl Blocks {
+    fn table(&mut self, location: &Arc<str>) -> usize {
+        match self.tables.iter().position(|(t, _)| t == location) {
+            Some(at) => at,
+            None => {
+                self.tables
+                    .push((Arc::clone(location), TableCache::default()));
+                self.tables.len() - 1
+            }
+        }
+    }
+
+    /// Advance the hand to the next block without chances and evict it;
+    /// false when the pool is empty.
+    fn evict_one(&mut self) -> bool {
+        if self.index.is_empty() {
+            return false;
+        }
+        // Every pass takes a chance from each block, so within
+        // `OWNED_CHANCES + 1` passes some block has none left.
+        let steps = self.slots.len() * (usize::from(OWNED_CHANCES) + 1);
+        for _ in 0..=steps {
+            let at = self.hand;
+            self.hand = (self.hand + 1) % self.slots.len();
+            let Some(slot) = self.slots[at].as_mut() else {
+                continue;
+            };
+            if slot.chances == 0 {
+                self.remove(at, true);
+                return true;
+            }
+            slot.chances -= 1;
+        }
+        unreachable!("a CLOCK pass over a non-empty pool evicts a block");
+    }
+
+    fn remove(&mut self, at: usize, evicted: bool) {
+        let Some(slot) = self.slots[at].take() else {
+            return;
+        };
+        self.index.remove(&slot.key);
+        self.free.push(at);
+        self.bytes -= slot.bytes;
+        self.reservation.shrink(slot.bytes);
+        let stats = &mut self.tables[slot.table].1;
+        stats.blocks -= 1;
+        stats.bytes -= slot.bytes as u64;
+        if evicted {
+            stats.evictions += 1;
+        }
+    }
+
+    /// The pool's invariants: its bytes are what its blocks take, all of
+    /// them reserved in the memory pool, and within the budget.
+    fn check(&self, budget: usize) {
+        assert!(self.bytes <= budget, "buffer pool above its budget");
+        assert_eq!(self.bytes, self.reservation.size());
+        debug_assert_eq!(
+            self.bytes as u64,
+            self.tables.iter().map(|(_, t)| t.bytes).sum::<u64>()
+        );
+        debug_assert_eq!(self.index.len(), self.slots.len() - self.free.len());
+    }
+}
+
+impl Relieve for BufferPool {
+    /// Memory pressure from a query: blocks go before anyone spills.
+    fn relieve(&self, wanted: usize) -> usize {
+        let mut blocks = self.lock();
+        let before = blocks.bytes;
+        while before - blocks.bytes < wanted && blocks.evict_one() {}
+        blocks.check(self.budget);
+        before - blocks.bytes
+    }
+}
+
+impl fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let blocks = self.lock();
+        f.debug_struct("BufferPool")
+            .field("budget", &self.budget)
+            .field("bytes", &blocks.bytes)
+            .field("blocks", &blocks.index.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Int64Array;
+    use datafusion::execution::memory_pool::GreedyMemoryPool;
+
+    use super::*;
+
+    fn key(row_group: usize) -> BlockKey {
+        BlockKey {
+            file: Arc::new(FileVersion {
+                path: "t/a.parquet".into(),
+                size: 10,
+                modified: 1,
+                e_tag: None,
+            }),
+            row_group,
+            column: 0,
+            data_type: DataType::Int64,
+        }
+    }
+
+    fn array() -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(0..1000))
+    }
+
+    #[test]
+    fn blocks_stay_within_the_budget_and_the_memory_pool() {
+        let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let one = array().get_array_memory_size();
+        let pool = BufferPool::new(3 * one + one / 2, &memory);
+        let table: Arc<str> = "t".into();
+        for rg in 0..10 {
+            assert!(pool.get(&table, &key(rg)).is_none());
+            pool.admit(&table, key(rg), array(), true);
+            assert!(pool.bytes() <= pool.budget());
+            assert_eq!(memory.reserved(), pool.bytes());
+        }
+        let stats = &pool.tables()[0].1;
+        assert_eq!((stats.blocks, stats.misses, stats.evictions), (3, 10, 7));
+        assert!(pool.get(&table, &key(9)).is_some());
+        assert_eq!(pool.clear(), 3 * one);
+        assert_eq!(memory.reserved(), 0);
+    }
+
+    #[test]
+    fn blocks_of_partitions_owned_elsewhere_go_first() {
+        let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let one = array().get_array_memory_size();
+        let pool = BufferPool::new(2 * one, &memory);
+        let table: Arc<str> = "t".into();
+        pool.admit(&table, key(0), array(), true);
+        pool.admit(&table, key(1), array(), false);
+        pool.admit(&table, key(2), array(), true);
+        assert!(pool.get(&table, &key(0)).is_some(), "the owned block stays");
+        assert!(pool.get(&table, &key(1)).is_none());
+    }
+
+    #[test]
+    fn memory_pressure_takes_blocks_back() {
+        let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let one = array().get_array_memory_size();
+        let pool = BufferPool::new(4 * one, &memory);
+        let table: Arc<str> = "t".into();
+        for rg in 0..4 {
+            pool.admit(&table, key(rg), array(), true);
+        }
+        assert_eq!(pool.relieve(one + 1), 2 * one);
+        assert_eq!(memory.reserved(), 2 * one);
+    }
+
+    #[test]
+    fn a_full_memory_pool_refuses_blocks_without_failing() {
+        let one = array().get_array_memory_size();
+        let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(one + one / 2));
+        let pool = BufferPool::new(4 * one, &memory);
+        let table: Arc<str> = "t".into();
+        pool.admit(&table, key(0), array(), true);
+        pool.admit(&table, key(1), array(), true);
+        assert_eq!(pool.bytes(), one);
+        assert!(pool.get(&table, &key(1)).is_none());
+    }
+}

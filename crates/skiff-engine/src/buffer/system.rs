@@ -1,0 +1,152 @@
+//! `skiff.cache` and `skiff.clear_cache()` over one process's pool.
+
+use std::sync::{Arc, Weak};
+
+use arrow::array::{Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{Result, exec_err};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::pool::{BufferPool, TableCache};
+
+/// The system table's name in the `skiff` schema.
+pub const CACHE_TABLE: &str = "cache";
+/// The function that empties the pool.
+pub const CLEAR_CACHE: &str = "skiff.clear_cache";
+
+/// `skiff.cache`'s columns.
+pub fn cache_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("location", DataType::Utf8, false),
+        Field::new("blocks", DataType::UInt64, false),
+        Field::new("bytes", DataType::UInt64, false),
+        Field::new("hits", DataType::UInt64, false),
+        Field::new("misses", DataType::UInt64, false),
+        Field::new("evictions", DataType::UInt64, false),
+    ]))
+}
+
+/// `skiff.cache` rows: one per table location the pool has seen.
+pub fn cache_rows(tables: &[(Arc<str>, TableCache)]) -> Result<RecordBatch> {
+    let name = |location: &str| {
+        let trimmed = location.trim_end_matches('/');
+        trimmed.rsplit('/').next().unwrap_or(trimmed).to_string()
+    };
+    let column = |f: fn(&TableCache) -> u64| {
+        Arc::new(UInt64Array::from_iter_values(
+            tables.iter().map(|(_, t)| f(t)),
+        ))
+    };
+    Ok(RecordBatch::try_new(
+        cache_schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|(l, _)| name(l)),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                tables.iter().map(|(l, _)| l.to_string()),
+            )),
+            column(|t| t.blocks),
+            column(|t| t.bytes),
+            column(|t| t.hits),
+            column(|t| t.misses),
+            column(|t| t.evictions),
+        ],
+    )?)
+}
+
+/// `skiff.cache` of this process.
+#[derive(Debug)]
+pub struct CacheTable(pub Weak<BufferPool>);
+
+#[async_trait]
+impl TableProvider for CacheTable {
+    fn schema(&self) -> SchemaRef {
+        cache_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let tables = self.0.upgrade().map(|p| p.tables()).unwrap_or_default();
+        let batch = cache_rows(&tables)?;
+        let schema = batch.schema();
+        Ok(MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            schema,
+            projection.cloned(),
+        )?)
+    }
+}
+
+/// `skiff.clear_cache()`: drops every block of this process's pool and
+/// answers the bytes freed.
+#[derive(Debug)]
+pub struct ClearCache {
+    pool: Weak<BufferPool>,
+    signature: Signature,
+}
+
+impl ClearCache {
+    pub fn udf(pool: &Arc<BufferPool>) -> ScalarUDF {
+        ScalarUDF::from(Self {
+            pool: Arc::downgrade(pool),
+            signature: Signature::exact(vec![], Volatility::Volatile),
+        })
+    }
+}
+
+impl PartialEq for ClearCache {
+    fn eq(&self, other: &Self) -> bool {
+        Weak::ptr_eq(&self.pool, &other.pool)
+    }
+}
+
+impl Eq for ClearCache {}
+
+impl std::hash::Hash for ClearCache {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.signature.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for ClearCache {
+    fn name(&self) -> &str {
+        CLEAR_CACHE
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let Some(pool) = self.pool.upgrade() else {
+            return exec_err!("the buffer pool is gone");
+        };
+        let freed = i64::try_from(pool.clear()).unwrap_or(i64::MAX);
+        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
+            freed;
+            args.number_rows.max(1)
+        ]))))
+    }
+}
