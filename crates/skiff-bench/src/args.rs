@@ -229,9 +229,27 @@ pub enum Via {
 /// An engine `skiff bench` can measure.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BenchEngine {
+    /// Skiff's pipelines, scans through its buffer pool (warm after the
+    /// first run).
     Skiff,
+    /// Skiff without a buffer pool: every run reads and decodes Parquet.
+    #[value(name = "skiff-cold")]
+    SkiffCold,
+    /// DataFusion's streaming executor over the same files.
     Datafusion,
+    /// DuckDB over the same Parquet files (views).
     Duckdb,
+    /// DuckDB on its own storage: the tables copied once into a database
+    /// file (the copy is not timed).
+    #[value(name = "duckdb-native")]
+    DuckdbNative,
+}
+
+impl BenchEngine {
+    /// Whether the engine is DuckDB (run by python3, not a Skiff child).
+    pub fn is_duckdb(self) -> bool {
+        matches!(self, BenchEngine::Duckdb | BenchEngine::DuckdbNative)
+    }
 }
 
 #[derive(Args, Debug)]

@@ -72,7 +72,7 @@ async fn measure_into(args: &BenchChildArgs, report: &mut ChildReport) -> Result
     let script = std::fs::read_to_string(&args.query)
         .map_err(|e| DataFusionError::Plan(format!("cannot read {}: {e}", args.query.display())))?;
     let statements = split_statements(&script);
-    let engine = open_engine(&args.session).await?;
+    let engine = open_engine(&args.session, args.engine).await?;
     report.baseline_rss_bytes = proc_status_bytes("VmRSS");
     for _ in 0..args.runs {
         let started = Instant::now();
@@ -90,8 +90,9 @@ async fn measure_into(args: &BenchChildArgs, report: &mut ChildReport) -> Result
     Ok(())
 }
 
-/// An engine over the tables of `--data`, configured as the parent asked.
-async fn open_engine(session: &EngineFlags) -> Result<Engine> {
+/// An engine over the tables of `--data`, configured as the parent asked;
+/// a buffer pool only for `skiff` (DataFusion's path never reads one).
+async fn open_engine(session: &EngineFlags, which: BenchEngine) -> Result<Engine> {
     let Some(data) = &session.data else {
         return Err(DataFusionError::Plan(
             "skiff bench-child needs --data".to_string(),
@@ -101,7 +102,10 @@ async fn open_engine(session: &EngineFlags) -> Result<Engine> {
         target_partitions: session.partitions,
         memory_limit: session.memory_limit,
         spill_dir: None,
-        cache_memory: None,
+        cache_memory: match which {
+            BenchEngine::Skiff => None,
+            _ => Some(0),
+        },
     })?;
     engine
         .register_data(&DataLocation::parse(data.as_os_str())?)
@@ -114,9 +118,9 @@ async fn run_file(engine: &Engine, which: BenchEngine, statements: &[&str]) -> R
     let mut rows = 0u64;
     for statement in statements {
         let mut stream = match which {
-            BenchEngine::Skiff => engine.execute(statement).await?.stream,
+            BenchEngine::Skiff | BenchEngine::SkiffCold => engine.execute(statement).await?.stream,
             BenchEngine::Datafusion => engine.execute_streaming(statement).await?,
-            BenchEngine::Duckdb => {
+            BenchEngine::Duckdb | BenchEngine::DuckdbNative => {
                 return Err(DataFusionError::Plan(
                     "duckdb runs in python3, not in skiff bench-child".to_string(),
                 ));
@@ -281,8 +285,11 @@ pub fn command(
     }
     let engine = match engine {
         BenchEngine::Skiff => "skiff",
+        BenchEngine::SkiffCold => "skiff-cold",
         BenchEngine::Datafusion => "datafusion",
-        BenchEngine::Duckdb => return Err("duckdb has no skiff child".to_string()),
+        BenchEngine::Duckdb | BenchEngine::DuckdbNative => {
+            return Err("duckdb has no skiff child".to_string());
+        }
     };
     command
         .arg("--engine")

@@ -61,6 +61,9 @@ struct Job<'a> {
     memory_limit: Option<usize>,
     /// A database file to work in; in memory when `None`.
     database: Option<&'a str>,
+    /// The tables copied into `database` (once, before the timed runs)
+    /// rather than views over the files.
+    native: bool,
 }
 
 /// The command for one query, and the job to write to its stdin.
@@ -71,6 +74,7 @@ pub fn command(
     threads: usize,
     memory_limit: Option<usize>,
     database: Option<&str>,
+    native: bool,
 ) -> Result<(Command, String), String> {
     let tables = catalog::discover(data)
         .map_err(|e| e.to_string())?
@@ -100,6 +104,7 @@ pub fn command(
         threads,
         memory_limit,
         database,
+        native,
     };
     let job = serde_json::to_string(&job).map_err(|e| format!("cannot encode the job: {e}"))?;
     let mut command = Command::new("python3");

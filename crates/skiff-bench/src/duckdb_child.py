@@ -1,7 +1,10 @@
 # DuckDB side of `skiff bench`: one process per query, the counterpart of
 # `skiff bench-child`. Reads its job as JSON on stdin:
 #   {"tables": [{"name", "path", "format", "is_dir"}], "statements": [...],
-#    "runs": N, "threads": T, "memory_limit": BYTES or null}
+#    "runs": N, "threads": T, "memory_limit": BYTES or null,
+#    "database": FILE or null, "native": BOOL}
+# With "native", the tables are copied into the database file (once: a
+# later query finds them there) before the timed runs, instead of views.
 # and prints one JSON line on stdout with the same fields as the Rust child's
 # report: runs_ms, rows, baseline_rss_bytes, peak_rss_bytes, error.
 import json
@@ -76,9 +79,11 @@ def run(job, report):
     if job.get("memory_limit"):
         con.execute("SET memory_limit = '" + str(int(job["memory_limit"]) // 1024) + "KiB'")
     for table in job["tables"]:
-        con.execute(
-            "CREATE VIEW " + quote_ident(table["name"]) + " AS SELECT * FROM " + source(table)
-        )
+        name = quote_ident(table["name"])
+        if job.get("native"):
+            con.execute("CREATE TABLE IF NOT EXISTS " + name + " AS SELECT * FROM " + source(table))
+        else:
+            con.execute("CREATE VIEW " + name + " AS SELECT * FROM " + source(table))
     count_rows = row_counter()
     report["baseline_rss_bytes"] = status_bytes("VmRSS")
     for _ in range(int(job["runs"])):

@@ -89,6 +89,9 @@ struct Setup<'a> {
     runs: u32,
     timeout: Duration,
     threads: usize,
+    /// DuckDB's own storage for `duckdb-native`: a database file of this
+    /// run, removed when it ends.
+    duckdb_database: PathBuf,
 }
 
 /// `skiff bench`.
@@ -128,7 +131,10 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         runs: args.runs,
         timeout: Duration::from_secs(args.timeout.max(1)),
         threads: session.partitions.unwrap_or_else(cores).max(1),
+        duckdb_database: std::env::temp_dir()
+            .join(format!("skiff-bench-{}.duckdb", std::process::id())),
     };
+    let _database = RemoveOnDrop(setup.duckdb_database.clone());
     let title = title(args);
     if let Some(via) = args.via {
         return via::run(&setup, args, via, &queries, &title).await;
@@ -380,7 +386,7 @@ pub(crate) fn available_engines(requested: &[BenchEngine]) -> (Vec<BenchEngine>,
             engines.push(*engine);
         }
     }
-    if !engines.contains(&BenchEngine::Duckdb) {
+    if !engines.iter().any(|e| e.is_duckdb()) {
         return (engines, None);
     }
     match duckdb::probe() {
@@ -389,7 +395,7 @@ pub(crate) fn available_engines(requested: &[BenchEngine]) -> (Vec<BenchEngine>,
             (engines, None)
         }
         Err(note) => {
-            engines.retain(|e| *e != BenchEngine::Duckdb);
+            engines.retain(|e| !e.is_duckdb());
             (engines, Some(note))
         }
     }
@@ -459,14 +465,21 @@ fn progress_line(query: &str, results: &[Measurement]) -> String {
 
 fn measure(setup: &Setup, query: &QueryFile, engine: BenchEngine) -> Measurement {
     let outcome = match engine {
-        BenchEngine::Duckdb => duckdb_outcome(setup, query),
+        BenchEngine::Duckdb => duckdb_outcome(setup, query, None),
+        BenchEngine::DuckdbNative => {
+            let database = setup.duckdb_database.to_string_lossy();
+            duckdb_outcome(setup, query, Some(&database))
+        }
         _ => child::command(setup.session, &setup.data, engine, &query.path, setup.runs)
             .and_then(|command| child::collect(command, None, setup.timeout)),
     };
     Measurement::new(&query.name, engine, setup.runs, outcome)
 }
 
-fn duckdb_outcome(setup: &Setup, query: &QueryFile) -> child::ChildOutcome {
+/// DuckDB's run of `query`: over the Parquet files (views), or with
+/// `database`, over tables copied into that file by the first query that
+/// finds them missing (before its timed runs).
+fn duckdb_outcome(setup: &Setup, query: &QueryFile, database: Option<&str>) -> child::ChildOutcome {
     let script = fs::read_to_string(&query.path)
         .map_err(|e| format!("cannot read {}: {e}", query.path.display()))?;
     // Split here, as the Rust children do, so all engines run the same statements.
@@ -477,7 +490,8 @@ fn duckdb_outcome(setup: &Setup, query: &QueryFile) -> child::ChildOutcome {
         setup.runs,
         setup.threads,
         setup.session.memory_limit,
-        None,
+        database,
+        database.is_some(),
     )?;
     child::collect(command, Some(job), setup.timeout)
 }
@@ -585,6 +599,17 @@ pub(crate) fn bench_args<S: AsRef<str>>(line: &[S]) -> BenchArgs {
     Bench::try_parse_from(line.iter().map(AsRef::as_ref))
         .expect("command line")
         .args
+}
+
+/// A file removed when this goes out of scope (DuckDB's database of a run,
+/// and its write-ahead log).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+        let _ = fs::remove_file(self.0.with_extension("duckdb.wal"));
+    }
 }
 
 #[cfg(test)]

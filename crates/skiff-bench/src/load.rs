@@ -88,6 +88,7 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
                     threads,
                     session.memory_limit,
                     Some(&database),
+                    false,
                 )
                 .and_then(|(command, job)| child::collect(command, Some(job), timeout))
             }

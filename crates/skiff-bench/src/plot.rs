@@ -23,8 +23,10 @@ const PANEL_HEIGHT_PX: u32 = 480;
 fn color(engine: BenchEngine) -> RGBColor {
     match engine {
         BenchEngine::Skiff => RGBColor(230, 120, 20),
+        BenchEngine::SkiffCold => RGBColor(240, 190, 120),
         BenchEngine::Datafusion => RGBColor(40, 100, 190),
         BenchEngine::Duckdb => RGBColor(90, 160, 90),
+        BenchEngine::DuckdbNative => RGBColor(30, 90, 40),
     }
 }
 

@@ -105,8 +105,10 @@ impl Measurement {
 pub fn engine_name(engine: BenchEngine) -> &'static str {
     match engine {
         BenchEngine::Skiff => "skiff",
+        BenchEngine::SkiffCold => "skiff-cold",
         BenchEngine::Datafusion => "datafusion",
         BenchEngine::Duckdb => "duckdb",
+        BenchEngine::DuckdbNative => "duckdb-native",
     }
 }
 
@@ -282,8 +284,10 @@ pub fn table(measurements: &[Measurement], engines: &[BenchEngine]) -> String {
 fn short(engine: BenchEngine) -> &'static str {
     match engine {
         BenchEngine::Skiff => "skiff",
+        BenchEngine::SkiffCold => "cold",
         BenchEngine::Datafusion => "df",
         BenchEngine::Duckdb => "duckdb",
+        BenchEngine::DuckdbNative => "ddb-nat",
     }
 }
 

@@ -10,6 +10,8 @@ use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::protocol::{BufferCleared, BufferStats, action};
+
 /// How long establishing a connection to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -68,4 +70,17 @@ pub async fn do_action<Q: Message, R: Message + Default>(
             .map_err(|e| tonic::Status::internal(format!("bad {kind} reply: {e}"))),
         None => Ok(R::default()),
     }
+}
+
+/// The counters of the buffer pool of the worker at `addr`.
+pub async fn buffer_stats(addr: &str) -> Result<BufferStats, tonic::Status> {
+    let mut client = connect(addr).await?;
+    do_action::<_, BufferStats>(&mut client, action::BUFFER_STATS, &()).await
+}
+
+/// Empty the buffer pool of the worker at `addr`; the bytes it freed.
+pub async fn clear_buffer(addr: &str) -> Result<u64, tonic::Status> {
+    let mut client = connect(addr).await?;
+    let cleared = do_action::<_, BufferCleared>(&mut client, action::BUFFER_CLEAR, &()).await?;
+    Ok(cleared.bytes)
 }

@@ -11,7 +11,7 @@ pub mod client;
 pub mod codec;
 pub mod protocol;
 
-pub use client::{connect, do_action, server_builder};
+pub use client::{buffer_stats, clear_buffer, connect, do_action, server_builder};
 pub use codec::{SkiffCodec, decode_plan, encode_plan};
 pub mod service;
 pub mod state_cache;

@@ -33,6 +33,10 @@ pub mod action {
     pub const PAUSE: &str = "skiff.pause";
     /// Worker → coordinator: move my queries away, I am stopping.
     pub const VACATE: &str = "skiff.vacate";
+    /// Worker: its buffer pool's counters ([`super::BufferStats`]).
+    pub const BUFFER_STATS: &str = "skiff.buffer.stats";
+    /// Worker: drop every block of its buffer pool ([`super::BufferCleared`]).
+    pub const BUFFER_CLEAR: &str = "skiff.buffer.clear";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -350,6 +354,43 @@ pub struct StateFrame {
     pub checksum: u32,
     #[prost(uint64, tag = "4")]
     pub rows: u64,
+}
+
+/// A worker's buffer pool ([`action::BUFFER_STATS`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BufferStats {
+    /// The pool's budget in bytes (0: the worker keeps no pool).
+    #[prost(uint64, tag = "1")]
+    pub budget: u64,
+    #[prost(uint64, tag = "2")]
+    pub bytes: u64,
+    #[prost(message, repeated, tag = "3")]
+    pub tables: Vec<BufferTable>,
+}
+
+/// What a worker's pool holds of one table, and how its reads went.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BufferTable {
+    /// The table's location (its files' shared directory).
+    #[prost(string, tag = "1")]
+    pub location: String,
+    #[prost(uint64, tag = "2")]
+    pub blocks: u64,
+    #[prost(uint64, tag = "3")]
+    pub bytes: u64,
+    #[prost(uint64, tag = "4")]
+    pub hits: u64,
+    #[prost(uint64, tag = "5")]
+    pub misses: u64,
+    #[prost(uint64, tag = "6")]
+    pub evictions: u64,
+}
+
+/// The bytes a worker's pool freed ([`action::BUFFER_CLEAR`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BufferCleared {
+    #[prost(uint64, tag = "1")]
+    pub bytes: u64,
 }
 
 /// The state cache's counters ([`action::STATE_STATS`]).

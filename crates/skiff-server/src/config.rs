@@ -103,6 +103,10 @@ pub const ADD_WORKERS_MAX: usize = 64;
 /// connection that only times out is left to the failure detector).
 pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long the coordinator waits for one worker's buffer pool counters
+/// (`skiff.cache`) or for it to empty its pool (`skiff.clear_cache()`).
+pub const BUFFER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a node keeps reporting the scan counts of a distributed query
 /// whose scans there have not moved (`scan_progress`): the query has
 /// ended there, or its scans are done and only the coordinator's last

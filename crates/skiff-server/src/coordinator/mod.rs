@@ -15,6 +15,7 @@
 //! partition map of [`partitions`] names); [`resize`] adds and removes
 //! workers.
 
+mod buffer_view;
 mod catalog_store;
 mod cluster_service;
 mod copy;

@@ -1,7 +1,8 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
-//! `skiff.partitions`), managed tables' commits (`skiff.table_history`), and admin
-//! functions (`skiff.cancel(id)`, `skiff.migrate`, ...). Each scan
+//! `skiff.partitions`, the workers' buffer pools in `skiff.cache`), managed
+//! tables' commits (`skiff.table_history`), and admin
+//! functions (`skiff.cancel(id)`, `skiff.migrate`, `skiff.clear_cache()`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
 //! queries; the rest of the functions are for admins.
 
@@ -29,17 +30,18 @@ use super::partitions::partitioned_tables;
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
-use super::{Inner, relay, resize};
+use super::{Inner, buffer_view, relay, resize};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 5] = [
+const TABLES: [&str; 6] = [
     "queries",
     "pipelines",
     "workers",
     "partitions",
+    "cache",
     history::NAME,
 ];
 
@@ -53,6 +55,9 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         let _ = catalog.register_schema(SCHEMA, schema);
     }
     ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator.clone())));
+    ctx.register_udf(ScalarUDF::from(buffer_view::ClearCacheFunction::new(
+        coordinator.clone(),
+    )));
     for op in [
         Admin::Migrate,
         Admin::Suspend,
@@ -96,6 +101,7 @@ impl SchemaProvider for SystemSchema {
                 let tables = partitioned_tables(inner.engine.context()).await;
                 partitions(&inner.partition_map(), &tables)?
             }
+            "cache" => buffer_view::cache_table(&inner).await?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };

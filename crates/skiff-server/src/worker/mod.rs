@@ -28,8 +28,8 @@ use skiff_engine::{
     Engine, EngineConfig, PauseMode, QueryExecution, explain, memory_pool, pipeline,
 };
 use skiff_flight::protocol::{
-    CancelQuery, HandoffReason, Heartbeat, PauseQuery, PauseReply, PipelineReport, Role, RunQuery,
-    RunningQuery, VacateWorker, action,
+    BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, PauseQuery,
+    PauseReply, PipelineReport, Role, RunQuery, RunningQuery, VacateWorker, action,
 };
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio_util::sync::CancellationToken;
@@ -178,6 +178,30 @@ async fn task_session(
 }
 
 impl WorkerService {
+    /// The buffer pool's budget, bytes and per-table counters.
+    fn buffer_stats(&self) -> BufferStats {
+        let Some(pool) = self.engine.buffer_pool() else {
+            return BufferStats::default();
+        };
+        let tables = pool
+            .tables()
+            .into_iter()
+            .map(|(location, t)| BufferTable {
+                location: location.to_string(),
+                blocks: t.blocks,
+                bytes: t.bytes,
+                hits: t.hits,
+                misses: t.misses,
+                evictions: t.evictions,
+            })
+            .collect();
+        BufferStats {
+            budget: pool.budget() as u64,
+            bytes: pool.bytes() as u64,
+            tables,
+        }
+    }
+
     /// Ask the coordinator to move this worker's queries away, and wait
     /// (up to [`VACATE_GRACE`]) until none is left.
     async fn vacate(&self, coordinator: &str, addr: &str) {
@@ -448,6 +472,14 @@ impl Handler for WorkerHandle {
                 let request = PauseQuery::decode(action.body)
                     .map_err(|e| Status::invalid_argument(format!("bad pause: {e}")))?;
                 Ok(self.0.pause(&request).encode_to_vec().into())
+            }
+            action::BUFFER_STATS => Ok(self.0.buffer_stats().encode_to_vec().into()),
+            action::BUFFER_CLEAR => {
+                let bytes = self.0.engine.buffer_pool().map_or(0, |p| p.clear());
+                let cleared = BufferCleared {
+                    bytes: bytes as u64,
+                };
+                Ok(cleared.encode_to_vec().into())
             }
             other => Err(Status::unimplemented(format!("unknown action {other}"))),
         }

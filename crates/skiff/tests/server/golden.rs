@@ -261,6 +261,7 @@ async fn tpch_on_partitioned_tables_over_three_workers_matches_duckdb() {
     }
     assert!(distributed > 0, "{said:?}");
     every_scan_file_counted(&client).await;
+    workers_read_through_their_pools(&client).await;
 
     // EXPLAIN routes every stage as the query does when it starts: its
     // summary is the run's `tasks`.
@@ -389,6 +390,29 @@ async fn every_scan_file_counted(client: &tokio_postgres::Client) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// The queries so far read through the three workers' buffer pools;
+/// `skiff.clear_cache()` empties them all and answers the bytes they held.
+async fn workers_read_through_their_pools(client: &tokio_postgres::Client) {
+    let totals = "SELECT count(DISTINCT worker), sum(hits), sum(bytes) FROM skiff.cache";
+    let number = |rows: &[Vec<Option<String>>], column: usize| -> u64 {
+        rows.first()
+            .and_then(|r| r[column].as_deref())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    };
+    let rows = simple_rows(client, totals).await.expect("skiff.cache");
+    assert_eq!(number(&rows, 0), 3, "pools of every worker: {rows:?}");
+    assert!(number(&rows, 1) > 0, "no block was read twice: {rows:?}");
+    let held = number(&rows, 2);
+    assert!(held > 0, "{rows:?}");
+    let freed = simple_rows(client, "SELECT skiff.clear_cache()")
+        .await
+        .expect("skiff.clear_cache()");
+    assert_eq!(number(&freed, 0), held);
+    let rows = simple_rows(client, totals).await.expect("skiff.cache");
+    assert_eq!(number(&rows, 2), 0, "{rows:?}");
 }
 
 /// Every query of `bench` through `client` matches its golden answers.

@@ -109,6 +109,7 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
         "SELECT skiff.spot_notice('1', 5)",
         "SELECT skiff.add_workers(1)",
         "SELECT skiff.remove_worker('1')",
+        "SELECT skiff.clear_cache()",
     ];
     for call in steering {
         assert_eq!(outcome(&bob, call).await, "42501", "bob: {call}");

@@ -1,0 +1,168 @@
+//! The workers' buffer pools as the coordinator shows them: `skiff.cache`
+//! (asked of every live worker when a query reads it) and
+//! `skiff.clear_cache()` (admins only: it slows every query after it).
+
+use std::sync::{Arc, Weak};
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{Result, exec_err};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
+};
+use futures::future::join_all;
+use skiff_engine::buffer::TableCache;
+use skiff_engine::buffer::system::{CLEAR_CACHE, cache_rows, cache_schema};
+use skiff_flight::protocol::{BufferStats, Role};
+
+use super::Inner;
+use super::membership::NodeState;
+use super::session::Caller;
+use crate::config::BUFFER_CALL_TIMEOUT;
+use crate::error::{ServerError, SqlState};
+
+/// The live workers: (id, address).
+fn live_workers(inner: &Inner) -> Vec<(u64, String)> {
+    inner
+        .membership
+        .nodes()
+        .into_iter()
+        .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
+        .map(|n| (n.id, n.addr))
+        .collect()
+}
+
+/// `skiff.cache`: `worker`, then the engine's columns, a row per table
+/// each live worker's pool has seen. A worker that does not answer in
+/// time is left out (its pool is empty to the reader, not an error).
+pub(crate) async fn cache_table(inner: &Inner) -> Result<RecordBatch> {
+    let workers = live_workers(inner);
+    let asked = workers.iter().map(|(_, addr)| async move {
+        tokio::time::timeout(BUFFER_CALL_TIMEOUT, skiff_flight::buffer_stats(addr)).await
+    });
+    let answers = join_all(asked).await;
+    let schema = schema();
+    let mut batches = Vec::with_capacity(workers.len());
+    for ((id, addr), answer) in workers.iter().zip(answers) {
+        let stats = match answer {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(e)) => {
+                tracing::debug!(worker = id, %addr, error = %e, "no buffer pool counters");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let rows = cache_rows(&tables(&stats))?;
+        let worker = Arc::new(Int64Array::from(vec![*id as i64; rows.num_rows()]));
+        let mut columns = vec![worker as _];
+        columns.extend(rows.columns().iter().cloned());
+        batches.push(RecordBatch::try_new(Arc::clone(&schema), columns)?);
+    }
+    Ok(concat_batches(&schema, &batches)?)
+}
+
+fn schema() -> SchemaRef {
+    let mut fields = vec![Field::new("worker", DataType::Int64, false)];
+    fields.extend(cache_schema().fields().iter().map(|f| f.as_ref().clone()));
+    Arc::new(Schema::new(fields))
+}
+
+fn tables(stats: &BufferStats) -> Vec<(Arc<str>, TableCache)> {
+    stats
+        .tables
+        .iter()
+        .map(|t| {
+            let cache = TableCache {
+                blocks: t.blocks,
+                bytes: t.bytes,
+                hits: t.hits,
+                misses: t.misses,
+                evictions: t.evictions,
+            };
+            (Arc::from(t.location.as_str()), cache)
+        })
+        .collect()
+}
+
+/// `skiff.clear_cache()`: empties every live worker's pool; the bytes freed.
+#[derive(Debug)]
+pub(crate) struct ClearCacheFunction {
+    coordinator: Weak<Inner>,
+    signature: Signature,
+}
+
+impl ClearCacheFunction {
+    pub(crate) fn new(coordinator: Weak<Inner>) -> Self {
+        Self {
+            coordinator,
+            signature: Signature::exact(vec![], Volatility::Volatile),
+        }
+    }
+}
+
+impl PartialEq for ClearCacheFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.signature == other.signature
+    }
+}
+
+impl Eq for ClearCacheFunction {}
+
+impl std::hash::Hash for ClearCacheFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.signature.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for ClearCacheFunction {
+    fn name(&self) -> &str {
+        CLEAR_CACHE
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let Some(inner) = self.coordinator.upgrade() else {
+            return exec_err!("the coordinator is shutting down");
+        };
+        if !Caller::of(&args.config_options).is_admin() {
+            return Err(ServerError::new(
+                SqlState::InsufficientPrivilege,
+                format!("permission denied for {CLEAR_CACHE}: only admin users may call it"),
+            )
+            .into());
+        }
+        // A scalar function is not async; the workers answer within
+        // `BUFFER_CALL_TIMEOUT` each, asked together.
+        let handle = tokio::runtime::Handle::current();
+        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+            return exec_err!("{CLEAR_CACHE} needs the server's multi-threaded runtime");
+        }
+        let workers = live_workers(&inner);
+        let cleared = tokio::task::block_in_place(|| {
+            handle.block_on(join_all(workers.iter().map(|(_, addr)| async move {
+                tokio::time::timeout(BUFFER_CALL_TIMEOUT, skiff_flight::clear_buffer(addr)).await
+            })))
+        });
+        let mut freed = 0u64;
+        for ((id, _), answer) in workers.iter().zip(cleared) {
+            match answer {
+                Ok(Ok(bytes)) => freed += bytes,
+                Ok(Err(e)) => return exec_err!("worker {id} did not clear its buffer pool: {e}"),
+                Err(_) => return exec_err!("worker {id} did not clear its buffer pool in time"),
+            }
+        }
+        let freed = i64::try_from(freed).unwrap_or(i64::MAX);
+        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
+            freed;
+            args.number_rows.max(1)
+        ]))))
+    }
+}
