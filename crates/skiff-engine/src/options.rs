@@ -60,6 +60,10 @@ extensions_options! {
         /// Read Parquet scans through the process's buffer pool (`buffer`);
         /// off reads every scan from storage, for comparisons.
         pub buffer_pool: bool, default = true
+        /// Send a resize's moved partitions' buffered blocks to their new
+        /// owners (buffer matching); read by `skiff.add_workers` and
+        /// `skiff.remove_worker`, off for comparisons.
+        pub buffer_matching: bool, default = true
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto
     }

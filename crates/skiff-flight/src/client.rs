@@ -84,3 +84,25 @@ pub async fn clear_buffer(addr: &str) -> Result<u64, tonic::Status> {
     let cleared = do_action::<_, BufferCleared>(&mut client, action::BUFFER_CLEAR, &()).await?;
     Ok(cleared.bytes)
 }
+
+/// `DoPut` the messages `send` pushes into the queue `rx` reads (tonic
+/// wants a `'static` request stream; a bounded queue lets a borrowing
+/// future copy messages in as they are sent); the single reply's
+/// `app_metadata`. `what` names the put in errors.
+pub async fn put_queued(
+    client: &mut FlightServiceClient<Channel>,
+    rx: tokio::sync::mpsc::Receiver<arrow_flight::FlightData>,
+    send: impl std::future::Future<Output = ()>,
+    what: &str,
+) -> Result<bytes::Bytes, tonic::Status> {
+    let requests = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|message| (message, rx))
+    });
+    let call = async {
+        let mut replies = client.do_put(requests).await?.into_inner();
+        replies.try_next().await
+    };
+    let ((), reply) = tokio::join!(send, call);
+    let reply = reply?.ok_or_else(|| tonic::Status::internal(format!("{what}: no reply")))?;
+    Ok(reply.app_metadata)
+}

@@ -37,6 +37,8 @@ pub mod action {
     pub const BUFFER_STATS: &str = "skiff.buffer.stats";
     /// Worker: drop every block of its buffer pool ([`super::BufferCleared`]).
     pub const BUFFER_CLEAR: &str = "skiff.buffer.clear";
+    /// Worker: send blocks of partitions it lost ([`super::ShipBlocks`]).
+    pub const BUFFER_SHIP: &str = "skiff.buffer.ship";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -384,6 +386,103 @@ pub struct BufferTable {
     pub misses: u64,
     #[prost(uint64, tag = "6")]
     pub evictions: u64,
+    /// The hash partition, for a partitioned table's counters.
+    #[prost(uint32, optional, tag = "7")]
+    pub partition: Option<u32>,
+    /// Blocks sent to new owners / received from old ones (matching).
+    #[prost(uint64, tag = "8")]
+    pub sent: u64,
+    #[prost(uint64, tag = "9")]
+    pub received: u64,
+}
+
+/// Worker: send the buffered blocks of partitions it no longer owns to
+/// their new owners ([`action::BUFFER_SHIP`]); answered with
+/// [`BlocksShipped`] once every target took them or failed.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShipBlocks {
+    #[prost(message, repeated, tag = "1")]
+    pub targets: Vec<ShipTarget>,
+    /// At most this many bytes of blocks per target, most important first.
+    #[prost(uint64, tag = "2")]
+    pub bytes_max: u64,
+}
+
+/// One new owner and the partitions it takes over.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShipTarget {
+    /// The new owner's Flight address.
+    #[prost(string, tag = "1")]
+    pub addr: String,
+    #[prost(message, repeated, tag = "2")]
+    pub tables: Vec<ShipTable>,
+}
+
+/// The partitions of one table (by location) that move to a target.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShipTable {
+    #[prost(string, tag = "1")]
+    pub location: String,
+    #[prost(uint32, repeated, tag = "2")]
+    pub partitions: Vec<u32>,
+}
+
+/// What a [`ShipBlocks`] did, per target in its order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlocksShipped {
+    #[prost(message, repeated, tag = "1")]
+    pub targets: Vec<BlocksStored>,
+}
+
+/// The descriptor of a `DoPut` of blocks: how many follow.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlocksPut {
+    #[prost(uint64, tag = "1")]
+    pub blocks: u64,
+}
+
+/// A receiver's answer to a `DoPut` of blocks.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlocksStored {
+    /// Blocks sent (by the sender) / kept, refused (a bad checksum or
+    /// frame), or not kept (already held, no room).
+    #[prost(uint64, tag = "1")]
+    pub sent: u64,
+    #[prost(uint64, tag = "2")]
+    pub kept: u64,
+    #[prost(uint64, tag = "3")]
+    pub refused: u64,
+    #[prost(uint64, tag = "4")]
+    pub bytes: u64,
+    /// Why the transfer failed, when it did (the blocks are read from
+    /// storage later; nothing waits on them).
+    #[prost(string, tag = "5")]
+    pub error: String,
+}
+
+/// One block on the wire: what names it and its frame's checksum. The
+/// frame (`data_body`) is an Arrow IPC stream of one one-column batch.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlockHeader {
+    #[prost(string, tag = "1")]
+    pub table: String,
+    #[prost(string, tag = "2")]
+    pub path: String,
+    #[prost(uint64, tag = "3")]
+    pub size: u64,
+    #[prost(int64, tag = "4")]
+    pub modified: i64,
+    #[prost(string, optional, tag = "5")]
+    pub e_tag: Option<String>,
+    #[prost(uint32, optional, tag = "6")]
+    pub partition: Option<u32>,
+    #[prost(uint64, tag = "7")]
+    pub row_group: u64,
+    #[prost(uint64, tag = "8")]
+    pub column: u64,
+    /// CRC-32 of the frame.
+    #[prost(uint32, tag = "9")]
+    pub checksum: u32,
 }
 
 /// The bytes a worker's pool freed ([`action::BUFFER_CLEAR`]).

@@ -96,16 +96,8 @@ pub async fn put_state(
             }
         }
     };
-    let requests = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|message| (message, rx))
-    });
-    let call = async {
-        let mut replies = client.do_put(requests).await?.into_inner();
-        replies.try_next().await
-    };
-    let ((), reply) = tokio::join!(send, call);
-    let reply = reply?.ok_or_else(|| Status::internal(format!("put {key}: no reply")))?;
-    let stored = StateStored::decode(reply.app_metadata)
+    let reply = crate::client::put_queued(&mut client, rx, send, &format!("put {key}")).await?;
+    let stored = StateStored::decode(reply)
         .map_err(|e| Status::internal(format!("put {key}: bad reply: {e}")))?;
     Ok(Stored {
         bytes: stored.bytes,

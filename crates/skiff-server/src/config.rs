@@ -103,6 +103,15 @@ pub const ADD_WORKERS_MAX: usize = 64;
 /// connection that only times out is left to the failure detector).
 pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a partition's old owner tries to hand its blocks to the new
+/// owner (buffer matching); blocks not taken by then are read from storage.
+pub const MATCHING_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Bytes of blocks an old owner sends one new owner at most per resize,
+/// most important first: about what a worker's pool holds by default on a
+/// small machine; more would only be evicted on arrival.
+pub const MATCHING_BYTES_MAX: u64 = 4 << 30;
+
 /// How long the coordinator waits for one worker's buffer pool counters
 /// (`skiff.cache`) or for it to empty its pool (`skiff.clear_cache()`).
 pub const BUFFER_CALL_TIMEOUT: Duration = Duration::from_secs(5);

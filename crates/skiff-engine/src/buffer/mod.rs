@@ -24,7 +24,8 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use pool::{
-    BlockKey, BufferPool, CONSUMER, FileVersion, OTHER_CHANCES, OWNED_CHANCES, TableCache,
+    Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
+    TableCache,
 };
 pub use scan::BufferedSource;
 

@@ -37,6 +37,19 @@ pub struct FileVersion {
     /// Nanoseconds since the epoch, as the object store reports them.
     pub modified: i64,
     pub e_tag: Option<String>,
+    /// The hash partition of a partitioned table the file holds (its
+    /// `PARTITION_COLUMN=N` directory), what buffer matching moves by.
+    pub partition: Option<u32>,
+}
+
+impl FileVersion {
+    /// The hash partition `path` names in a `PARTITION_COLUMN=N` directory.
+    pub fn partition_of(path: &str) -> Option<u32> {
+        let prefix = format!("{}=", skiff_tables::partition::PARTITION_COLUMN);
+        path.split('/')
+            .find_map(|part| part.strip_prefix(prefix.as_str()))
+            .and_then(|n| n.parse().ok())
+    }
 }
 
 /// A block: one column chunk of one row group, decoded to `data_type`.
@@ -49,7 +62,15 @@ pub struct BlockKey {
     pub data_type: DataType,
 }
 
-/// What `skiff.cache` shows of one table.
+/// What `skiff.cache` counts by: a table's location and, for a
+/// hash-partitioned table, one of its partitions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CacheScope {
+    pub location: Arc<str>,
+    pub partition: Option<u32>,
+}
+
+/// What `skiff.cache` shows of one [`CacheScope`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TableCache {
     pub blocks: u64,
@@ -57,6 +78,18 @@ pub struct TableCache {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Blocks sent to a partition's new owner (buffer matching).
+    pub sent: u64,
+    /// Blocks received from a partition's old owner and kept.
+    pub received: u64,
+}
+
+/// A block with what names it, as buffer matching moves it.
+#[derive(Clone, Debug)]
+pub struct Block {
+    pub table: Arc<str>,
+    pub key: BlockKey,
+    pub array: ArrayRef,
 }
 
 /// The buffer pool of one process: decoded blocks of tables' Parquet
@@ -72,8 +105,9 @@ struct Blocks {
     free: Vec<usize>,
     hand: usize,
     bytes: usize,
-    /// Per table location, in first-seen order for a stable listing.
-    tables: Vec<(Arc<str>, TableCache)>,
+    /// Per scope, in first-seen order for a stable listing.
+    tables: Vec<(CacheScope, TableCache)>,
+    scopes: HashMap<CacheScope, usize>,
     reservation: MemoryReservation,
 }
 
@@ -100,6 +134,7 @@ impl BufferPool {
                 hand: 0,
                 bytes: 0,
                 tables: Vec::new(),
+                scopes: HashMap::new(),
                 reservation,
             }),
         })
@@ -123,7 +158,7 @@ impl BufferPool {
     pub fn get(&self, table: &Arc<str>, key: &BlockKey) -> Option<ArrayRef> {
         let mut blocks = self.lock();
         let slot = blocks.index.get(key).copied();
-        let table = blocks.table(table);
+        let table = blocks.scope(table, key);
         let Some(slot) = slot else {
             blocks.tables[table].1.misses += 1;
             return None;
@@ -140,27 +175,27 @@ impl BufferPool {
 
     /// Keep `array` as the block at `key`, evicting others to make room;
     /// a block larger than the budget, or one the memory pool has no room
-    /// for, is not kept (the scan has its data either way).
-    pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, owned: bool) {
+    /// for, is not kept (the scan has its data either way). Whether it was.
+    pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, owned: bool) -> bool {
         let bytes = array.get_array_memory_size();
         if bytes > self.budget {
-            return;
+            return false;
         }
         let mut blocks = self.lock();
         if blocks.index.contains_key(&key) {
-            return;
+            return false;
         }
         while blocks.bytes + bytes > self.budget {
             if !blocks.evict_one() {
-                return;
+                return false;
             }
         }
         // Queries come first: the pool does not ask anyone to spill for
         // the cache (`SkiffMemoryPool` skips this consumer), it gives up.
         if blocks.reservation.try_grow(bytes).is_err() {
-            return;
+            return false;
         }
-        let table = blocks.table(table);
+        let table = blocks.scope(table, &key);
         let slot = Slot {
             key: key.clone(),
             table,
@@ -185,6 +220,7 @@ impl BufferPool {
         stats.blocks += 1;
         stats.bytes += bytes as u64;
         blocks.check(self.budget);
+        true
     }
 
     /// Drop every block; the bytes they took.
@@ -200,22 +236,89 @@ impl BufferPool {
         freed
     }
 
-    /// Per table location: what the pool holds of it and how its reads went.
-    pub fn tables(&self) -> Vec<(Arc<str>, TableCache)> {
+    /// Per scope: what the pool holds of it and how its reads went.
+    pub fn tables(&self) -> Vec<(CacheScope, TableCache)> {
         self.lock().tables.clone()
+    }
+
+    /// Take out the blocks of the partitions `wanted` names (by table
+    /// location and partition), most important first (most chances left,
+    /// then most recently admitted), at most `bytes_max` bytes of them: what
+    /// an old owner sends a partition's new owner (VectorH §6). Whatever is
+    /// sent, this node no longer owns those partitions.
+    pub fn take_partitions(
+        &self,
+        wanted: impl Fn(&str, u32) -> bool,
+        bytes_max: usize,
+    ) -> Vec<Block> {
+        let mut blocks = self.lock();
+        let mut found: Vec<(u8, usize)> = blocks
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(at, slot)| {
+                let slot = slot.as_ref()?;
+                let partition = slot.key.file.partition?;
+                let location = &blocks.tables[slot.table].0.location;
+                wanted(location, partition).then_some((slot.chances, at))
+            })
+            .collect();
+        found.sort_by(|a, b| b.cmp(a));
+        let mut taken = Vec::new();
+        let mut bytes = 0usize;
+        for (_, at) in found {
+            let Some(slot) = blocks.slots[at].as_ref() else {
+                continue;
+            };
+            if bytes + slot.bytes > bytes_max {
+                continue;
+            }
+            bytes += slot.bytes;
+            taken.push(Block {
+                table: Arc::clone(&blocks.tables[slot.table].0.location),
+                key: slot.key.clone(),
+                array: Arc::clone(&slot.array),
+            });
+            blocks.remove(at, false);
+        }
+        blocks.check(self.budget);
+        taken
+    }
+
+    /// Count `block` as sent to its partition's new owner.
+    pub fn note_sent(&self, block: &Block) {
+        let mut blocks = self.lock();
+        let scope = blocks.scope(&block.table, &block.key);
+        blocks.tables[scope].1.sent += 1;
+    }
+
+    /// Keep a block an old owner sent (a partition this node now owns);
+    /// whether it was kept (not when already here or without room).
+    pub fn receive(&self, block: Block) -> bool {
+        let Block { table, key, array } = block;
+        let scope_key = key.clone();
+        let kept = self.admit(&table, key, array, true);
+        if kept {
+            let mut blocks = self.lock();
+            let scope = blocks.scope(&table, &scope_key);
+            blocks.tables[scope].1.received += 1;
+        }
+        kept
     }
 }
 
 impl Blocks {
-    fn table(&mut self, location: &Arc<str>) -> usize {
-        match self.tables.iter().position(|(t, _)| t == location) {
-            Some(at) => at,
-            None => {
-                self.tables
-                    .push((Arc::clone(location), TableCache::default()));
-                self.tables.len() - 1
-            }
+    fn scope(&mut self, location: &Arc<str>, key: &BlockKey) -> usize {
+        let scope = CacheScope {
+            location: Arc::clone(location),
+            partition: key.file.partition,
+        };
+        if let Some(&at) = self.scopes.get(&scope) {
+            return at;
         }
+        self.tables.push((scope.clone(), TableCache::default()));
+        self.scopes.insert(scope, self.tables.len() - 1);
+        self.tables.len() - 1
     }
 
     /// Advance the hand to the next block without chances and evict it;
@@ -307,6 +410,7 @@ mod tests {
                 size: 10,
                 modified: 1,
                 e_tag: None,
+                partition: None,
             }),
             row_group,
             column: 0,

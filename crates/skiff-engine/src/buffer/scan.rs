@@ -521,6 +521,7 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
             .timestamp_nanos_opt()
             .unwrap_or_else(|| meta.last_modified.timestamp_millis()),
         e_tag: meta.e_tag.clone(),
+        partition: FileVersion::partition_of(meta.location.as_ref()),
     });
     Ok(Box::new(FilePlanner {
         scan,

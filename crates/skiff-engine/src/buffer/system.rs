@@ -14,7 +14,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::pool::{BufferPool, TableCache};
+use super::pool::{BufferPool, CacheScope, TableCache};
 
 /// The system table's name in the `skiff` schema.
 pub const CACHE_TABLE: &str = "cache";
@@ -26,16 +26,20 @@ pub fn cache_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("table_name", DataType::Utf8, false),
         Field::new("location", DataType::Utf8, false),
+        Field::new("partition", DataType::Int64, true),
         Field::new("blocks", DataType::UInt64, false),
         Field::new("bytes", DataType::UInt64, false),
         Field::new("hits", DataType::UInt64, false),
         Field::new("misses", DataType::UInt64, false),
         Field::new("evictions", DataType::UInt64, false),
+        Field::new("sent", DataType::UInt64, false),
+        Field::new("received", DataType::UInt64, false),
     ]))
 }
 
-/// `skiff.cache` rows: one per table location the pool has seen.
-pub fn cache_rows(tables: &[(Arc<str>, TableCache)]) -> Result<RecordBatch> {
+/// `skiff.cache` rows: one per table location (and partition, for a
+/// hash-partitioned table) the pool has seen.
+pub fn cache_rows(tables: &[(CacheScope, TableCache)]) -> Result<RecordBatch> {
     let name = |location: &str| {
         let trimmed = location.trim_end_matches('/');
         trimmed.rsplit('/').next().unwrap_or(trimmed).to_string()
@@ -49,16 +53,21 @@ pub fn cache_rows(tables: &[(Arc<str>, TableCache)]) -> Result<RecordBatch> {
         cache_schema(),
         vec![
             Arc::new(StringArray::from_iter_values(
-                tables.iter().map(|(l, _)| name(l)),
+                tables.iter().map(|(s, _)| name(&s.location)),
             )),
             Arc::new(StringArray::from_iter_values(
-                tables.iter().map(|(l, _)| l.to_string()),
+                tables.iter().map(|(s, _)| s.location.to_string()),
+            )),
+            Arc::new(Int64Array::from_iter(
+                tables.iter().map(|(s, _)| s.partition.map(i64::from)),
             )),
             column(|t| t.blocks),
             column(|t| t.bytes),
             column(|t| t.hits),
             column(|t| t.misses),
             column(|t| t.evictions),
+            column(|t| t.sent),
+            column(|t| t.received),
         ],
     )?)
 }

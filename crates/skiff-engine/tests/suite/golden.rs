@@ -250,6 +250,7 @@ async fn check_twice(bench: Benchmark, name: &str, budget: usize) -> Vec<TableCa
                 hits: after.hits - before.hits,
                 misses: after.misses - before.misses,
                 evictions: after.evictions - before.evictions,
+                ..TableCache::default()
             }
         })
         .collect()

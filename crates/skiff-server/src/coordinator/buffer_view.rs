@@ -12,8 +12,8 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
 use futures::future::join_all;
-use skiff_engine::buffer::TableCache;
 use skiff_engine::buffer::system::{CLEAR_CACHE, cache_rows, cache_schema};
+use skiff_engine::buffer::{CacheScope, TableCache};
 use skiff_flight::protocol::{BufferStats, Role};
 
 use super::Inner;
@@ -68,7 +68,7 @@ fn schema() -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn tables(stats: &BufferStats) -> Vec<(Arc<str>, TableCache)> {
+fn tables(stats: &BufferStats) -> Vec<(CacheScope, TableCache)> {
     stats
         .tables
         .iter()
@@ -79,8 +79,14 @@ fn tables(stats: &BufferStats) -> Vec<(Arc<str>, TableCache)> {
                 hits: t.hits,
                 misses: t.misses,
                 evictions: t.evictions,
+                sent: t.sent,
+                received: t.received,
             };
-            (Arc::from(t.location.as_str()), cache)
+            let scope = CacheScope {
+                location: Arc::from(t.location.as_str()),
+                partition: t.partition,
+            };
+            (scope, cache)
         })
         .collect()
 }

@@ -22,6 +22,7 @@ mod copy;
 mod cost;
 mod dispatch;
 mod distributed;
+mod matching;
 mod membership;
 mod partitions;
 pub(crate) mod pg_catalog;
@@ -112,6 +113,8 @@ pub(crate) struct Inner {
     pub(crate) distributed_runs: resize::DistributedRuns,
     /// Workers being removed (`skiff.remove_worker`).
     pub(crate) removals: resize::Removals,
+    /// Whether resizes send buffered blocks to new owners (`matching`).
+    pub(crate) matching: matching::Matching,
     /// Starts local workers (`skiff.add_workers`), under `skiff serve`.
     pub(crate) launcher: std::sync::OnceLock<Arc<dyn WorkerLauncher>>,
     pub(crate) membership: Arc<Membership>,
@@ -163,6 +166,7 @@ impl Coordinator {
                 partitions,
                 distributed_runs: resize::DistributedRuns::default(),
                 removals: resize::Removals::default(),
+                matching: matching::Matching::default(),
                 launcher: std::sync::OnceLock::new(),
                 membership: Arc::default(),
                 queries: QueryRegistry::default(),
@@ -707,7 +711,21 @@ impl Inner {
     /// The partition manager for the live workers now (a new epoch when
     /// they changed).
     pub(crate) fn partition_map(&self) -> Arc<skiff_cluster::PartitionManager> {
-        self.partitions.follow(|| self.membership.live_workers())
+        let (map, moves) = self
+            .partitions
+            .follow_moves(|| self.membership.live_workers());
+        if !moves.is_empty() && self.matching.on() {
+            // Detached: the first queries after the resize do not wait
+            // for it (`matching`).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let ctx = self.engine.context().clone();
+                let addresses = matching::addresses(&self.membership, None);
+                runtime.spawn(async move {
+                    matching::ship(&ctx, &addresses, &moves).await;
+                });
+            }
+        }
+        map
     }
 
     /// Fail the queries of a node that is gone.

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use datafusion::prelude::SessionContext;
-use skiff_cluster::{PartitionManager, WorkerId};
+use skiff_cluster::{Move, PartitionManager, WorkerId};
 use skiff_tables::ManagedTable;
 use skiff_tables::partition::HashPartitioning;
 use tracing::{info, warn};
@@ -91,25 +91,38 @@ impl Partitions {
     /// With no live worker the current map stays: nobody could own a
     /// partition.
     pub(crate) fn follow(&self, live: impl FnOnce() -> Vec<WorkerId>) -> Arc<PartitionManager> {
+        self.follow_moves(live).0
+    }
+
+    /// [`Self::follow`], and the partitions its resize moved (none when
+    /// the map stayed).
+    pub(crate) fn follow_moves(
+        &self,
+        live: impl FnOnce() -> Vec<WorkerId>,
+    ) -> (Arc<PartitionManager>, Vec<Move>) {
         let mut state = lock(&self.state);
         let workers = live();
         let workers = workers.as_slice();
         let same = state.current.workers() == workers;
         if workers.is_empty() || (same && state.pending.is_empty()) {
-            return Arc::clone(&state.current);
+            return (Arc::clone(&state.current), Vec::new());
         }
         let mut next = PartitionManager::clone(&state.current);
+        let mut moved = Vec::new();
         if !same {
             match next.resize(workers.iter().copied()) {
-                Ok(moves) => info!(
-                    epoch = next.epoch(),
-                    workers = ?next.workers(),
-                    moves = moves.len(),
-                    "partitions resized"
-                ),
+                Ok(moves) => {
+                    info!(
+                        epoch = next.epoch(),
+                        workers = ?next.workers(),
+                        moves = moves.len(),
+                        "partitions resized"
+                    );
+                    moved = moves;
+                }
                 Err(e) => {
                     warn!(error = %e, "partitions not resized");
-                    return Arc::clone(&state.current);
+                    return (Arc::clone(&state.current), Vec::new());
                 }
             }
         }
@@ -118,7 +131,15 @@ impl Partitions {
                 warn!(partitions, error = %e, "partition class not dealt");
             }
         }
-        self.install(&mut state, next)
+        (self.install(&mut state, next), moved)
+    }
+
+    /// The partitions a resize to `workers` would move now, without making
+    /// it (a removal sends a leaving worker's blocks before it goes).
+    pub(crate) fn moves_to(&self, workers: &[WorkerId]) -> Vec<Move> {
+        let current = Arc::clone(&lock(&self.state).current);
+        let mut next = PartitionManager::clone(&current);
+        next.resize(workers.iter().copied()).unwrap_or_default()
     }
 
     /// A table of `partitions` partitions exists: deal its class over the

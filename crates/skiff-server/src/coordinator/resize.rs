@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::Inner;
 use super::queries::lock;
 use super::vacate::{self, Vacate};
+use super::{Inner, matching};
 use crate::config::{ADD_WORKERS_MAX, REMOVE_WAIT_MAX};
 use crate::error::{Result, ServerError, SqlState};
 
@@ -157,6 +157,28 @@ async fn finish_removal(inner: &Arc<Inner>, id: u64, started: Instant) {
             break;
         }
         tokio::time::sleep(POLL).await;
+    }
+    // The leaving worker's blocks go to its partitions' next owners
+    // while it is still up: the survivors merge them into the room they
+    // have (`matching`).
+    if inner.matching.on() {
+        let rest: Vec<u64> = inner
+            .membership
+            .live_workers()
+            .into_iter()
+            .filter(|w| *w != id)
+            .collect();
+        let moves: Vec<_> = inner
+            .partitions
+            .moves_to(&rest)
+            .into_iter()
+            .filter(|m| m.from == Some(id))
+            .collect();
+        if !moves.is_empty() {
+            let ctx = inner.engine.context().clone();
+            let addresses = matching::addresses(&inner.membership, Some(id));
+            matching::ship(&ctx, &addresses, &moves).await;
+        }
     }
     // Forgotten before removed: the worker leaves at its next heartbeat
     // after the removal, and must not be restarted then.

@@ -703,6 +703,14 @@ impl ScalarUDFImpl for AdminFunction {
         if args.args.is_empty() {
             return exec_err!("{}", self.usage());
         }
+        if matches!(self.op, Admin::AddWorkers | Admin::RemoveWorker) {
+            let on = args
+                .config_options
+                .extensions
+                .get::<skiff_engine::SkiffOptions>()
+                .is_none_or(|o| o.buffer_matching);
+            inner.matching.set(on);
+        }
         let texts = args
             .args
             .iter()

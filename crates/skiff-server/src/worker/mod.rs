@@ -5,6 +5,7 @@
 //! off by others from their state.
 
 mod handoff;
+mod matching;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,7 +30,7 @@ use skiff_engine::{
 };
 use skiff_flight::protocol::{
     BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, PauseQuery,
-    PauseReply, PipelineReport, Role, RunQuery, RunningQuery, VacateWorker, action,
+    PauseReply, PipelineReport, Role, RunQuery, RunningQuery, ShipBlocks, VacateWorker, action,
 };
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio_util::sync::CancellationToken;
@@ -186,13 +187,16 @@ impl WorkerService {
         let tables = pool
             .tables()
             .into_iter()
-            .map(|(location, t)| BufferTable {
-                location: location.to_string(),
+            .map(|(scope, t)| BufferTable {
+                location: scope.location.to_string(),
+                partition: scope.partition,
                 blocks: t.blocks,
                 bytes: t.bytes,
                 hits: t.hits,
                 misses: t.misses,
                 evictions: t.evictions,
+                sent: t.sent,
+                received: t.received,
             })
             .collect();
         BufferStats {
@@ -458,6 +462,24 @@ impl Handler for WorkerHandle {
         })
     }
 
+    /// A `DoPut` of blocks from a partition's old owner (buffer matching).
+    async fn put(&self, mut data: FlightStream) -> std::result::Result<bytes::Bytes, Status> {
+        let first = data
+            .try_next()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("an empty put"))?;
+        let blocks = first
+            .flight_descriptor
+            .as_ref()
+            .and_then(skiff_flight::blocks::blocks_put);
+        if blocks.is_none() {
+            return Err(Status::invalid_argument(
+                "a worker takes only puts of blocks",
+            ));
+        }
+        matching::receive(self.0.engine.buffer_pool(), first, data).await
+    }
+
     async fn action(&self, action: Action) -> std::result::Result<bytes::Bytes, Status> {
         match action.r#type.as_str() {
             action::CANCEL => {
@@ -474,6 +496,12 @@ impl Handler for WorkerHandle {
                 Ok(self.0.pause(&request).encode_to_vec().into())
             }
             action::BUFFER_STATS => Ok(self.0.buffer_stats().encode_to_vec().into()),
+            action::BUFFER_SHIP => {
+                let request = ShipBlocks::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad ship: {e}")))?;
+                let shipped = matching::ship(self.0.engine.buffer_pool(), &request).await;
+                Ok(shipped.encode_to_vec().into())
+            }
             action::BUFFER_CLEAR => {
                 let bytes = self.0.engine.buffer_pool().map_or(0, |p| p.clear());
                 let cleared = BufferCleared {

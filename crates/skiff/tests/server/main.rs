@@ -5,6 +5,7 @@
 mod clients;
 mod cluster;
 mod golden;
+mod matching;
 mod migration_bench;
 mod privileges;
 mod resize;

@@ -1,0 +1,194 @@
+//! Buffer matching (issue 17, VectorH §6): when workers join or leave, the
+//! old owners of the moved partitions send their buffered blocks to the
+//! new owners; exactly those blocks move, the first query after a join
+//! reads the moved partitions from the new owner's pool, a leaving
+//! worker's blocks are merged into the survivors', and with
+//! `skiff.buffer_matching` off nothing moves.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use skiff_gen::Benchmark;
+
+use crate::support::{Options, Server, partitioned_dataset, simple_rows, wait_for_workers};
+
+/// Partitions of the test tables.
+const P: u32 = 8;
+
+/// A scan of every lineitem partition, distributed to their owners.
+const SCAN: &str = "SELECT l_returnflag, sum(l_quantity), count(*) FROM lineitem GROUP BY 1";
+
+/// Per (worker, partition) of lineitem: (blocks, misses, sent, received).
+type Pools = BTreeMap<(u64, u32), [u64; 4]>;
+
+async fn pools(client: &tokio_postgres::Client) -> Pools {
+    let rows = simple_rows(
+        client,
+        "SELECT worker, partition, blocks, misses, sent, received FROM skiff.cache \
+         WHERE table_name = 'lineitem' AND partition IS NOT NULL",
+    )
+    .await
+    .expect("skiff.cache");
+    let number = |v: &Option<String>| -> u64 {
+        v.as_deref().and_then(|t| t.parse().ok()).expect("a number")
+    };
+    rows.iter()
+        .map(|r| {
+            let key = (number(&r[0]), number(&r[1]) as u32);
+            (
+                key,
+                [number(&r[2]), number(&r[3]), number(&r[4]), number(&r[5])],
+            )
+        })
+        .collect()
+}
+
+/// Partition → owner of lineitem's class.
+async fn owners(client: &tokio_postgres::Client) -> BTreeMap<u32, u64> {
+    let rows = simple_rows(
+        client,
+        &format!("SELECT partition, worker FROM skiff.partitions WHERE partitions = {P}"),
+    )
+    .await
+    .expect("skiff.partitions");
+    rows.iter()
+        .map(|r| {
+            let cell = |i: usize| {
+                r[i].as_deref()
+                    .expect("a value")
+                    .parse::<u64>()
+                    .expect("id")
+            };
+            (cell(0) as u32, cell(1))
+        })
+        .collect()
+}
+
+fn total(pools: &Pools, field: usize) -> u64 {
+    pools.values().map(|v| v[field]).sum()
+}
+
+/// Wait until the pools are as `done` wants (a join's shipments are
+/// detached from the resize).
+async fn until(
+    client: &tokio_postgres::Client,
+    what: &str,
+    done: impl Fn(&Pools) -> bool,
+) -> Pools {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = pools(client).await;
+        if done(&now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "{what}: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
+    let server = Server::start(
+        &partitioned_dataset(Benchmark::Tpch, P),
+        Options {
+            workers: Some(2),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    // Every partition's scan on its owner.
+    simple_rows(&client, "SET skiff.distribute = on")
+        .await
+        .expect("set");
+    simple_rows(&client, SCAN).await.expect("warm-up");
+    let before = pools(&client).await;
+    let owned_before = owners(&client).await;
+    assert!(total(&before, 0) > 0, "nothing buffered: {before:?}");
+
+    // A worker joins: the old owners send what they hold of the moved
+    // partitions, all of it (the pools have room), and keep nothing of it.
+    simple_rows(&client, "SELECT skiff.add_workers(1)")
+        .await
+        .expect("add a worker");
+    wait_for_workers(&client, 3).await;
+    let owned = owners(&client).await;
+    let moved: Vec<u32> = (0..P).filter(|p| owned[p] != owned_before[p]).collect();
+    assert!(!moved.is_empty(), "a join moves partitions: {owned:?}");
+    let held = |pools: &Pools, worker: u64, p: u32| pools.get(&(worker, p)).map_or(0, |v| v[0]);
+    let expected: u64 = moved
+        .iter()
+        .map(|p| held(&before, owned_before[p], *p))
+        .sum();
+    assert!(expected > 0);
+    let after = until(&client, "the moved blocks arrive", |p| {
+        total(p, 3) >= expected
+    })
+    .await;
+    assert_eq!(total(&after, 3), expected, "received: {after:?}");
+    assert_eq!(total(&after, 2), expected, "sent: {after:?}");
+    for p in &moved {
+        assert_eq!(
+            held(&after, owned_before[p], *p),
+            0,
+            "the old owner dropped {p}"
+        );
+        assert_eq!(
+            held(&after, owned[p], *p),
+            held(&before, owned_before[p], *p),
+            "the new owner holds partition {p}"
+        );
+    }
+    // The first query after the resize reads the moved partitions warm.
+    simple_rows(&client, SCAN).await.expect("after the join");
+    let first = pools(&client).await;
+    for p in &moved {
+        let misses = |pools: &Pools| pools.get(&(owned[p], *p)).map_or(0, |v| v[1]);
+        assert_eq!(
+            misses(&first),
+            misses(&after),
+            "partition {p} read from storage"
+        );
+    }
+
+    // A worker leaves: before it goes it sends its blocks to its
+    // partitions' next owners, and the survivors merge them.
+    let leaving = owned[&moved[0]];
+    let of = |pools: &Pools, field: usize, leaving_too: bool| -> u64 {
+        pools
+            .iter()
+            .filter(|((w, _), _)| leaving_too || *w != leaving)
+            .map(|(_, v)| v[field])
+            .sum()
+    };
+    let leaving_holds = of(&first, 0, true) - of(&first, 0, false);
+    let merged_before = of(&first, 3, false);
+    simple_rows(&client, &format!("SELECT skiff.remove_worker('{leaving}')"))
+        .await
+        .expect("remove a worker");
+    let merged = until(&client, "the leaving worker's blocks merged", |p| {
+        !p.keys().any(|(w, _)| *w == leaving) && of(p, 3, false) >= merged_before + leaving_holds
+    })
+    .await;
+    assert_eq!(of(&merged, 3, false), merged_before + leaving_holds);
+    assert_eq!(
+        total(&merged, 0),
+        total(&first, 0),
+        "no block lost: {merged:?}"
+    );
+
+    // With matching off, a resize sends nothing.
+    let sent_so_far = total(&merged, 2);
+    simple_rows(&client, "SET skiff.buffer_matching = false")
+        .await
+        .expect("set");
+    simple_rows(&client, "SELECT skiff.add_workers(1)")
+        .await
+        .expect("add a worker");
+    wait_for_workers(&client, 3).await;
+    simple_rows(&client, SCAN)
+        .await
+        .expect("after the second join");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(total(&pools(&client).await, 2), sent_so_far);
+}
