@@ -3,7 +3,7 @@
 //!
 //! A coordinator (`skiff serve` or `skiff coordinator`) prints one line
 //! when it is ready, `skiff: PostgreSQL on A, Flight SQL on B, cluster on
-//! C` (`skiff serve` adds `, N workers, M memory node` once its nodes have
+//! C` (`skiff serve` adds `, N workers (B MiB buffer pool each), M memory node` once its nodes have
 //! registered); [`Coordinator::start`] waits for that line and parses it.
 
 use std::io::{BufRead, BufReader};
@@ -203,7 +203,8 @@ mod tests {
     #[test]
     fn serve_announcement_parses() {
         let line = "skiff: PostgreSQL on 127.0.0.1:5433, Flight SQL on 127.0.0.1:4000, \
-                    cluster on 127.0.0.1:4100, 2 workers, 1 memory node";
+                    cluster on 127.0.0.1:4100, 2 workers (512 MiB buffer pool each), \
+                    1 memory node";
         let at = Announcement::parse(line).expect("an announcement");
         assert_eq!(at.pg, Some("127.0.0.1:5433".parse().expect("addr")));
         assert_eq!(at.flight, Some("127.0.0.1:4000".parse().expect("addr")));

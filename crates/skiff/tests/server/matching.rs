@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use skiff_gen::Benchmark;
 
+use crate::resize::{is_worker_loss, live_workers, pid_of};
 use crate::support::{Options, Server, partitioned_dataset, simple_rows, wait_for_workers};
 
 /// Partitions of the test tables.
@@ -191,4 +192,70 @@ async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
         .expect("after the second join");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(total(&pools(&client).await, 2), sent_so_far);
+}
+
+/// `SCAN`'s rows, sorted, as text.
+async fn scan_rows(client: &tokio_postgres::Client) -> Result<Vec<Vec<Option<String>>>, String> {
+    let mut rows = simple_rows(client, SCAN)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    rows.sort();
+    Ok(rows)
+}
+
+/// A worker SIGKILLed while blocks move to it (the new owner, right after
+/// it joined) or from it (an old owner): only blocks are lost. Every answer
+/// after equals the answer before, or is an error that says a worker was
+/// lost (while `skiff serve` replaces it); never a wrong one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_during_matching_changes_no_answer() {
+    let server = Server::start(
+        &partitioned_dataset(Benchmark::Tpch, P),
+        Options {
+            workers: Some(2),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    simple_rows(&client, "SET skiff.distribute = on")
+        .await
+        .expect("set");
+    let expected = scan_rows(&client).await.expect("warm-up");
+    for victim in ["receiver", "sender"] {
+        let before = live_workers(&client).await;
+        simple_rows(&client, "SELECT skiff.add_workers(1)")
+            .await
+            .expect("add a worker");
+        wait_for_workers(&client, before.len() + 1).await;
+        let now = live_workers(&client).await;
+        let joined = now
+            .iter()
+            .copied()
+            .find(|w| !before.contains(w))
+            .expect("the new worker");
+        let id = if victim == "receiver" {
+            joined
+        } else {
+            before[0]
+        };
+        let pid = pid_of(&client, id).await;
+        // SAFETY: kill(2) on a child process of the server this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut answered = 0;
+        while answered < 3 {
+            match scan_rows(&client).await {
+                Ok(rows) => {
+                    assert_eq!(rows, expected, "after killing the {victim}");
+                    answered += 1;
+                }
+                Err(e) => assert!(is_worker_loss(&e), "after killing the {victim}: {e}"),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no answer after killing the {victim}"
+            );
+        }
+    }
 }

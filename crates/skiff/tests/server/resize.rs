@@ -55,7 +55,7 @@ async fn map(client: &tokio_postgres::Client) -> (PartitionManager, u64) {
     (manager, moves)
 }
 
-async fn live_workers(client: &tokio_postgres::Client) -> Vec<u64> {
+pub(crate) async fn live_workers(client: &tokio_postgres::Client) -> Vec<u64> {
     let rows = simple_rows(
         client,
         "SELECT id FROM skiff.workers WHERE role = 'worker' AND state = 'alive' ORDER BY id",
@@ -233,7 +233,7 @@ async fn workers_join_and_leave_while_queries_run() {
 }
 
 /// The process id of worker `id`.
-async fn pid_of(client: &tokio_postgres::Client, id: u64) -> i32 {
+pub(crate) async fn pid_of(client: &tokio_postgres::Client, id: u64) -> i32 {
     let rows = simple_rows(
         client,
         &format!("SELECT pid FROM skiff.workers WHERE id = {id}"),
@@ -384,7 +384,7 @@ async fn query_stream(server: &Server, done: Arc<AtomicBool>) -> SpawnedTask<Str
 
 /// Whether a failed query's error says a worker was lost (its connection
 /// broke, or it was declared dead).
-fn is_worker_loss(error: &str) -> bool {
+pub(crate) fn is_worker_loss(error: &str) -> bool {
     [
         "57P03",
         "worker",
