@@ -161,7 +161,7 @@ impl Engine {
                 buffer::system::CACHE_TABLE.to_string(),
                 Arc::new(buffer::system::CacheTable(Arc::downgrade(pool))),
             )?;
-            ctx.register_udf(buffer::system::ClearCache::udf(pool));
+            ctx.register_udf(buffer::system::ClearCache::of_pool(pool));
         }
         if let Some(catalog) = ctx.catalog(catalog::DATABASE) {
             catalog.register_schema(catalog::SYSTEM_SCHEMA, Arc::new(skiff))?;

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
+use skiff_engine::buffer::{CacheScope, TableCache};
+
 /// How often workers and memory nodes report to the coordinator.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// Silence after which the coordinator declares a node dead. With the
@@ -394,6 +396,41 @@ pub struct BufferTable {
     pub sent: u64,
     #[prost(uint64, tag = "9")]
     pub received: u64,
+}
+
+impl BufferTable {
+    /// A pool's counters of one scope, for the wire.
+    pub fn new(scope: &CacheScope, cache: &TableCache) -> Self {
+        BufferTable {
+            location: scope.location.to_string(),
+            partition: scope.partition,
+            blocks: cache.blocks,
+            bytes: cache.bytes,
+            hits: cache.hits,
+            misses: cache.misses,
+            evictions: cache.evictions,
+            sent: cache.sent,
+            received: cache.received,
+        }
+    }
+
+    /// The scope and counters this names, as the pool has them.
+    pub fn to_pool(&self) -> (CacheScope, TableCache) {
+        let scope = CacheScope {
+            location: self.location.as_str().into(),
+            partition: self.partition,
+        };
+        let cache = TableCache {
+            blocks: self.blocks,
+            bytes: self.bytes,
+            hits: self.hits,
+            misses: self.misses,
+            evictions: self.evictions,
+            sent: self.sent,
+            received: self.received,
+        };
+        (scope, cache)
+    }
 }
 
 /// Worker: send the buffered blocks of partitions it no longer owns to

@@ -107,6 +107,10 @@ pub const WORKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// owner (buffer matching); blocks not taken by then are read from storage.
 pub const MATCHING_DEADLINE: Duration = Duration::from_secs(30);
 
+/// How long the coordinator waits for an old owner to answer that its
+/// shipments ended: its own deadline for them, and a margin to answer.
+pub const SHIP_ANSWER_DEADLINE: Duration = Duration::from_secs(2 * MATCHING_DEADLINE.as_secs());
+
 /// Bytes of blocks an old owner sends one new owner at most per resize,
 /// most important first: about what a worker's pool holds by default on a
 /// small machine; more would only be evicted on arrival.

@@ -11,12 +11,14 @@
 //!   running a query across several workers on datafusion-distributed
 //!   (`skiff.distribute`) with scans of partitioned tables on their
 //!   partitions' owners and their progress counted on every node
-//!   (`scan_progress`), the partition map, and workers joining and
-//!   leaving online;
+//!   (`scan_progress`), the partition map, workers joining and leaving
+//!   online, and buffer matching (old owners send moved partitions' blocks
+//!   to new owners);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
-//!   and hands queries off at pipeline boundaries, and serves the tasks of
-//!   distributed queries, with the session settings their query carried
-//!   ([`carried`]);
+//!   (scans through its buffer pool) and hands queries off at pipeline
+//!   boundaries, serves the tasks of distributed queries, with the session
+//!   settings their query carried ([`carried`]), and sends and keeps
+//!   matched blocks;
 //! - the **memory node** ([`memnode`]): the state cache.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs

@@ -104,10 +104,10 @@ struct Blocks {
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     hand: usize,
-    bytes: usize,
     /// Per scope, in first-seen order for a stable listing.
     tables: Vec<(CacheScope, TableCache)>,
     scopes: HashMap<CacheScope, usize>,
+    /// The blocks' bytes, reserved in the memory pool: the pool's size.
     reservation: MemoryReservation,
 }
 
@@ -132,7 +132,6 @@ impl BufferPool {
                 slots: Vec::new(),
                 free: Vec::new(),
                 hand: 0,
-                bytes: 0,
                 tables: Vec::new(),
                 scopes: HashMap::new(),
                 reservation,
@@ -146,7 +145,7 @@ impl BufferPool {
 
     /// Bytes the blocks take now.
     pub fn bytes(&self) -> usize {
-        self.lock().bytes
+        self.lock().reservation.size()
     }
 
     fn lock(&self) -> MutexGuard<'_, Blocks> {
@@ -177,6 +176,18 @@ impl BufferPool {
     /// a block larger than the budget, or one the memory pool has no room
     /// for, is not kept (the scan has its data either way). Whether it was.
     pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, owned: bool) -> bool {
+        self.keep(table, key, array, owned, false)
+    }
+
+    /// [`Self::admit`], counting a kept block as `received` when it is.
+    fn keep(
+        &self,
+        table: &Arc<str>,
+        key: BlockKey,
+        array: ArrayRef,
+        owned: bool,
+        received: bool,
+    ) -> bool {
         let bytes = array.get_array_memory_size();
         if bytes > self.budget {
             return false;
@@ -185,7 +196,7 @@ impl BufferPool {
         if blocks.index.contains_key(&key) {
             return false;
         }
-        while blocks.bytes + bytes > self.budget {
+        while blocks.reservation.size() + bytes > self.budget {
             if !blocks.evict_one() {
                 return false;
             }
@@ -215,10 +226,10 @@ impl BufferPool {
             }
         };
         blocks.index.insert(key, at);
-        blocks.bytes += bytes;
         let stats = &mut blocks.tables[table].1;
         stats.blocks += 1;
         stats.bytes += bytes as u64;
+        stats.received += u64::from(received);
         blocks.check(self.budget);
         true
     }
@@ -226,7 +237,7 @@ impl BufferPool {
     /// Drop every block; the bytes they took.
     pub fn clear(&self) -> usize {
         let mut blocks = self.lock();
-        let freed = blocks.bytes;
+        let freed = blocks.reservation.size();
         for at in 0..blocks.slots.len() {
             if blocks.slots[at].is_some() {
                 blocks.remove(at, false);
@@ -242,8 +253,8 @@ impl BufferPool {
     }
 
     /// Take out the blocks of the partitions `wanted` names (by table
-    /// location and partition), most important first (most chances left,
-    /// then most recently admitted), at most `bytes_max` bytes of them: what
+    /// location and partition), most important first (most chances left),
+    /// at most `bytes_max` bytes of them: what
     /// an old owner sends a partition's new owner (VectorH §6). Whatever is
     /// sent, this node no longer owns those partitions.
     pub fn take_partitions(
@@ -295,15 +306,7 @@ impl BufferPool {
     /// Keep a block an old owner sent (a partition this node now owns);
     /// whether it was kept (not when already here or without room).
     pub fn receive(&self, block: Block) -> bool {
-        let Block { table, key, array } = block;
-        let scope_key = key.clone();
-        let kept = self.admit(&table, key, array, true);
-        if kept {
-            let mut blocks = self.lock();
-            let scope = blocks.scope(&table, &scope_key);
-            blocks.tables[scope].1.received += 1;
-        }
-        kept
+        self.keep(&block.table, block.key, block.array, true, true)
     }
 }
 
@@ -351,7 +354,6 @@ impl Blocks {
         };
         self.index.remove(&slot.key);
         self.free.push(at);
-        self.bytes -= slot.bytes;
         self.reservation.shrink(slot.bytes);
         let stats = &mut self.tables[slot.table].1;
         stats.blocks -= 1;
@@ -361,13 +363,13 @@ impl Blocks {
         }
     }
 
-    /// The pool's invariants: its bytes are what its blocks take, all of
-    /// them reserved in the memory pool, and within the budget.
+    /// The pool's invariants: its reservation is what its blocks take (the
+    /// scopes' sums), within the budget.
     fn check(&self, budget: usize) {
-        assert!(self.bytes <= budget, "buffer pool above its budget");
-        assert_eq!(self.bytes, self.reservation.size());
+        let reserved = self.reservation.size();
+        assert!(reserved <= budget, "buffer pool above its budget");
         debug_assert_eq!(
-            self.bytes as u64,
+            reserved as u64,
             self.tables.iter().map(|(_, t)| t.bytes).sum::<u64>()
         );
         debug_assert_eq!(self.index.len(), self.slots.len() - self.free.len());
@@ -378,10 +380,10 @@ impl Relieve for BufferPool {
     /// Memory pressure from a query: blocks go before anyone spills.
     fn relieve(&self, wanted: usize) -> usize {
         let mut blocks = self.lock();
-        let before = blocks.bytes;
-        while before - blocks.bytes < wanted && blocks.evict_one() {}
+        let before = blocks.reservation.size();
+        while before - blocks.reservation.size() < wanted && blocks.evict_one() {}
         blocks.check(self.budget);
-        before - blocks.bytes
+        before - blocks.reservation.size()
     }
 }
 
@@ -390,7 +392,7 @@ impl fmt::Debug for BufferPool {
         let blocks = self.lock();
         f.debug_struct("BufferPool")
             .field("budget", &self.budget)
-            .field("bytes", &blocks.bytes)
+            .field("bytes", &blocks.reservation.size())
             .field("blocks", &blocks.index.len())
             .finish()
     }

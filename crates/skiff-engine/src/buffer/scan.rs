@@ -51,7 +51,6 @@ use object_store::ObjectStore;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use parquet::file::metadata::ParquetMetaData;
 
 use super::pool::{BlockKey, BufferPool, FileVersion};
 
@@ -93,10 +92,6 @@ impl BufferedSource {
             table: table_location(config),
             batch_size: None,
         })
-    }
-
-    pub fn inner(&self) -> &ParquetSource {
-        &self.inner
     }
 }
 
@@ -342,9 +337,9 @@ struct FilePlanner {
 #[derive(Debug)]
 struct OpenFile {
     version: Arc<FileVersion>,
-    metadata: Arc<ParquetMetaData>,
-    /// The file's schema with DataFusion's coercions applied.
-    read_schema: SchemaRef,
+    /// The file's metadata, and its schema as this scan reads it (with
+    /// DataFusion's coercions and the table's string and binary types).
+    reader: ArrowReaderMetadata,
     /// For each projected column: its top-level index in the file, or
     /// `None` for a partition column.
     roots: Vec<Option<usize>>,
@@ -398,7 +393,7 @@ impl ScanPlan {
             file: Arc::clone(&open.version),
             row_group,
             column: root,
-            data_type: open.read_schema.field(root).data_type().clone(),
+            data_type: open.reader.schema().field(root).data_type().clone(),
         }
     }
 
@@ -429,7 +424,7 @@ impl ScanPlan {
         row_group: usize,
         columns: Vec<ArrayRef>,
     ) -> Result<Batches> {
-        let rows = usize::try_from(open.metadata.row_group(row_group).num_rows()).unwrap_or(0);
+        let rows = row_count(open, row_group);
         let mut file_columns = columns.into_iter();
         let mut arrays = Vec::with_capacity(self.projection.len());
         for (&index, root) in self.projection.iter().zip(&open.roots) {
@@ -512,6 +507,12 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
         }
     }
     let row_groups = access.build().row_group_indexes().into_iter().collect();
+    // Built once per file (the Parquet schema's conversion), and checked
+    // here: a schema the reader refuses sends the file to DataFusion.
+    let options = ArrowReaderOptions::new().with_schema(Arc::clone(&read_schema));
+    let Ok(reader) = ArrowReaderMetadata::try_new(metadata, options) else {
+        return scan.fallback.plan_file(file);
+    };
     let meta = &file.object_meta;
     let version = Arc::new(FileVersion {
         path: meta.location.to_string(),
@@ -528,8 +529,7 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
         file,
         open: Some(OpenFile {
             version,
-            metadata,
-            read_schema,
+            reader,
             roots,
             row_groups,
             ready: None,
@@ -597,15 +597,14 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         planner.file.metadata_size_hint,
         &scan.metrics,
     )?;
-    let options = ArrowReaderOptions::new().with_schema(Arc::clone(&open.read_schema));
-    let meta = ArrowReaderMetadata::try_new(Arc::clone(&open.metadata), options)?;
-    let mask = ProjectionMask::roots(meta.parquet_schema(), wanted.iter().copied());
-    let rows = usize::try_from(open.metadata.row_group(row_group).num_rows()).unwrap_or(0);
-    let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
-        .with_row_groups(vec![row_group])
-        .with_projection(mask)
-        .with_batch_size(rows.max(1))
-        .build()?;
+    let mask = ProjectionMask::roots(open.reader.parquet_schema(), wanted.iter().copied());
+    let rows = row_count(open, row_group);
+    let mut stream =
+        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, open.reader.clone())
+            .with_row_groups(vec![row_group])
+            .with_projection(mask)
+            .with_batch_size(rows.max(1))
+            .build()?;
     let mut batches = Vec::new();
     while let Some(batch) = stream.next().await {
         batches.push(batch?);
@@ -615,12 +614,14 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
     }
     let mut decoded: Vec<ArrayRef> = Vec::with_capacity(wanted.len());
     for (at, root) in wanted.iter().enumerate() {
-        let parts: Vec<&dyn arrow::array::Array> =
-            batches.iter().map(|b| b.column(at).as_ref()).collect();
-        decoded.push(match parts.as_slice() {
-            [] => arrow::array::new_empty_array(open.read_schema.field(*root).data_type()),
-            [one] => arrow::array::make_array(one.to_data()),
-            _ => arrow::compute::concat(&parts)?,
+        decoded.push(match batches.as_slice() {
+            [] => arrow::array::new_empty_array(open.reader.schema().field(*root).data_type()),
+            [one] => Arc::clone(one.column(at)),
+            _ => {
+                let parts: Vec<&dyn arrow::array::Array> =
+                    batches.iter().map(|b| b.column(at).as_ref()).collect();
+                arrow::compute::concat(&parts)?
+            }
         });
     }
     for (root, array) in wanted.iter().zip(&decoded) {
@@ -643,6 +644,12 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
     );
     open.ready = Some(found);
     Ok(planner)
+}
+
+/// The rows of `row_group` of `open`'s file.
+fn row_count(open: &OpenFile, row_group: usize) -> usize {
+    let rows = open.reader.metadata().row_group(row_group).num_rows();
+    usize::try_from(rows).unwrap_or(0)
 }
 
 /// A row group's batches, ready.

@@ -7,6 +7,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{Result, exec_err};
+use datafusion::config::ConfigOptions;
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::{
@@ -104,26 +105,44 @@ impl TableProvider for CacheTable {
     }
 }
 
-/// `skiff.clear_cache()`: drops every block of this process's pool and
-/// answers the bytes freed.
-#[derive(Debug)]
+/// What `skiff.clear_cache()` does, given the caller's session settings:
+/// the bytes it freed.
+pub type Clear = Arc<dyn Fn(&ConfigOptions) -> Result<u64> + Send + Sync>;
+
+/// `skiff.clear_cache()`: empties a pool (this process's, or every
+/// worker's on a coordinator) and answers the bytes freed.
 pub struct ClearCache {
-    pool: Weak<BufferPool>,
+    clear: Clear,
     signature: Signature,
 }
 
 impl ClearCache {
-    pub fn udf(pool: &Arc<BufferPool>) -> ScalarUDF {
+    pub fn udf(clear: Clear) -> ScalarUDF {
         ScalarUDF::from(Self {
-            pool: Arc::downgrade(pool),
+            clear,
             signature: Signature::exact(vec![], Volatility::Volatile),
         })
+    }
+
+    /// Over this process's `pool`.
+    pub fn of_pool(pool: &Arc<BufferPool>) -> ScalarUDF {
+        let pool: Weak<BufferPool> = Arc::downgrade(pool);
+        Self::udf(Arc::new(move |_| match pool.upgrade() {
+            Some(pool) => Ok(pool.clear() as u64),
+            None => exec_err!("the buffer pool is gone"),
+        }))
+    }
+}
+
+impl std::fmt::Debug for ClearCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClearCache").finish_non_exhaustive()
     }
 }
 
 impl PartialEq for ClearCache {
     fn eq(&self, other: &Self) -> bool {
-        Weak::ptr_eq(&self.pool, &other.pool)
+        Arc::ptr_eq(&self.clear, &other.clear)
     }
 }
 
@@ -149,10 +168,8 @@ impl ScalarUDFImpl for ClearCache {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let Some(pool) = self.pool.upgrade() else {
-            return exec_err!("the buffer pool is gone");
-        };
-        let freed = i64::try_from(pool.clear()).unwrap_or(i64::MAX);
+        let freed = (self.clear)(&args.config_options)?;
+        let freed = i64::try_from(freed).unwrap_or(i64::MAX);
         Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
             freed;
             args.number_rows.max(1)

@@ -8,37 +8,23 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Result, exec_err};
-use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
-};
+use datafusion::logical_expr::ScalarUDF;
 use futures::future::join_all;
-use skiff_engine::buffer::system::{CLEAR_CACHE, cache_rows, cache_schema};
-use skiff_engine::buffer::{CacheScope, TableCache};
-use skiff_flight::protocol::{BufferStats, Role};
+use skiff_engine::buffer::system::{CLEAR_CACHE, ClearCache, cache_rows, cache_schema};
+use skiff_flight::protocol::BufferTable;
 
 use super::Inner;
-use super::membership::NodeState;
+use super::matching::addresses;
 use super::session::Caller;
 use crate::config::BUFFER_CALL_TIMEOUT;
 use crate::error::{ServerError, SqlState};
-
-/// The live workers: (id, address).
-fn live_workers(inner: &Inner) -> Vec<(u64, String)> {
-    inner
-        .membership
-        .nodes()
-        .into_iter()
-        .filter(|n| n.role == Role::Worker && n.state == NodeState::Alive)
-        .map(|n| (n.id, n.addr))
-        .collect()
-}
 
 /// `skiff.cache`: `worker`, then the engine's columns, a row per table
 /// each live worker's pool has seen. A worker that does not answer in
 /// time is left out (its pool is empty to the reader, not an error).
 pub(crate) async fn cache_table(inner: &Inner) -> Result<RecordBatch> {
-    let workers = live_workers(inner);
-    let asked = workers.iter().map(|(_, addr)| async move {
+    let workers = addresses(&inner.membership, None);
+    let asked = workers.values().map(|addr| async move {
         tokio::time::timeout(BUFFER_CALL_TIMEOUT, skiff_flight::buffer_stats(addr)).await
     });
     let answers = join_all(asked).await;
@@ -53,7 +39,8 @@ pub(crate) async fn cache_table(inner: &Inner) -> Result<RecordBatch> {
             }
             Err(_) => continue,
         };
-        let rows = cache_rows(&tables(&stats))?;
+        let tables: Vec<_> = stats.tables.iter().map(BufferTable::to_pool).collect();
+        let rows = cache_rows(&tables)?;
         let worker = Arc::new(Int64Array::from(vec![*id as i64; rows.num_rows()]));
         let mut columns = vec![worker as _];
         columns.extend(rows.columns().iter().cloned());
@@ -68,77 +55,14 @@ fn schema() -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn tables(stats: &BufferStats) -> Vec<(CacheScope, TableCache)> {
-    stats
-        .tables
-        .iter()
-        .map(|t| {
-            let cache = TableCache {
-                blocks: t.blocks,
-                bytes: t.bytes,
-                hits: t.hits,
-                misses: t.misses,
-                evictions: t.evictions,
-                sent: t.sent,
-                received: t.received,
-            };
-            let scope = CacheScope {
-                location: Arc::from(t.location.as_str()),
-                partition: t.partition,
-            };
-            (scope, cache)
-        })
-        .collect()
-}
-
-/// `skiff.clear_cache()`: empties every live worker's pool; the bytes freed.
-#[derive(Debug)]
-pub(crate) struct ClearCacheFunction {
-    coordinator: Weak<Inner>,
-    signature: Signature,
-}
-
-impl ClearCacheFunction {
-    pub(crate) fn new(coordinator: Weak<Inner>) -> Self {
-        Self {
-            coordinator,
-            signature: Signature::exact(vec![], Volatility::Volatile),
-        }
-    }
-}
-
-impl PartialEq for ClearCacheFunction {
-    fn eq(&self, other: &Self) -> bool {
-        self.signature == other.signature
-    }
-}
-
-impl Eq for ClearCacheFunction {}
-
-impl std::hash::Hash for ClearCacheFunction {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.signature.hash(state);
-    }
-}
-
-impl ScalarUDFImpl for ClearCacheFunction {
-    fn name(&self) -> &str {
-        CLEAR_CACHE
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Int64)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let Some(inner) = self.coordinator.upgrade() else {
+/// `skiff.clear_cache()`: empties every live worker's pool; the bytes
+/// freed. Admins only.
+pub(crate) fn clear_cache(coordinator: Weak<Inner>) -> ScalarUDF {
+    ClearCache::udf(Arc::new(move |options| {
+        let Some(inner) = coordinator.upgrade() else {
             return exec_err!("the coordinator is shutting down");
         };
-        if !Caller::of(&args.config_options).is_admin() {
+        if !Caller::of(options).is_admin() {
             return Err(ServerError::new(
                 SqlState::InsufficientPrivilege,
                 format!("permission denied for {CLEAR_CACHE}: only admin users may call it"),
@@ -151,24 +75,20 @@ impl ScalarUDFImpl for ClearCacheFunction {
         if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
             return exec_err!("{CLEAR_CACHE} needs the server's multi-threaded runtime");
         }
-        let workers = live_workers(&inner);
+        let workers = addresses(&inner.membership, None);
         let cleared = tokio::task::block_in_place(|| {
-            handle.block_on(join_all(workers.iter().map(|(_, addr)| async move {
+            handle.block_on(join_all(workers.values().map(|addr| async move {
                 tokio::time::timeout(BUFFER_CALL_TIMEOUT, skiff_flight::clear_buffer(addr)).await
             })))
         });
         let mut freed = 0u64;
-        for ((id, _), answer) in workers.iter().zip(cleared) {
+        for (id, answer) in workers.keys().zip(cleared) {
             match answer {
                 Ok(Ok(bytes)) => freed += bytes,
                 Ok(Err(e)) => return exec_err!("worker {id} did not clear its buffer pool: {e}"),
                 Err(_) => return exec_err!("worker {id} did not clear its buffer pool in time"),
             }
         }
-        let freed = i64::try_from(freed).unwrap_or(i64::MAX);
-        Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
-            freed;
-            args.number_rows.max(1)
-        ]))))
-    }
+        Ok(freed)
+    }))
 }

@@ -11,7 +11,7 @@
 //! comparisons); the last such call's setting holds for resizes that no
 //! call made (a worker registering by itself).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::prelude::SessionContext;
@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::membership::{Membership, NodeState};
 use super::partitions::partitioned_tables;
-use crate::config::{MATCHING_BYTES_MAX, MATCHING_DEADLINE};
+use crate::config::{MATCHING_BYTES_MAX, SHIP_ANSWER_DEADLINE};
 
 /// Whether resizes send blocks (`skiff.buffer_matching`).
 #[derive(Debug)]
@@ -55,7 +55,7 @@ struct Shipment {
 /// owner, naming the tables of each moved class by location.
 async fn shipments(
     ctx: &SessionContext,
-    addresses: &HashMap<u64, String>,
+    addresses: &BTreeMap<u64, String>,
     moves: &[Move],
 ) -> Vec<Shipment> {
     let tables = partitioned_tables(ctx).await;
@@ -125,9 +125,9 @@ async fn shipments(
         .collect()
 }
 
-/// The live workers' addresses, and `also` (a worker being removed, still
-/// up) when given.
-pub(crate) fn addresses(membership: &Membership, also: Option<u64>) -> HashMap<u64, String> {
+/// The live workers' addresses by id, and `also`'s (a worker being
+/// removed, still up) when given.
+pub(crate) fn addresses(membership: &Membership, also: Option<u64>) -> BTreeMap<u64, String> {
     membership
         .nodes()
         .into_iter()
@@ -141,7 +141,7 @@ pub(crate) fn addresses(membership: &Membership, also: Option<u64>) -> HashMap<u
 /// answered or gave up. Blocks sent and kept, summed.
 pub(crate) async fn ship(
     ctx: &SessionContext,
-    addresses: &HashMap<u64, String>,
+    addresses: &BTreeMap<u64, String>,
     moves: &[Move],
 ) -> (u64, u64) {
     let shipments = shipments(ctx, addresses, moves).await;
@@ -155,8 +155,7 @@ pub(crate) async fn ship(
             )
             .await
         };
-        // The sender's own deadline per target, plus a margin to answer.
-        match tokio::time::timeout(MATCHING_DEADLINE * 2, asked).await {
+        match tokio::time::timeout(SHIP_ANSWER_DEADLINE, asked).await {
             Ok(Ok(shipped)) => shipped,
             Ok(Err(e)) => {
                 warn!(worker = s.from, error = %e.message(), "blocks not shipped");

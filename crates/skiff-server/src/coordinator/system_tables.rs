@@ -55,9 +55,7 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
         let _ = catalog.register_schema(SCHEMA, schema);
     }
     ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator.clone())));
-    ctx.register_udf(ScalarUDF::from(buffer_view::ClearCacheFunction::new(
-        coordinator.clone(),
-    )));
+    ctx.register_udf(buffer_view::clear_cache(coordinator.clone()));
     for op in [
         Admin::Migrate,
         Admin::Suspend,

@@ -187,17 +187,7 @@ impl WorkerService {
         let tables = pool
             .tables()
             .into_iter()
-            .map(|(scope, t)| BufferTable {
-                location: scope.location.to_string(),
-                partition: scope.partition,
-                blocks: t.blocks,
-                bytes: t.bytes,
-                hits: t.hits,
-                misses: t.misses,
-                evictions: t.evictions,
-                sent: t.sent,
-                received: t.received,
-            })
+            .map(|(scope, t)| BufferTable::new(&scope, &t))
             .collect();
         BufferStats {
             budget: pool.budget() as u64,
