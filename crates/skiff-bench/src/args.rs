@@ -149,7 +149,9 @@ pub struct BenchArgs {
     /// distributed over each of these worker counts (comma-separated)
     /// against the single-worker path on the same `skiff serve`, then the
     /// resize experiment: adding a worker to 2 and removing one of 3 until
-    /// the first answer, online against a restart. Uses the data
+    /// the first answer, online (with buffer matching, the first query
+    /// after the blocks arrived or meanwhile, and without) against a
+    /// restart. Uses the data
     /// hash-partitioned for the counts (generated when missing); results
     /// in RESULTS/<benchmark>-<data>-scale-*.
     #[arg(
@@ -159,6 +161,14 @@ pub struct BenchArgs {
         conflicts_with_all = ["via", "migration", "state_sizes"]
     )]
     pub scale: Vec<usize>,
+    /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-10 and
+    /// Table 2): q1 repeatedly while the cluster grows 2->3->4 and shrinks
+    /// back, with matching on and off; matching time against the bytes
+    /// moved; resize with and without matching against a restart. Uses the
+    /// data hash-partitioned into 12 (generated when missing); results in
+    /// RESULTS/tpch-<data>-matching-*.
+    #[arg(long, conflicts_with_all = ["via", "migration", "state_sizes", "scale"])]
+    pub matching: bool,
 }
 
 const BENCH_HELP: &str = "\
@@ -204,6 +214,7 @@ Examples:
   skiff bench tpcds --sf 1 --engines skiff,datafusion --timeout 300
   skiff bench tpch --sf 1 --state-sizes
   skiff bench tpch --sf 1 --scale 1,2,3,4
+  skiff bench tpch --sf 1 --matching
 
 --scale (TPC-H or TPC-DS over `skiff serve` children, via PostgreSQL):
   The tables are hash-partitioned on their join keys into the least common
@@ -214,10 +225,23 @@ Examples:
   each; `*` marks queries the planner did not split into stages. Then the
   resize experiment (VectorH's Table 2) with the benchmark's q1 and q9, --runs rounds:
   from 2 workers, skiff.add_workers(1) until q answers; from 3,
-  skiff.remove_worker until q answers; against stopping the server and
-  starting it with the new count. On a machine with fewer cores than workers
-  the query figures are the cost of distribution, not a speedup. Output:
-  RESULTS/<benchmark>-<data>-scale-latest.csv/.png.";
+  skiff.remove_worker until q answers, online without buffer matching, with it
+  (the first query as soon as the worker takes queries, and once its blocks
+  arrived), against stopping the server and starting it with the new count.
+  On a machine with fewer cores than workers the query figures are the cost
+  of distribution, not a speedup. Output:
+  RESULTS/<benchmark>-<data>-scale-latest.csv/.png.
+
+--matching (TPC-H over `skiff serve` children, via PostgreSQL, queries
+  distributed, tables in 12 hash partitions as for --scale 2,3,4):
+  q1 max(--runs, 4) times at each of 2, 3, 4, 3, 2 workers on one cluster
+  (skiff.add_workers / skiff.remove_worker between steps), once with
+  skiff.buffer_matching on and once off: the first run after a resize
+  against the step's steady state. Then lineitem buffered on 1, 2, 4, 8 and 16
+  columns, a worker added and removed, each matching's time and bytes (from
+  skiff.matchings). Then the resize table of --scale (online with and
+  without matching, restart) for q1 and q9, --runs rounds. Output:
+  RESULTS/tpch-<data>-matching-latest.csv/.png.";
 
 /// A client protocol for `skiff bench --via`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]

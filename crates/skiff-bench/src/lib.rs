@@ -2,8 +2,8 @@
 //!
 //! Owns `skiff bench` (Skiff's pipeline executor against plain DataFusion,
 //! and DuckDB when it is installed, on TPC-H, TPC-DS and a CSV load; the
-//! server path, query migration, state sizes, and scale-out with the
-//! resize experiment), `skiff gen` (benchmark
+//! server path, query migration, state sizes, scale-out with the resize
+//! experiment, and buffer matching), `skiff gen` (benchmark
 //! data with a progress bar), the launcher of a `skiff serve` process that
 //! benches and server tests share ([`launch`]), and the PostgreSQL and
 //! Flight SQL clients of a running server ([`client`], also `skiff ctl`'s).
@@ -21,6 +21,7 @@ mod duckdb;
 pub mod generate;
 pub mod launch;
 mod load;
+mod matching;
 mod migration;
 pub mod plot;
 mod report;
@@ -103,8 +104,15 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     if let Some(csv) = args.summarize.as_deref() {
         return migration::summarize(csv, &title(args));
     }
+    if args.matching && args.suite() != BenchmarkName::Tpch {
+        return Err(BenchError::Data(
+            "--matching measures TPC-H (its lineitem and q1); use skiff bench tpch".into(),
+        ));
+    }
     // Scale-out reads tables hash-partitioned for its worker counts.
-    let partitions = if args.scale.is_empty() {
+    let partitions = if args.matching {
+        Some(scale::partitions_for(&matching::WORKER_COUNTS)?)
+    } else if args.scale.is_empty() {
         None
     } else {
         Some(scale::partitions_for(&args.scale)?)
@@ -145,13 +153,16 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     if args.state_sizes {
         return state_sizes::run(&setup, args, &queries, &title).await;
     }
-    if !args.scale.is_empty() {
+    if !args.scale.is_empty() || args.matching {
         let all = find_queries(&query_dir)?;
         let probes: Vec<QueryFile> = scale::RESIZE_PROBES
             .iter()
             .filter_map(|n| all.iter().find(|q| q.number == *n))
             .map(QueryFile::clone)
             .collect();
+        if args.matching {
+            return matching::run(&setup, args, &probes, &title).await;
+        }
         return scale::run(&setup, args, &queries, &probes, &title).await;
     }
     let mut header = format!(

@@ -43,6 +43,24 @@ pub fn fonts() -> Result<(), String> {
         .clone()
 }
 
+/// The series' legend on `chart`, in a white box at `position`.
+pub fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// Draw both panels into `path`.
 pub fn draw(
     path: &Path,

@@ -2,8 +2,8 @@
 //! worker count against the single-worker path on the same server, then
 //! the resize experiment of the VectorH paper's Table 2: from "add a
 //! worker" (2 to 3) or "remove one" (3 to 2) until the first answer on the
-//! new cluster, online against stopping everything and restarting with the
-//! new count.
+//! new cluster, online with buffer matching and without it, against
+//! stopping everything and restarting with the new count.
 //!
 //! The data is hash-partitioned ([`partitions_for`]), so each worker reads
 //! the partitions it owns. Every figure comes from `skiff serve` children
@@ -39,6 +39,14 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often registrations are looked for while waiting.
 const JOIN_POLL: Duration = Duration::from_millis(20);
+
+/// How long after a resize a buffer matching may take to appear in
+/// `skiff.matchings` (a join's starts when the worker registers).
+const MATCHING_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a buffer matching may run (the server's own deadline for it
+/// is shorter).
+const MATCHING_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The most partitions a table may have (`skiff_tables::partition`).
 const PARTITIONS_MAX: u64 = 1024;
@@ -92,26 +100,53 @@ struct QueryFigure {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Change {
+pub(crate) enum Change {
     Add,
     Remove,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Method {
+pub(crate) enum Method {
+    /// Online, the buffered blocks of moved partitions sent to their new
+    /// owners (`skiff.buffer_matching` on, the default), the first query
+    /// after the blocks arrived.
     Online,
+    /// Online with matching, the first query as soon as the new worker
+    /// takes queries, while blocks still move (what a client sees: nothing
+    /// waits for matching but a removal).
+    Background,
+    /// Online with `skiff.buffer_matching` off.
+    Unmatched,
     Restart,
 }
 
+const METHODS: [Method; 4] = [
+    Method::Online,
+    Method::Background,
+    Method::Unmatched,
+    Method::Restart,
+];
+
 /// One resize until its first answer.
-struct ResizeFigure {
-    change: Change,
-    method: Method,
-    probe: String,
-    /// Until the new cluster took queries.
-    ready_ms: f64,
+pub(crate) struct ResizeFigure {
+    pub(crate) change: Change,
+    pub(crate) method: Method,
+    pub(crate) probe: String,
+    /// Until the new cluster took queries (and its buffer matching ended).
+    pub(crate) ready_ms: f64,
     /// Until the probe's first answer, from the start of the change.
-    total_ms: f64,
+    pub(crate) total_ms: f64,
+    /// The resize's buffer matching, when one ran.
+    pub(crate) matching: Option<Matched>,
+}
+
+/// What `skiff.matchings` says of the matchings of one resize, summed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Matched {
+    pub ms: f64,
+    pub blocks: u64,
+    pub bytes: u64,
+    pub failures: u64,
 }
 
 impl Change {
@@ -122,7 +157,7 @@ impl Change {
         }
     }
 
-    fn counts(self) -> (usize, usize) {
+    pub(crate) fn counts(self) -> (usize, usize) {
         match self {
             Change::Add => (RESIZE_FROM, RESIZE_FROM + 1),
             Change::Remove => (RESIZE_FROM + 1, RESIZE_FROM),
@@ -131,9 +166,20 @@ impl Change {
 }
 
 impl Method {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Method::Online => "online",
+            Method::Background => "online-background",
+            Method::Unmatched => "online-unmatched",
+            Method::Restart => "restart",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Method::Online => "online, matched first",
+            Method::Background => "online, matching meanwhile",
+            Method::Unmatched => "online, no matching",
             Method::Restart => "restart",
         }
     }
@@ -197,14 +243,18 @@ pub async fn run(
 
 /// A `skiff serve` with `workers` workers whose state lives in `state`,
 /// and a connection once they have all registered.
-struct Cluster {
+pub(crate) struct Cluster {
     /// Held for its drop, which kills the server and its workers.
     _server: Coordinator,
-    conn: PgConn,
+    pub(crate) conn: PgConn,
 }
 
 impl Cluster {
-    async fn start(setup: &Setup<'_>, state: &Path, workers: usize) -> Result<Self, BenchError> {
+    pub(crate) async fn start(
+        setup: &Setup<'_>,
+        state: &Path,
+        workers: usize,
+    ) -> Result<Self, BenchError> {
         let fail = |e: String| BenchError::Data(format!("cannot start skiff serve: {e}"));
         let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
         let mut command = launch::serve(&exe, state, workers, setup.threads);
@@ -221,7 +271,7 @@ impl Cluster {
     }
 
     /// The ids of the workers that take queries.
-    async fn live(&self) -> Result<Vec<u64>, BenchError> {
+    pub(crate) async fn live(&self) -> Result<Vec<u64>, BenchError> {
         let rows = self
             .conn
             .rows(
@@ -237,7 +287,7 @@ impl Cluster {
     }
 
     /// Wait until exactly `n` workers take queries.
-    async fn wait_for(&self, n: usize) -> Result<(), BenchError> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Result<(), BenchError> {
         let deadline = Instant::now() + JOIN_TIMEOUT;
         loop {
             let live = self.live().await?.len();
@@ -254,7 +304,7 @@ impl Cluster {
     }
 
     /// Run every statement of a query file; rows of all of them.
-    async fn run(&self, script: &str) -> Result<u64, String> {
+    pub(crate) async fn run(&self, script: &str) -> Result<u64, String> {
         let mut rows = 0;
         for statement in split_statements(script) {
             rows += self.conn.query(statement).await?;
@@ -262,12 +312,108 @@ impl Cluster {
         Ok(rows)
     }
 
-    async fn set_distribute(&self, mode: &str) -> Result<(), BenchError> {
+    /// A statement whose rows do not matter.
+    pub(crate) async fn execute(&self, sql: &str) -> Result<(), BenchError> {
         self.conn
-            .query(&format!("SET skiff.distribute = '{mode}'"))
+            .query(sql)
             .await
             .map(|_| ())
-            .map_err(BenchError::Data)
+            .map_err(|e| BenchError::Data(format!("{sql}: {e}")))
+    }
+
+    pub(crate) async fn set_distribute(&self, mode: &str) -> Result<(), BenchError> {
+        self.execute(&format!("SET skiff.distribute = '{mode}'"))
+            .await
+    }
+
+    pub(crate) async fn set_matching(&self, on: bool) -> Result<(), BenchError> {
+        self.execute(&format!("SET skiff.buffer_matching = {on}"))
+            .await
+    }
+
+    /// One number from a query of one row and column.
+    pub(crate) async fn number(&self, sql: &str) -> Result<u64, BenchError> {
+        let rows = self.conn.rows(sql).await.map_err(BenchError::Data)?;
+        let cell = rows.first().and_then(|r| r.first().cloned().flatten());
+        Ok(cell.and_then(|c| c.parse().ok()).unwrap_or(0))
+    }
+
+    /// The newest buffer matching's id (0 before any).
+    pub(crate) async fn last_matching(&self) -> Result<u64, BenchError> {
+        self.number("SELECT coalesce(max(id), 0) FROM skiff.matchings")
+            .await
+    }
+
+    /// The buffer matchings after `after`, summed, once all have ended;
+    /// `None` when none started within [`MATCHING_GRACE`].
+    pub(crate) async fn matched_after(&self, after: u64) -> Result<Option<Matched>, BenchError> {
+        let start = Instant::now();
+        let sql = format!(
+            "SELECT state, elapsed_ms, blocks_kept, bytes_kept, failures FROM skiff.matchings \
+             WHERE id > {after}"
+        );
+        loop {
+            let rows = self.conn.rows(&sql).await.map_err(BenchError::Data)?;
+            let done = rows.iter().all(|r| r[0].as_deref() == Some("done"));
+            if rows.is_empty() && start.elapsed() >= MATCHING_GRACE {
+                return Ok(None);
+            }
+            if !rows.is_empty() && done {
+                let cell = |r: &Vec<Option<String>>, i: usize| -> u64 {
+                    r[i].as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+                };
+                let mut sum = Matched::default();
+                for r in &rows {
+                    sum.ms += cell(r, 1) as f64;
+                    sum.blocks += cell(r, 2);
+                    sum.bytes += cell(r, 3);
+                    sum.failures += cell(r, 4);
+                }
+                return Ok(Some(sum));
+            }
+            if start.elapsed() >= MATCHING_TIMEOUT {
+                return Err(BenchError::Data(format!(
+                    "a buffer matching still runs after {MATCHING_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(JOIN_POLL).await;
+        }
+    }
+
+    /// Add a worker and wait until `to` workers take queries and, with
+    /// `matching` on, the blocks matched to the new one have arrived;
+    /// what the matching moved.
+    pub(crate) async fn add_worker(
+        &self,
+        to: usize,
+        matching: bool,
+    ) -> Result<Option<Matched>, BenchError> {
+        let last = self.last_matching().await?;
+        self.execute("SELECT skiff.add_workers(1)").await?;
+        self.wait_for(to).await?;
+        if !matching {
+            return Ok(None);
+        }
+        self.matched_after(last).await
+    }
+
+    /// Remove worker `id` and wait until `to` workers are left (with
+    /// `matching` on, its blocks are sent before it leaves); what the
+    /// matching moved.
+    pub(crate) async fn remove_worker(
+        &self,
+        id: u64,
+        to: usize,
+        matching: bool,
+    ) -> Result<Option<Matched>, BenchError> {
+        let last = self.last_matching().await?;
+        self.execute(&format!("SELECT skiff.remove_worker('{id}')"))
+            .await?;
+        self.wait_for(to).await?;
+        if !matching {
+            return Ok(None);
+        }
+        self.matched_after(last).await
     }
 
     /// Whether one of the last `statements` queries (a query file's, other
@@ -289,7 +435,7 @@ impl Cluster {
 
 /// A data directory of its own for one server's state (`.skiff`), whose
 /// tables are links to `data`'s; hidden beside `data`, removed on drop.
-fn own_state(data: &Path) -> Result<tempfile::TempDir, BenchError> {
+pub(crate) fn own_state(data: &Path) -> Result<tempfile::TempDir, BenchError> {
     let fail = |e: std::io::Error| BenchError::Data(format!("cannot link {}: {e}", data.display()));
     let parent = data.parent().unwrap_or(Path::new("."));
     let own = tempfile::Builder::new()
@@ -381,26 +527,39 @@ async fn at_count(
 }
 
 /// One round of the resize experiment with `probe`: online add and
-/// remove, then the same two changes by restarting.
-async fn resize_round(
+/// remove without buffer matching, then with it, then the same two
+/// changes by restarting. Queries are distributed (`skiff.distribute =
+/// on`), so each worker reads the partitions it owns.
+pub(crate) async fn resize_round(
     setup: &Setup<'_>,
     probe: &str,
     script: &str,
 ) -> Result<Vec<ResizeFigure>, BenchError> {
     let state = own_state(&setup.data)?;
     let mut cluster = Cluster::start(setup, state.path(), RESIZE_FROM).await?;
+    cluster.set_distribute("on").await?;
     // The figures are of a warm cluster: the probe has run once.
     let expected = cluster.run(script).await.map_err(BenchError::Data)?;
     let mut figures = Vec::new();
-    let mut record = |change: Change, method: Method, ready: Duration, total: Duration| {
+    let mut record = |change: Change,
+                      method: Method,
+                      ready: Duration,
+                      total: Duration,
+                      matching: Option<Matched>| {
         eprintln!(
-            "  {} {} -> {} {}: ready in {:.0} ms, first answer at {:.0} ms",
+            "  {} {} -> {} {}: ready in {:.0} ms, first answer at {:.0} ms{}",
             change.name(),
             change.counts().0,
             change.counts().1,
-            method.name(),
+            method.label(),
             ready.as_secs_f64() * 1000.0,
-            total.as_secs_f64() * 1000.0
+            total.as_secs_f64() * 1000.0,
+            matching.map_or(String::new(), |m| format!(
+                " ({} blocks, {:.1} MiB matched in {:.0} ms)",
+                m.blocks,
+                m.bytes as f64 / MIB,
+                m.ms
+            ))
         );
         figures.push(ResizeFigure {
             change,
@@ -408,50 +567,69 @@ async fn resize_round(
             probe: probe.to_string(),
             ready_ms: ready.as_secs_f64() * 1000.0,
             total_ms: total.as_secs_f64() * 1000.0,
+            matching,
         });
     };
-    // Online: add a worker, wait for it to take queries, answer.
-    let start = Instant::now();
-    cluster
-        .conn
-        .query("SELECT skiff.add_workers(1)")
-        .await
-        .map_err(BenchError::Data)?;
-    cluster.wait_for(RESIZE_FROM + 1).await?;
-    let ready = start.elapsed();
-    check(expected, cluster.run(script).await, probe)?;
-    record(Change::Add, Method::Online, ready, start.elapsed());
+    // Without matching first: the pools hold the same blocks again after
+    // its last answer (the owned partitions of two workers, warm).
+    for method in [Method::Unmatched, Method::Background, Method::Online] {
+        let matching = method != Method::Unmatched;
+        cluster.set_matching(matching).await?;
+        // Add a worker, wait for it to take queries (and for its blocks),
+        // answer.
+        let last = cluster.last_matching().await?;
+        let start = Instant::now();
+        let matched = cluster
+            .add_worker(RESIZE_FROM + 1, method == Method::Online)
+            .await?;
+        let ready = start.elapsed();
+        check(expected, cluster.run(script).await, probe)?;
+        let total = start.elapsed();
+        // In the background case, what moved meanwhile (and a settled
+        // cluster for the removal).
+        let matched = match method {
+            Method::Background => cluster.matched_after(last).await?,
+            _ => matched,
+        };
+        record(Change::Add, method, ready, total, matched);
 
-    // Online: remove the oldest worker (not the one just added, which
-    // would only undo the add), answer.
-    let Some(leaving) = cluster.live().await?.first().copied() else {
-        return Err(BenchError::Data("no worker left to remove".into()));
-    };
-    let start = Instant::now();
-    cluster
-        .conn
-        .query(&format!("SELECT skiff.remove_worker('{leaving}')"))
-        .await
-        .map_err(BenchError::Data)?;
-    cluster.wait_for(RESIZE_FROM).await?;
-    let ready = start.elapsed();
-    check(expected, cluster.run(script).await, probe)?;
-    record(Change::Remove, Method::Online, ready, start.elapsed());
+        // Remove the oldest worker (not the one just added, which would
+        // only undo the add), answer.
+        let Some(leaving) = cluster.live().await?.first().copied() else {
+            return Err(BenchError::Data("no worker left to remove".into()));
+        };
+        let start = Instant::now();
+        // A removal sends the leaving worker's blocks before it goes.
+        let matched = cluster
+            .remove_worker(leaving, RESIZE_FROM, matching)
+            .await?;
+        let ready = start.elapsed();
+        check(expected, cluster.run(script).await, probe)?;
+        record(Change::Remove, method, ready, start.elapsed(), matched);
+    }
 
     // Restart: stop everything, start with the new count, answer.
     for change in [Change::Add, Change::Remove] {
         let start = Instant::now();
         drop(cluster);
         cluster = Cluster::start(setup, state.path(), change.counts().1).await?;
+        cluster.set_distribute("on").await?;
         let ready = start.elapsed();
         check(expected, cluster.run(script).await, probe)?;
-        record(change, Method::Restart, ready, start.elapsed());
+        record(change, Method::Restart, ready, start.elapsed(), None);
     }
     Ok(figures)
 }
 
+/// Bytes in a MiB, for figures.
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
+
 /// A resize's first answer must be the answer before it.
-fn check(expected: u64, got: Result<u64, String>, probe: &str) -> Result<(), BenchError> {
+pub(crate) fn check(
+    expected: u64,
+    got: Result<u64, String>,
+    probe: &str,
+) -> Result<(), BenchError> {
     match got {
         Ok(rows) if rows == expected => Ok(()),
         Ok(rows) => Err(BenchError::Data(format!(
@@ -463,7 +641,7 @@ fn check(expected: u64, got: Result<u64, String>, probe: &str) -> Result<(), Ben
     }
 }
 
-fn fmt_ms(ms: Option<f64>) -> String {
+pub(crate) fn fmt_ms(ms: Option<f64>) -> String {
     ms.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
 }
 
@@ -491,7 +669,7 @@ fn resize_median(
     ))
 }
 
-fn probes_of(resizes: &[ResizeFigure]) -> Vec<String> {
+pub(crate) fn probes_of(resizes: &[ResizeFigure]) -> Vec<String> {
     let mut probes: Vec<String> = resizes.iter().map(|f| f.probe.clone()).collect();
     probes.dedup();
     probes
@@ -557,29 +735,55 @@ fn summary(
         ));
     }
     text.push_str("\n(totals over the queries both paths answered)\n");
-    if !resizes.is_empty() {
-        text.push_str(&format!(
-            "\nresize until the first answer (median ms over the rounds; ready = the new \
-             cluster takes queries; speedup = restart / online)\n\
-             {:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-            "probe", "change", "online", "ready", "restart", "ready", "speedup", "(ready)"
-        ));
-        for probe in probes_of(resizes) {
-            for change in [Change::Add, Change::Remove] {
-                let online = resize_median(resizes, change, Method::Online, &probe);
-                let restart = resize_median(resizes, change, Method::Restart, &probe);
-                let (from, to) = change.counts();
-                text.push_str(&format!(
-                    "{probe:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-                    format!("{} {from}->{to}", change.name()),
-                    fmt_ms(online.map(|o| o.0)),
-                    fmt_ms(online.map(|o| o.1)),
-                    fmt_ms(restart.map(|r| r.0)),
-                    fmt_ms(restart.map(|r| r.1)),
-                    ratio(restart.map(|r| r.0), online.map(|o| o.0)),
-                    ratio(restart.map(|r| r.1), online.map(|o| o.1)),
-                ));
-            }
+    text.push_str(&resize_table(resizes));
+    text
+}
+
+/// Table 2: per probe and change, each method's median time until the
+/// first answer and until the cluster was ready; empty without resizes.
+pub(crate) fn resize_table(resizes: &[ResizeFigure]) -> String {
+    if resizes.is_empty() {
+        return String::new();
+    }
+    let mut text = format!(
+        "\nresize until the first answer (median ms over the rounds). matched: the first \
+         query after the blocks arrived (ready = until then); meanwhile: as soon as the \
+         worker takes queries (a removal always sends first); speedup = restart / \
+         meanwhile\n\
+         {:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10}\n",
+        "probe",
+        "change",
+        "matched",
+        "ready",
+        "meanwhile",
+        "no match",
+        "restart",
+        "ready",
+        "speedup",
+        "moved"
+    );
+    for probe in probes_of(resizes) {
+        for change in [Change::Add, Change::Remove] {
+            let [online, background, unmatched, restart] =
+                METHODS.map(|m| resize_median(resizes, change, m, &probe));
+            let matched: Vec<f64> = resizes
+                .iter()
+                .filter(|f| f.probe == probe && f.change == change)
+                .filter_map(|f| f.matching.map(|m| m.bytes as f64 / MIB))
+                .collect();
+            let (from, to) = change.counts();
+            text.push_str(&format!(
+                "{probe:<6} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10}\n",
+                format!("{} {from}->{to}", change.name()),
+                fmt_ms(online.map(|o| o.0)),
+                fmt_ms(online.map(|o| o.1)),
+                fmt_ms(background.map(|o| o.0)),
+                fmt_ms(unmatched.map(|o| o.0)),
+                fmt_ms(restart.map(|r| r.0)),
+                fmt_ms(restart.map(|r| r.1)),
+                ratio(restart.map(|r| r.0), background.map(|o| o.0)),
+                report::stats(&matched).map_or("-".into(), |s| format!("{:.1} MiB", s.median_ms)),
+            ));
         }
     }
     text
@@ -595,7 +799,7 @@ fn totals(figures: &[QueryFigure], workers: usize) -> (f64, f64) {
         .fold((0.0, 0.0), |(a, b), (d, s)| (a + d, b + s))
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
         _ => "-".into(),
@@ -606,11 +810,11 @@ fn csv(figures: &[QueryFigure], resizes: &[ResizeFigure]) -> String {
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     let mut text = String::from(
         "kind,workers,query,distributed_ms,single_ms,staged,rows,change,method,ready_ms,\
-         total_ms,error\n",
+         total_ms,matching_ms,blocks_matched,bytes_matched,error\n",
     );
     for f in figures {
         text.push_str(&format!(
-            "query,{},{},{},{},{},{},,,,,{}\n",
+            "query,{},{},{},{},{},{},,,,,,,,{}\n",
             f.workers,
             f.query,
             opt(f.distributed_ms),
@@ -622,22 +826,33 @@ fn csv(figures: &[QueryFigure], resizes: &[ResizeFigure]) -> String {
                 .map_or(String::new(), |e| format!("\"{}\"", e.replace('"', "\"\"")))
         ));
     }
+    text.push_str(&resize_rows(resizes));
+    text
+}
+
+/// The CSV rows of the resize experiment (`scale`'s columns).
+pub(crate) fn resize_rows(resizes: &[ResizeFigure]) -> String {
+    let mut text = String::new();
     for r in resizes {
         let (from, to) = r.change.counts();
+        let m = |f: &dyn Fn(Matched) -> String| r.matching.map_or(String::new(), f);
         text.push_str(&format!(
-            "resize,{from}->{to},{},,,,,{},{},{:.3},{:.3},\n",
+            "resize,{from}->{to},{},,,,,{},{},{:.3},{:.3},{},{},{},\n",
             r.probe,
             r.change.name(),
             r.method.name(),
             r.ready_ms,
-            r.total_ms
+            r.total_ms,
+            m(&|m| format!("{:.0}", m.ms)),
+            m(&|m| m.blocks.to_string()),
+            m(&|m| m.bytes.to_string()),
         ));
     }
     text
 }
 
 /// Colours of the worker counts' bars, cycled.
-const PALETTE: [RGBColor; 6] = [
+pub(crate) const PALETTE: [RGBColor; 6] = [
     RGBColor(40, 100, 190),
     RGBColor(90, 160, 90),
     RGBColor(150, 90, 170),
@@ -645,7 +860,7 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(60, 170, 170),
     RGBColor(120, 120, 120),
 ];
-const SINGLE: RGBColor = RGBColor(230, 120, 20);
+pub(crate) const SINGLE: RGBColor = RGBColor(230, 120, 20);
 
 /// Top: per query, the single-worker path (at the first count) and the
 /// distributed time at each count. Bottom: the resize experiment.
@@ -694,48 +909,57 @@ fn plot(
         &series,
     )?;
 
-    // The resize experiment: per probe and change, online against restart.
+    resize_bars(&bottom, title, resizes)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The resize experiment on `area`: per probe and change, each method's
+/// median time until the first answer.
+pub(crate) fn resize_bars(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    resizes: &[ResizeFigure],
+) -> Result<(), String> {
     let mut labels = Vec::new();
-    let (mut online, mut restart) = (Vec::new(), Vec::new());
+    let mut values: [Vec<Option<f64>>; 4] = Default::default();
     for probe in probes_of(resizes) {
         for change in [Change::Add, Change::Remove] {
             let (from, to) = change.counts();
             labels.push(format!("{probe} {} {from}->{to}", change.name()));
-            online.push(resize_median(resizes, change, Method::Online, &probe).map(|m| m.0));
-            restart.push(resize_median(resizes, change, Method::Restart, &probe).map(|m| m.0));
+            for (i, method) in METHODS.into_iter().enumerate() {
+                values[i].push(resize_median(resizes, change, method, &probe).map(|m| m.0));
+            }
         }
     }
-    let series = [
-        Bars {
-            label: "online".into(),
-            color: PALETTE[0],
-            values: online,
-        },
-        Bars {
-            label: "restart".into(),
-            color: SINGLE,
-            values: restart,
-        },
-    ];
+    let colors = [PALETTE[0], PALETTE[4], PALETTE[1], SINGLE];
+    let series: Vec<Bars> = METHODS
+        .into_iter()
+        .zip(values)
+        .zip(colors)
+        .map(|((method, values), color)| Bars {
+            label: method.label().into(),
+            color,
+            values,
+        })
+        .collect();
     grouped_bars(
-        &bottom,
+        area,
         format!("{title}: resize until the first answer, median ms"),
         &labels,
         &series,
-    )?;
-    root.present().map_err(|e| e.to_string())
+    )
 }
 
 /// One series of bars: its legend, colour, and a value per group.
-struct Bars {
-    label: String,
-    color: RGBColor,
-    values: Vec<Option<f64>>,
+pub(crate) struct Bars {
+    pub(crate) label: String,
+    pub(crate) color: RGBColor,
+    pub(crate) values: Vec<Option<f64>>,
 }
 
 /// Bars in groups on `area`: a group per label, in each a bar per series
 /// (none where the series has no value), in milliseconds.
-fn grouped_bars(
+pub(crate) fn grouped_bars(
     area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
     caption: String,
     labels: &[String],
@@ -783,18 +1007,12 @@ fn grouped_bars(
             .label(bars.label.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    super::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -821,7 +1039,7 @@ mod tests {
                 error: None,
             })
             .collect();
-        let resizes: Vec<ResizeFigure> = [Method::Online, Method::Restart]
+        let resizes: Vec<ResizeFigure> = METHODS
             .into_iter()
             .map(|method| ResizeFigure {
                 change: Change::Add,
@@ -829,6 +1047,12 @@ mod tests {
                 probe: "q01".into(),
                 ready_ms: 1.0,
                 total_ms: 2.0,
+                matching: (method == Method::Online).then_some(Matched {
+                    ms: 1.0,
+                    blocks: 3,
+                    bytes: 4096,
+                    failures: 0,
+                }),
             })
             .collect();
         let dir = tempfile::tempdir().unwrap();
@@ -839,7 +1063,7 @@ mod tests {
     }
 
     /// Width and height from a PNG's header.
-    fn image_size(png: &Path) -> (u32, u32) {
+    pub(crate) fn image_size(png: &Path) -> (u32, u32) {
         let bytes = std::fs::read(png).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());

@@ -64,6 +64,10 @@ extensions_options! {
         /// owners (buffer matching); read by `skiff.add_workers` and
         /// `skiff.remove_worker`, off for comparisons.
         pub buffer_matching: bool, default = true
+        /// Test trigger: old owners pause this many milliseconds after each
+        /// block they send in buffer matching, so that a test can act in
+        /// the middle of a transfer; read like `buffer_matching`.
+        pub test_matching_pause_ms: u64, default = 0
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto
     }
@@ -73,13 +77,14 @@ extensions_options! {
 /// tests and benches. Each fires once: a query that continues or restarts
 /// runs without them. A server refuses them unless it was started with
 /// `--fault-injection`.
-pub const TEST_HOOKS: [&str; 6] = [
+pub const TEST_HOOKS: [&str; 7] = [
     "skiff.test_hold_after_pipelines",
     "skiff.migrate_after_pipelines",
     "skiff.migrate_after_morsels",
     "skiff.suspend_after_pipelines",
     "skiff.kill_worker_after_pipelines",
     "skiff.test_corrupt_state",
+    "skiff.test_matching_pause_ms",
 ];
 
 impl ConfigExtension for SkiffOptions {

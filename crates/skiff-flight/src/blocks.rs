@@ -66,7 +66,8 @@ pub fn read_block(message: &FlightData) -> Result<Block, String> {
             header.path, header.row_group, header.column
         ));
     }
-    let mut reader = StreamReader::try_new(Cursor::new(message.data_body.to_vec()), None)
+    // The body is shared, not copied, into the reader.
+    let mut reader = StreamReader::try_new(Cursor::new(message.data_body.clone()), None)
         .map_err(|e| format!("bad block frame: {e}"))?;
     let batch = match reader.next() {
         Some(Ok(batch)) if batch.num_columns() == 1 => batch,
@@ -99,6 +100,7 @@ pub async fn send_blocks(
     addr: &str,
     blocks: &[Block],
     deadline: Duration,
+    pause: Duration,
 ) -> Result<BlocksStored, Status> {
     let sending = async {
         let mut client = crate::connect(addr).await?;
@@ -123,6 +125,9 @@ pub async fn send_blocks(
                 }
                 if tx.send(message).await.is_err() {
                     return;
+                }
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
                 }
             }
             if first.flight_descriptor.is_some() {

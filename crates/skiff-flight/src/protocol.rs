@@ -240,6 +240,11 @@ pub struct HeartbeatReply {
     /// leaves, and must not register again.
     #[prost(bool, tag = "2")]
     pub removed: bool,
+    /// A worker's partitions of every hash-partitioned table, as the
+    /// partition map has them now (a table it owns none of is named with
+    /// none): its buffer pool keeps their blocks longer than others'.
+    #[prost(message, repeated, tag = "3")]
+    pub owned: Vec<ShipTable>,
 }
 
 /// A query running on a worker, as of the heartbeat.
@@ -396,6 +401,9 @@ pub struct BufferTable {
     pub sent: u64,
     #[prost(uint64, tag = "9")]
     pub received: u64,
+    /// The worker owns the partition (or the table is not partitioned).
+    #[prost(bool, tag = "10")]
+    pub owned: bool,
 }
 
 impl BufferTable {
@@ -411,6 +419,7 @@ impl BufferTable {
             evictions: cache.evictions,
             sent: cache.sent,
             received: cache.received,
+            owned: cache.owned,
         }
     }
 
@@ -428,6 +437,7 @@ impl BufferTable {
             evictions: self.evictions,
             sent: self.sent,
             received: self.received,
+            owned: self.owned,
         };
         (scope, cache)
     }
@@ -443,6 +453,10 @@ pub struct ShipBlocks {
     /// At most this many bytes of blocks per target, most important first.
     #[prost(uint64, tag = "2")]
     pub bytes_max: u64,
+    /// A pause after each block sent, in milliseconds: 0 but for a test
+    /// hook (`skiff.test_matching_pause_ms`).
+    #[prost(uint64, tag = "3")]
+    pub pause_ms: u64,
 }
 
 /// One new owner and the partitions it takes over.
@@ -455,7 +469,8 @@ pub struct ShipTarget {
     pub tables: Vec<ShipTable>,
 }
 
-/// The partitions of one table (by location) that move to a target.
+/// Partitions of one table, by location: those that move to a target
+/// (buffer matching), or those a worker owns (a heartbeat's reply).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ShipTable {
     #[prost(string, tag = "1")]

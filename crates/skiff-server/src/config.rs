@@ -116,6 +116,9 @@ pub const SHIP_ANSWER_DEADLINE: Duration = Duration::from_secs(2 * MATCHING_DEAD
 /// small machine; more would only be evicted on arrival.
 pub const MATCHING_BYTES_MAX: u64 = 4 << 30;
 
+/// How many buffer matchings `skiff.matchings` remembers (the latest).
+pub const MATCHINGS_KEPT: usize = 64;
+
 /// How long the coordinator waits for one worker's buffer pool counters
 /// (`skiff.cache`) or for it to empty its pool (`skiff.clear_cache()`).
 pub const BUFFER_CALL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -41,7 +41,8 @@ pub fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
 }
 
 /// [`report_to_coordinator`] on a thread of its own, with a runtime of its
-/// own, until `shutdown` or until this future is dropped. Query work keeps
+/// own, until `shutdown` or until this future is dropped; `replies` sees
+/// every reply to a heartbeat. Query work keeps
 /// the node's runtime busy with long CPU-bound polls, and its timers and
 /// sockets are only served between them: on a loaded machine heartbeats
 /// then stalled for seconds and the coordinator declared live workers dead.
@@ -49,6 +50,7 @@ pub async fn report_from_own_thread(
     coordinator: String,
     identity: NodeIdentity,
     reports: impl Fn() -> Heartbeat + Send + 'static,
+    replies: impl Fn(&HeartbeatReply) + Send + 'static,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let stop = shutdown.child_token();
@@ -63,7 +65,13 @@ pub async fn report_from_own_thread(
         .name("skiff-heartbeat".into())
         .spawn(move || {
             let _span = span.enter();
-            runtime.block_on(report_to_coordinator(&coordinator, identity, reports, stop));
+            runtime.block_on(report_to_coordinator(
+                &coordinator,
+                identity,
+                reports,
+                replies,
+                stop,
+            ));
             drop(ended);
         })
         .map_err(|e| ServerError::internal(format!("no thread for heartbeats: {e}")))?;
@@ -82,6 +90,7 @@ async fn report_to_coordinator(
     coordinator: &str,
     identity: NodeIdentity,
     reports: impl Fn() -> Heartbeat,
+    replies: impl Fn(&HeartbeatReply),
     shutdown: CancellationToken,
 ) {
     let register = Register {
@@ -141,6 +150,8 @@ async fn report_to_coordinator(
                         } else if !reply.known {
                             warn!(node = id, "coordinator forgot this node; registering again");
                             node_id = None;
+                        } else {
+                            replies(&reply);
                         }
                     })
             }

@@ -1356,13 +1356,7 @@ fn progress_panel(area: &Area, caption: &str, rows: &[&Row], y_desc: &str) -> Re
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 5, y), 4, color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
+    super::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     Ok(())
 }
 
@@ -1477,13 +1471,7 @@ fn vacate_panel(area: &Area, caption: &str, rows: &[&Row]) -> Result<(), String>
             RED.mix(0.5),
         )))
         .map_err(e)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
+    super::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     Ok(())
 }
 

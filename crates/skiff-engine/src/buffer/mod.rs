@@ -25,7 +25,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 pub use pool::{
     Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
-    TableCache,
+    Owned, TableCache,
 };
 pub use scan::BufferedSource;
 

@@ -5,9 +5,11 @@
 //! from each block it passes and evicts a block that has none left. A block
 //! of a partition this node owns gets [`OWNED_CHANCES`], any other block
 //! [`OTHER_CHANCES`], so between blocks read equally often the ones of
-//! partitions owned elsewhere go first.
+//! partitions owned elsewhere go first. Which partitions a node owns it
+//! learns from the coordinator ([`BufferPool::set_owned`]); until then,
+//! and in the embedded engine, it owns them all.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -82,6 +84,9 @@ pub struct TableCache {
     pub sent: u64,
     /// Blocks received from a partition's old owner and kept.
     pub received: u64,
+    /// Whether this node owns the scope's partition (always, for a table
+    /// that is not hash-partitioned), as of the listing.
+    pub owned: bool,
 }
 
 /// A block with what names it, as buffer matching moves it.
@@ -109,7 +114,13 @@ struct Blocks {
     scopes: HashMap<CacheScope, usize>,
     /// The blocks' bytes, reserved in the memory pool: the pool's size.
     reservation: MemoryReservation,
+    /// Per partitioned table's location, the partitions this node owns;
+    /// a location not named is owned whole.
+    owned: Owned,
 }
+
+/// Partitions a node owns, per table location.
+pub type Owned = HashMap<Arc<str>, BTreeSet<u32>>;
 
 struct Slot {
     key: BlockKey,
@@ -135,6 +146,7 @@ impl BufferPool {
                 tables: Vec::new(),
                 scopes: HashMap::new(),
                 reservation,
+                owned: Owned::new(),
             }),
         })
     }
@@ -175,19 +187,35 @@ impl BufferPool {
     /// Keep `array` as the block at `key`, evicting others to make room;
     /// a block larger than the budget, or one the memory pool has no room
     /// for, is not kept (the scan has its data either way). Whether it was.
-    pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, owned: bool) -> bool {
-        self.keep(table, key, array, owned, false)
+    pub fn admit(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef) -> bool {
+        self.keep(table, key, array, false)
+    }
+
+    /// The partitions this node owns from now on (what the coordinator's
+    /// map says): blocks of the others keep at most [`OTHER_CHANCES`].
+    pub fn set_owned(&self, owned: Owned) {
+        let mut blocks = self.lock();
+        if blocks.owned == owned {
+            return;
+        }
+        blocks.owned = owned;
+        for at in 0..blocks.slots.len() {
+            let Some(slot) = blocks.slots[at].as_ref() else {
+                continue;
+            };
+            let scope = &blocks.tables[slot.table].0;
+            let owns = blocks.owns(&scope.location, scope.partition);
+            if let Some(slot) = blocks.slots[at].as_mut() {
+                slot.owned = owns;
+                if !owns {
+                    slot.chances = slot.chances.min(OTHER_CHANCES);
+                }
+            }
+        }
     }
 
     /// [`Self::admit`], counting a kept block as `received` when it is.
-    fn keep(
-        &self,
-        table: &Arc<str>,
-        key: BlockKey,
-        array: ArrayRef,
-        owned: bool,
-        received: bool,
-    ) -> bool {
+    fn keep(&self, table: &Arc<str>, key: BlockKey, array: ArrayRef, received: bool) -> bool {
         let bytes = array.get_array_memory_size();
         if bytes > self.budget {
             return false;
@@ -206,6 +234,7 @@ impl BufferPool {
         if blocks.reservation.try_grow(bytes).is_err() {
             return false;
         }
+        let owned = blocks.owns(table, key.file.partition);
         let table = blocks.scope(table, &key);
         let slot = Slot {
             key: key.clone(),
@@ -249,7 +278,15 @@ impl BufferPool {
 
     /// Per scope: what the pool holds of it and how its reads went.
     pub fn tables(&self) -> Vec<(CacheScope, TableCache)> {
-        self.lock().tables.clone()
+        let blocks = self.lock();
+        blocks
+            .tables
+            .iter()
+            .map(|(scope, cache)| {
+                let owned = blocks.owns(&scope.location, scope.partition);
+                (scope.clone(), TableCache { owned, ..*cache })
+            })
+            .collect()
     }
 
     /// Take out the blocks of the partitions `wanted` names (by table
@@ -306,11 +343,21 @@ impl BufferPool {
     /// Keep a block an old owner sent (a partition this node now owns);
     /// whether it was kept (not when already here or without room).
     pub fn receive(&self, block: Block) -> bool {
-        self.keep(&block.table, block.key, block.array, true, true)
+        self.keep(&block.table, block.key, block.array, true)
     }
 }
 
 impl Blocks {
+    /// Whether this node owns `partition` of the table at `location`.
+    fn owns(&self, location: &str, partition: Option<u32>) -> bool {
+        let Some(partition) = partition else {
+            return true;
+        };
+        self.owned
+            .get(location)
+            .is_none_or(|owned| owned.contains(&partition))
+    }
+
     fn scope(&mut self, location: &Arc<str>, key: &BlockKey) -> usize {
         let scope = CacheScope {
             location: Arc::clone(location),
@@ -406,13 +453,18 @@ mod tests {
     use super::*;
 
     fn key(row_group: usize) -> BlockKey {
+        in_partition(row_group, None)
+    }
+
+    /// Row group `row_group`'s block of a file in `partition`.
+    fn in_partition(row_group: usize, partition: Option<u32>) -> BlockKey {
         BlockKey {
             file: Arc::new(FileVersion {
-                path: "t/a.parquet".into(),
+                path: format!("t/{partition:?}.parquet"),
                 size: 10,
                 modified: 1,
                 e_tag: None,
-                partition: None,
+                partition,
             }),
             row_group,
             column: 0,
@@ -432,7 +484,7 @@ mod tests {
         let table: Arc<str> = "t".into();
         for rg in 0..10 {
             assert!(pool.get(&table, &key(rg)).is_none());
-            pool.admit(&table, key(rg), array(), true);
+            pool.admit(&table, key(rg), array());
             assert!(pool.bytes() <= pool.budget());
             assert_eq!(memory.reserved(), pool.bytes());
         }
@@ -449,11 +501,34 @@ mod tests {
         let one = array().get_array_memory_size();
         let pool = BufferPool::new(2 * one, &memory);
         let table: Arc<str> = "t".into();
-        pool.admit(&table, key(0), array(), true);
-        pool.admit(&table, key(1), array(), false);
-        pool.admit(&table, key(2), array(), true);
-        assert!(pool.get(&table, &key(0)).is_some(), "the owned block stays");
-        assert!(pool.get(&table, &key(1)).is_none());
+        pool.set_owned(Owned::from([(Arc::clone(&table), BTreeSet::from([0]))]));
+        let (mine, theirs) = (in_partition(0, Some(0)), in_partition(0, Some(1)));
+        pool.admit(&table, mine.clone(), array());
+        pool.admit(&table, theirs.clone(), array());
+        pool.admit(&table, in_partition(1, Some(0)), array());
+        assert!(pool.get(&table, &mine).is_some(), "the owned block stays");
+        assert!(pool.get(&table, &theirs).is_none());
+    }
+
+    #[test]
+    fn a_partition_given_away_loses_its_importance() {
+        let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 30));
+        let one = array().get_array_memory_size();
+        let pool = BufferPool::new(2 * one, &memory);
+        let table: Arc<str> = "t".into();
+        // Owned whole until the coordinator says otherwise.
+        let (a, b) = (in_partition(0, Some(0)), in_partition(0, Some(1)));
+        pool.admit(&table, a.clone(), array());
+        pool.admit(&table, b.clone(), array());
+        // Partition 0 moves elsewhere: its block goes before 1's, though
+        // both were read alike (and the hand starts at 0's).
+        pool.set_owned(Owned::from([(Arc::clone(&table), BTreeSet::from([1]))]));
+        pool.admit(&table, in_partition(1, Some(1)), array());
+        assert!(pool.get(&table, &b).is_some(), "the owned block stays");
+        assert!(pool.get(&table, &a).is_none());
+        // Other tables' blocks and unpartitioned ones stay owned.
+        assert!(pool.lock().owns("u", Some(0)));
+        assert!(pool.lock().owns("t", None));
     }
 
     #[test]
@@ -463,7 +538,7 @@ mod tests {
         let pool = BufferPool::new(4 * one, &memory);
         let table: Arc<str> = "t".into();
         for rg in 0..4 {
-            pool.admit(&table, key(rg), array(), true);
+            pool.admit(&table, key(rg), array());
         }
         assert_eq!(pool.relieve(one + 1), 2 * one);
         assert_eq!(memory.reserved(), 2 * one);
@@ -475,8 +550,8 @@ mod tests {
         let memory: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(one + one / 2));
         let pool = BufferPool::new(4 * one, &memory);
         let table: Arc<str> = "t".into();
-        pool.admit(&table, key(0), array(), true);
-        pool.admit(&table, key(1), array(), true);
+        pool.admit(&table, key(0), array());
+        pool.admit(&table, key(1), array());
         assert_eq!(pool.bytes(), one);
         assert!(pool.get(&table, &key(1)).is_none());
     }

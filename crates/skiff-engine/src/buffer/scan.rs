@@ -629,7 +629,7 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
             return internal_err!("buffered scan: row group {row_group} decoded short");
         }
         let key = scan.key(open, row_group, *root);
-        scan.pool.admit(&scan.table, key, Arc::clone(array), true);
+        scan.pool.admit(&scan.table, key, Arc::clone(array));
     }
     for (root, slot) in projected.iter().zip(found.iter_mut()) {
         if slot.is_none()

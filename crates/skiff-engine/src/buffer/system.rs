@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Weak};
 
-use arrow::array::{Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{BooleanArray, Int64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
@@ -35,6 +35,7 @@ pub fn cache_schema() -> SchemaRef {
         Field::new("evictions", DataType::UInt64, false),
         Field::new("sent", DataType::UInt64, false),
         Field::new("received", DataType::UInt64, false),
+        Field::new("owned", DataType::Boolean, false),
     ]))
 }
 
@@ -69,6 +70,9 @@ pub fn cache_rows(tables: &[(CacheScope, TableCache)]) -> Result<RecordBatch> {
             column(|t| t.evictions),
             column(|t| t.sent),
             column(|t| t.received),
+            Arc::new(BooleanArray::from_iter(
+                tables.iter().map(|(_, t)| Some(t.owned)),
+            )),
         ],
     )?)
 }

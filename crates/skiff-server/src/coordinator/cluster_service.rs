@@ -56,7 +56,18 @@ impl Handler for ClusterService {
                     }
                 }
                 let removed = state == Some(NodeState::Removed);
-                Ok(HeartbeatReply { known, removed }.encode_to_vec().into())
+                let owned = if known {
+                    super::matching::owned_by(&self.inner, beat.node_id).await
+                } else {
+                    Vec::new()
+                };
+                Ok(HeartbeatReply {
+                    known,
+                    removed,
+                    owned,
+                }
+                .encode_to_vec()
+                .into())
             }
             action::VACATE => {
                 let request = VacateWorker::decode(action.body).map_err(bad)?;

@@ -114,7 +114,7 @@ pub(crate) struct Inner {
     /// Workers being removed (`skiff.remove_worker`).
     pub(crate) removals: resize::Removals,
     /// Whether resizes send buffered blocks to new owners (`matching`).
-    pub(crate) matching: matching::Matching,
+    pub(crate) matching: Arc<matching::Matching>,
     /// Starts local workers (`skiff.add_workers`), under `skiff serve`.
     pub(crate) launcher: std::sync::OnceLock<Arc<dyn WorkerLauncher>>,
     pub(crate) membership: Arc<Membership>,
@@ -166,7 +166,7 @@ impl Coordinator {
                 partitions,
                 distributed_runs: resize::DistributedRuns::default(),
                 removals: resize::Removals::default(),
-                matching: matching::Matching::default(),
+                matching: Arc::default(),
                 launcher: std::sync::OnceLock::new(),
                 membership: Arc::default(),
                 queries: QueryRegistry::default(),
@@ -714,14 +714,21 @@ impl Inner {
         let (map, moves) = self
             .partitions
             .follow_moves(|| self.membership.live_workers());
-        if !moves.is_empty() && self.matching.on() {
+        if moves.is_empty() || !self.matching.on() {
+            return map;
+        }
+        let addresses = matching::addresses(&self.membership, None);
+        if matching::any_sender(&addresses, &moves) {
             // Detached: the first queries after the resize do not wait
-            // for it (`matching`).
+            // for it (`matching`); `skiff.matchings` shows it running.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let ctx = self.engine.context().clone();
-                let addresses = matching::addresses(&self.membership, None);
+                let log = Arc::clone(&self.matching);
+                let id = log.begin(format!("epoch {}", map.epoch()), moves.len());
+                let pause_ms = log.pause_ms();
                 runtime.spawn(async move {
-                    matching::ship(&ctx, &addresses, &moves).await;
+                    let shipped = matching::ship(&ctx, &addresses, &moves, pause_ms).await;
+                    log.finish(id, shipped);
                 });
             }
         }

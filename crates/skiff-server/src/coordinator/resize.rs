@@ -177,7 +177,12 @@ async fn finish_removal(inner: &Arc<Inner>, id: u64, started: Instant) {
         if !moves.is_empty() {
             let ctx = inner.engine.context().clone();
             let addresses = matching::addresses(&inner.membership, Some(id));
-            matching::ship(&ctx, &addresses, &moves).await;
+            let record = inner
+                .matching
+                .begin(format!("worker {id} leaving"), moves.len());
+            let pause_ms = inner.matching.pause_ms();
+            let shipped = matching::ship(&ctx, &addresses, &moves, pause_ms).await;
+            inner.matching.finish(record, shipped);
         }
     }
     // Forgotten before removed: the worker leaves at its next heartbeat

@@ -1,6 +1,7 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
-//! `skiff.partitions`, the workers' buffer pools in `skiff.cache`), managed
+//! `skiff.partitions`, the workers' buffer pools in `skiff.cache`, buffer
+//! matchings in `skiff.matchings`), managed
 //! tables' commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, `skiff.clear_cache()`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
@@ -30,18 +31,19 @@ use super::partitions::partitioned_tables;
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
-use super::{Inner, buffer_view, relay, resize};
+use super::{Inner, buffer_view, matching, relay, resize};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 7] = [
     "queries",
     "pipelines",
     "workers",
     "partitions",
     "cache",
+    "matchings",
     history::NAME,
 ];
 
@@ -100,6 +102,7 @@ impl SchemaProvider for SystemSchema {
                 partitions(&inner.partition_map(), &tables)?
             }
             "cache" => buffer_view::cache_table(&inner).await?,
+            "matchings" => matchings(&inner.matching.records())?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };
@@ -119,6 +122,58 @@ fn micros(time: std::time::SystemTime) -> i64 {
 
 fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, None)
+}
+
+/// `skiff.matchings`: the last buffer matchings, oldest first.
+fn matchings(records: &[matching::Record]) -> Result<RecordBatch> {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("cause", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("started", timestamp(), false),
+        Field::new("elapsed_ms", DataType::Int64, true),
+        Field::new("partitions_moved", DataType::Int64, false),
+        Field::new("senders", DataType::Int64, false),
+        Field::new("receivers", DataType::Int64, false),
+        Field::new("blocks_sent", DataType::Int64, false),
+        Field::new("blocks_kept", DataType::Int64, false),
+        Field::new("bytes_kept", DataType::Int64, false),
+        Field::new("failures", DataType::Int64, false),
+    ]));
+    let int = |f: &dyn Fn(&matching::Record) -> u64| -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(
+            records.iter().map(|r| f(r) as i64),
+        ))
+    };
+    let mut started = TimestampMicrosecondBuilder::new();
+    for r in records {
+        started.append_value(micros(r.started));
+    }
+    let columns: Vec<ArrayRef> = vec![
+        int(&|r| r.id),
+        Arc::new(StringArray::from_iter_values(
+            records.iter().map(|r| r.cause.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(records.iter().map(|r| {
+            if r.elapsed_ms.is_some() {
+                "done"
+            } else {
+                "running"
+            }
+        }))),
+        Arc::new(started.finish()),
+        Arc::new(Int64Array::from_iter(
+            records.iter().map(|r| r.elapsed_ms.map(|ms| ms as i64)),
+        )),
+        int(&|r| r.moves as u64),
+        int(&|r| r.shipped.senders as u64),
+        int(&|r| r.shipped.receivers as u64),
+        int(&|r| r.shipped.blocks_sent),
+        int(&|r| r.shipped.blocks_kept),
+        int(&|r| r.shipped.bytes_kept),
+        int(&|r| r.shipped.failures),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
@@ -702,12 +757,11 @@ impl ScalarUDFImpl for AdminFunction {
             return exec_err!("{}", self.usage());
         }
         if matches!(self.op, Admin::AddWorkers | Admin::RemoveWorker) {
-            let on = args
+            let options = args
                 .config_options
                 .extensions
-                .get::<skiff_engine::SkiffOptions>()
-                .is_none_or(|o| o.buffer_matching);
-            inner.matching.set(on);
+                .get::<skiff_engine::SkiffOptions>();
+            inner.matching.set_from(options);
         }
         let texts = args
             .args

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skiff_flight::protocol::{Heartbeat, Role};
+use skiff_flight::protocol::{Heartbeat, HeartbeatReply, Role};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -81,6 +81,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         config.coordinator.clone(),
         identity,
         Heartbeat::default,
+        |_: &HeartbeatReply| {},
         shutdown.clone(),
     );
     let outcome = tokio::select! {

@@ -58,6 +58,7 @@ pub(super) async fn ship(pool: Option<&Arc<BufferPool>>, request: &ShipBlocks) -
         };
     };
     let bytes_max = usize::try_from(request.bytes_max).unwrap_or(usize::MAX);
+    let pause = std::time::Duration::from_millis(request.pause_ms);
     let sends = request.targets.iter().map(|target| {
         let blocks = pool.take_partitions(
             |location, partition| {
@@ -70,7 +71,7 @@ pub(super) async fn ship(pool: Option<&Arc<BufferPool>>, request: &ShipBlocks) -
         );
         async move {
             let started = std::time::Instant::now();
-            let answer = send_blocks(&target.addr, &blocks, MATCHING_DEADLINE).await;
+            let answer = send_blocks(&target.addr, &blocks, MATCHING_DEADLINE, pause).await;
             match answer {
                 Ok(stored) => {
                     for block in &blocks {

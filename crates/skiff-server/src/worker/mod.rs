@@ -29,8 +29,9 @@ use skiff_engine::{
     Engine, EngineConfig, PauseMode, QueryExecution, explain, memory_pool, pipeline,
 };
 use skiff_flight::protocol::{
-    BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, PauseQuery,
-    PauseReply, PipelineReport, Role, RunQuery, RunningQuery, ShipBlocks, VacateWorker, action,
+    BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, HeartbeatReply,
+    PauseQuery, PauseReply, PipelineReport, Role, RunQuery, RunningQuery, ShipBlocks, VacateWorker,
+    action,
 };
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio_util::sync::CancellationToken;
@@ -131,8 +132,34 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             stop.clone().cancelled_owned(),
         );
-    let heartbeats =
-        report_from_own_thread(config.coordinator.clone(), identity, reports, stop.clone());
+    // The coordinator says which partitions this worker owns: its pool
+    // keeps their blocks before others'.
+    let replies = {
+        let pool = service.engine.buffer_pool().cloned();
+        move |reply: &HeartbeatReply| {
+            if let Some(pool) = &pool {
+                pool.set_owned(
+                    reply
+                        .owned
+                        .iter()
+                        .map(|t| {
+                            (
+                                Arc::from(t.location.as_str()),
+                                t.partitions.iter().copied().collect(),
+                            )
+                        })
+                        .collect(),
+                );
+            }
+        }
+    };
+    let heartbeats = report_from_own_thread(
+        config.coordinator.clone(),
+        identity,
+        reports,
+        replies,
+        stop.clone(),
+    );
     let vacated = {
         let service = Arc::clone(&service);
         let coordinator = config.coordinator.clone();

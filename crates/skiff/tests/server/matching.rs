@@ -2,8 +2,9 @@
 //! old owners of the moved partitions send their buffered blocks to the
 //! new owners; exactly those blocks move, the first query after a join
 //! reads the moved partitions from the new owner's pool, a leaving
-//! worker's blocks are merged into the survivors', and with
-//! `skiff.buffer_matching` off nothing moves.
+//! worker's blocks are merged into the survivors', each matching is
+//! recorded in `skiff.matchings`, and with `skiff.buffer_matching` off
+//! nothing moves.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -69,6 +70,75 @@ fn total(pools: &Pools, field: usize) -> u64 {
     pools.values().map(|v| v[field]).sum()
 }
 
+/// `skiff.matchings` once none is running: per matching (cause,
+/// partitions moved, blocks kept, bytes kept, failures).
+async fn matchings(client: &tokio_postgres::Client) -> Vec<(String, [u64; 4])> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = simple_rows(
+            client,
+            "SELECT cause, state, partitions_moved, blocks_kept, bytes_kept, failures \
+             FROM skiff.matchings ORDER BY id",
+        )
+        .await
+        .expect("skiff.matchings");
+        if rows.iter().all(|r| r[1].as_deref() == Some("done")) {
+            let number = |v: &Option<String>| -> u64 {
+                v.as_deref().and_then(|t| t.parse().ok()).expect("a number")
+            };
+            return rows
+                .iter()
+                .map(|r| {
+                    let cause = r[0].clone().expect("a cause");
+                    (cause, [2, 3, 4, 5].map(|i| number(&r[i])))
+                })
+                .collect();
+        }
+        assert!(Instant::now() < deadline, "a matching still runs: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until every worker's pool owns exactly the lineitem partitions
+/// the map gives it (heartbeats carry the map); the (worker, partition)
+/// scopes that hold blocks of a partition the worker does not own.
+async fn ownership_follows_the_map(client: &tokio_postgres::Client) -> Vec<(u64, u32)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let owned = owners(client).await;
+        let rows = simple_rows(
+            client,
+            "SELECT worker, partition, owned, blocks FROM skiff.cache \
+             WHERE table_name = 'lineitem' AND partition IS NOT NULL",
+        )
+        .await
+        .expect("skiff.cache");
+        let mut agree = true;
+        let mut stale = Vec::new();
+        for r in &rows {
+            let number = |i: usize| -> u64 {
+                r[i].as_deref()
+                    .and_then(|t| t.parse().ok())
+                    .expect("a number")
+            };
+            let (worker, partition) = (number(0), number(1) as u32);
+            let says = matches!(r[2].as_deref(), Some("t" | "true"));
+            agree &= says == (owned.get(&partition) == Some(&worker));
+            if !says && number(3) > 0 {
+                stale.push((worker, partition));
+            }
+        }
+        if agree {
+            return stale;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pools disagree with the map {owned:?}: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Wait until the pools are as `done` wants (a join's shipments are
 /// detached from the resize).
 async fn until(
@@ -106,6 +176,8 @@ async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
     let before = pools(&client).await;
     let owned_before = owners(&client).await;
     assert!(total(&before, 0) > 0, "nothing buffered: {before:?}");
+    // The second worker's start moved partitions too (with nothing buffered).
+    let earlier = matchings(&client).await.len();
 
     // A worker joins: the old owners send what they hold of the moved
     // partitions, all of it (the pools have room), and keep nothing of it.
@@ -128,6 +200,17 @@ async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
     .await;
     assert_eq!(total(&after, 3), expected, "received: {after:?}");
     assert_eq!(total(&after, 2), expected, "sent: {after:?}");
+    // One matching for the join, which moved what the pools say.
+    let recorded = matchings(&client).await;
+    let [(cause, [partitions, kept, bytes, failures])] = &recorded[earlier..] else {
+        panic!("one matching for the join: {recorded:?}");
+    };
+    assert!(cause.starts_with("epoch "), "{cause}");
+    assert_eq!(*partitions, moved.len() as u64);
+    assert_eq!((*kept, *failures), (expected, 0));
+    assert!(*bytes > 0);
+    // The workers learn the new map: each owns what it holds.
+    assert_eq!(ownership_follows_the_map(&client).await, Vec::new());
     for p in &moved {
         assert_eq!(
             held(&after, owned_before[p], *p),
@@ -177,6 +260,11 @@ async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
         total(&first, 0),
         "no block lost: {merged:?}"
     );
+    let recorded = matchings(&client).await;
+    assert_eq!(recorded.len(), earlier + 2, "{recorded:?}");
+    let (cause, [_, kept, _, failures]) = &recorded[earlier + 1];
+    assert_eq!(cause, &format!("worker {leaving} leaving"));
+    assert_eq!((*kept, *failures), (leaving_holds, 0));
 
     // With matching off, a resize sends nothing.
     let sent_so_far = total(&merged, 2);
@@ -192,6 +280,18 @@ async fn resizes_move_exactly_the_blocks_of_moved_partitions() {
         .expect("after the second join");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(total(&pools(&client).await, 2), sent_so_far);
+    // The old owners keep the moved partitions' blocks, no longer owned:
+    // they are evicted first.
+    let stale = ownership_follows_the_map(&client).await;
+    assert!(
+        !stale.is_empty(),
+        "blocks of moved partitions stay, not owned"
+    );
+    assert_eq!(
+        matchings(&client).await.len(),
+        earlier + 2,
+        "no matching recorded"
+    );
 }
 
 /// `SCAN`'s rows, sorted, as text.
@@ -203,10 +303,13 @@ async fn scan_rows(client: &tokio_postgres::Client) -> Result<Vec<Vec<Option<Str
     Ok(rows)
 }
 
-/// A worker SIGKILLed while blocks move to it (the new owner, right after
-/// it joined) or from it (an old owner): only blocks are lost. Every answer
-/// after equals the answer before, or is an error that says a worker was
-/// lost (while `skiff serve` replaces it); never a wrong one.
+/// A worker SIGKILLed in the middle of a transfer, the new owner (the
+/// receiver) or an old owner (a sender): the old owners pause after each
+/// block (`skiff.test_matching_pause_ms`), and the kill comes once some
+/// blocks have arrived and the matching still runs. Only blocks are lost:
+/// the matching ends and records the failure, and every answer after equals
+/// the answer before, or is an error that says a worker was lost (while
+/// `skiff serve` replaces it); never a wrong one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_during_matching_changes_no_answer() {
     let server = Server::start(
@@ -218,12 +321,26 @@ async fn a_worker_killed_during_matching_changes_no_answer() {
     );
     let client = server.pg().await;
     wait_for_workers(&client, 2).await;
-    simple_rows(&client, "SET skiff.distribute = on")
-        .await
-        .expect("set");
+    simple_rows(
+        &client,
+        "SET skiff.distribute = on; SET skiff.test_matching_pause_ms = 1000",
+    )
+    .await
+    .expect("set");
     let expected = scan_rows(&client).await.expect("warm-up");
     for victim in ["receiver", "sender"] {
+        let earlier = matchings(&client).await.len();
         let before = live_workers(&client).await;
+        // A sender takes the blocks out of its pool as the transfer starts
+        // (its `sent` counts them once they were taken).
+        let held_by = |pools: &Pools, worker: u64| -> u64 {
+            pools
+                .iter()
+                .filter(|((w, _), _)| *w == worker)
+                .map(|(_, v)| v[0])
+                .sum()
+        };
+        let held_before = pools(&client).await;
         simple_rows(&client, "SELECT skiff.add_workers(1)")
             .await
             .expect("add a worker");
@@ -234,11 +351,39 @@ async fn a_worker_killed_during_matching_changes_no_answer() {
             .copied()
             .find(|w| !before.contains(w))
             .expect("the new worker");
-        let id = if victim == "receiver" {
-            joined
-        } else {
-            before[0]
+        // In the middle: the new owner holds some of its blocks and the
+        // matching still runs.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let sender = loop {
+            let now = pools(&client).await;
+            let arrived: u64 = now
+                .iter()
+                .filter(|((w, _), _)| *w == joined)
+                .map(|(_, v)| v[3])
+                .sum();
+            let sender = before
+                .iter()
+                .copied()
+                .find(|w| held_by(&now, *w) < held_by(&held_before, *w));
+            let running = simple_rows(
+                &client,
+                "SELECT count(*) FROM skiff.matchings WHERE state = 'running'",
+            )
+            .await
+            .expect("skiff.matchings");
+            if let Some(sender) = sender
+                && arrived > 0
+                && running[0][0].as_deref() != Some("0")
+            {
+                break sender;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{victim}: no transfer under way ({arrived} blocks arrived, sender {sender:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        let id = if victim == "receiver" { joined } else { sender };
         let pid = pid_of(&client, id).await;
         // SAFETY: kill(2) on a child process of the server this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {pid}");
@@ -257,5 +402,10 @@ async fn a_worker_killed_during_matching_changes_no_answer() {
                 "no answer after killing the {victim}"
             );
         }
+        let recorded = matchings(&client).await;
+        assert!(
+            recorded[earlier..].iter().any(|(_, v)| v[3] > 0),
+            "the cut transfer is recorded as failed: {recorded:?}"
+        );
     }
 }
