@@ -10,12 +10,12 @@
 //! - Figure 10: how long a matching takes against the bytes it moves,
 //!   lineitem buffered on 1 to 16 of its columns, for a join (old owners
 //!   send) and a removal (the leaving worker sends, the survivors merge);
-//! - Table 2: a resize until the first answer of q1 and q9, online with and
-//!   without matching, against a restart (`scale::resize_round`).
-//!
-//! The paper's Figure 11 (matching time against block size) is not
-//! measured: a block here is one row group's column chunk, and the
-//! managed tables' writer does not take a row-group size yet.
+//! - Figure 11: matching throughput against the block size, a copy of
+//!   four of lineitem's columns written (`CREATE TABLE ... AS`) in row
+//!   groups of 16 Ki to 1 Mi rows: a block is one row group's column chunk;
+//! - Table 2: a resize until the first answer of q1 and q9, online with
+//!   matching (the first query after the blocks arrived, or meanwhile) and
+//!   without, against a restart (`scale::resize_round`).
 
 use std::io::Write;
 use std::path::Path;
@@ -43,6 +43,13 @@ const RUNS_MIN: u32 = 4;
 
 /// Columns of lineitem buffered for Figure 10's points.
 const COLUMN_COUNTS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// Rows per row group of the copies of lineitem for Figure 11: from small
+/// blocks to DataFusion's default.
+const BLOCK_ROWS: [usize; 4] = [16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024];
+
+/// The copies' columns: the key, a decimal, a date and a string.
+const COPY_COLUMNS: [&str; 4] = ["l_orderkey", "l_extendedprice", "l_shipdate", "l_comment"];
 
 /// lineitem's columns, the partition key first (the sweep's filter reads
 /// it anyway).
@@ -89,6 +96,9 @@ struct TraceResize {
 /// One point of Figure 10.
 struct SweepPoint {
     columns: usize,
+    /// Rows per row group of the table's files, where the point varies
+    /// them (Figure 11); `None` for lineitem as generated.
+    block_rows: Option<usize>,
     /// Bytes of lineitem in the pools before the resize.
     buffered: u64,
     change: Change,
@@ -121,7 +131,7 @@ pub async fn run(
         trace_runs.extend(r);
         trace_resizes.extend(z);
     }
-    let points = sweep(setup).await?;
+    let points = sweep(setup, scale::partitions_for(&WORKER_COUNTS)?).await?;
     let mut table = Vec::new();
     for (name, script) in &scripts {
         for round in 0..setup.runs {
@@ -228,9 +238,10 @@ fn matched_note(matched: Option<Matched>) -> String {
     })
 }
 
-/// Figure 10: for each column count, lineitem buffered on that many
-/// columns, then a worker added and removed again, each matched.
-async fn sweep(setup: &Setup<'_>) -> Result<Vec<SweepPoint>, BenchError> {
+/// Figures 10 and 11: for each column count, lineitem buffered on that
+/// many columns, then for each block size a copy in row groups of that
+/// many rows; each time a worker added and removed again, each matched.
+async fn sweep(setup: &Setup<'_>, partitions: u32) -> Result<Vec<SweepPoint>, BenchError> {
     let state = own_state(&setup.data)?;
     let cluster = Cluster::start(setup, state.path(), STEPS[0]).await?;
     cluster.set_distribute("on").await?;
@@ -241,58 +252,92 @@ async fn sweep(setup: &Setup<'_>) -> Result<Vec<SweepPoint>, BenchError> {
         .execute("SET datafusion.optimizer.enable_aggregate_dynamic_filter_pushdown = false")
         .await?;
     let mut points = Vec::new();
+    // Figure 10: lineitem on more and more columns.
     for columns in COLUMN_COUNTS {
-        let maxima: Vec<String> = LINEITEM[..columns]
-            .iter()
-            .map(|c| format!("max({c})"))
-            .collect();
-        // The filter keeps the maxima from being answered from the files'
-        // statistics: every chosen column is read and buffered.
-        let warm = format!(
-            "SELECT {} FROM lineitem WHERE l_orderkey >= 0",
-            maxima.join(", ")
-        );
         for _ in 0..setup.runs {
-            cluster.execute("SELECT skiff.clear_cache()").await?;
-            cluster.execute(&warm).await?;
-            let buffered = cluster
-                .number(
-                    "SELECT coalesce(sum(bytes), 0) FROM skiff.cache \
-                     WHERE table_name = 'lineitem'",
-                )
-                .await?;
-            let start = Instant::now();
-            let matched = cluster.add_worker(STEPS[0] + 1, true).await?;
-            let ready_ms = start.elapsed().as_secs_f64() * 1000.0;
-            points.push(SweepPoint {
-                columns,
-                buffered,
-                change: Change::Add,
-                ready_ms,
-                matched,
-            });
-            let Some(newest) = cluster.live().await?.last().copied() else {
-                return Err(BenchError::Data("no worker left to remove".into()));
-            };
-            let start = Instant::now();
-            let back = cluster.remove_worker(newest, STEPS[0], true).await?;
-            let back_ms = start.elapsed().as_secs_f64() * 1000.0;
-            points.push(SweepPoint {
-                columns,
-                buffered,
-                change: Change::Remove,
-                ready_ms: back_ms,
-                matched: back,
-            });
-            eprintln!(
-                "{columns} columns, {:.1} MiB buffered: join{}; removal{}",
-                buffered as f64 / MIB,
-                matched_note(matched),
-                matched_note(back)
-            );
+            let point = matched_table(&cluster, "lineitem", &LINEITEM[..columns]).await?;
+            points.extend(point.map(|p| SweepPoint { columns, ..p }));
         }
     }
+    // Figure 11: a copy of four of its columns written in row groups of
+    // each size (a block is one row group's column chunk).
+    for rows in BLOCK_ROWS {
+        let table = format!("lineitem_rg{rows}");
+        cluster
+            .execute(&format!(
+                "SET datafusion.execution.parquet.max_row_group_size = {rows}"
+            ))
+            .await?;
+        cluster
+            .execute(&format!(
+                "CREATE TABLE {table} PARTITION BY HASH (l_orderkey) INTO {partitions} \
+                 PARTITIONS AS SELECT {} FROM lineitem",
+                COPY_COLUMNS.join(", ")
+            ))
+            .await?;
+        for _ in 0..setup.runs {
+            let point = matched_table(&cluster, &table, &COPY_COLUMNS).await?;
+            points.extend(point.map(|p| SweepPoint {
+                columns: COPY_COLUMNS.len(),
+                block_rows: Some(rows),
+                ..p
+            }));
+        }
+        cluster.execute(&format!("DROP TABLE {table}")).await?;
+    }
     Ok(points)
+}
+
+/// `columns` of `table` buffered alone, then a worker added and removed
+/// again; the join's and the removal's points (their `columns` and
+/// `block_rows` for the caller to set).
+async fn matched_table(
+    cluster: &Cluster,
+    table: &str,
+    columns: &[&str],
+) -> Result<[SweepPoint; 2], BenchError> {
+    let maxima: Vec<String> = columns.iter().map(|c| format!("max({c})")).collect();
+    // The filter keeps the maxima from being answered from the files'
+    // statistics: every chosen column is read and buffered.
+    let warm = format!(
+        "SELECT {} FROM {table} WHERE l_orderkey >= 0",
+        maxima.join(", ")
+    );
+    cluster.execute("SELECT skiff.clear_cache()").await?;
+    cluster.execute(&warm).await?;
+    let buffered = cluster
+        .number(&format!(
+            "SELECT coalesce(sum(bytes), 0) FROM skiff.cache WHERE table_name = '{table}'"
+        ))
+        .await?;
+    let start = Instant::now();
+    let joined = cluster.add_worker(STEPS[0] + 1, true).await?;
+    let join_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let Some(newest) = cluster.live().await?.last().copied() else {
+        return Err(BenchError::Data("no worker left to remove".into()));
+    };
+    let start = Instant::now();
+    let left = cluster.remove_worker(newest, STEPS[0], true).await?;
+    let leave_ms = start.elapsed().as_secs_f64() * 1000.0;
+    eprintln!(
+        "{table} on {} columns, {:.1} MiB buffered: join{}; removal{}",
+        columns.len(),
+        buffered as f64 / MIB,
+        matched_note(joined),
+        matched_note(left)
+    );
+    let point = |change, ready_ms, matched| SweepPoint {
+        columns: columns.len(),
+        block_rows: None,
+        buffered,
+        change,
+        ready_ms,
+        matched,
+    };
+    Ok([
+        point(Change::Add, join_ms, joined),
+        point(Change::Remove, leave_ms, left),
+    ])
 }
 
 /// The first run after the resize into `step`, and the median of the
@@ -353,46 +398,106 @@ fn summary(
             fmt_ms(matched.map(|m| m.ms)),
         ));
     }
-    text.push_str(&format!(
-        "\nmatching time against the bytes moved (lineitem buffered on N columns; median \
-         over the rounds)\n{:<8} {:>10} {:>10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n",
-        "columns", "buffered", "join MiB", "ms", "MiB/s", "leave MiB", "blocks", "ms", "MiB/s"
-    ));
-    for columns in COLUMN_COUNTS {
-        let of = |change: Change| -> Vec<&SweepPoint> {
-            points
+    let by_columns: Vec<(String, Vec<&SweepPoint>)> = COLUMN_COUNTS
+        .iter()
+        .map(|&c| {
+            let of = points
                 .iter()
-                .filter(|p| p.columns == columns && p.change == change)
-                .collect()
-        };
-        let median = |ps: &[&SweepPoint], f: &dyn Fn(&SweepPoint) -> Option<f64>| {
-            let values: Vec<f64> = ps.iter().filter_map(|p| f(p)).collect();
-            report::stats(&values).map(|s| s.median_ms)
-        };
-        let (join, leave) = (of(Change::Add), of(Change::Remove));
-        let mib = |p: &SweepPoint| p.matched.map(|m| m.bytes as f64 / MIB);
-        let ms = |p: &SweepPoint| p.matched.map(|m| m.ms);
-        let rate = |ps: &[&SweepPoint]| match (median(ps, &mib), median(ps, &ms)) {
-            (Some(b), Some(t)) if t > 0.0 => format!("{:.0}", b / (t / 1000.0)),
-            _ => "-".into(),
-        };
-        let buffered = median(&join, &|p| Some(p.buffered as f64 / MIB));
+                .filter(|p| p.block_rows.is_none() && p.columns == c);
+            (c.to_string(), of.collect())
+        })
+        .collect();
+    text.push_str(&sweep_table(
+        "matching time against the bytes moved (lineitem buffered on N columns)",
+        "columns",
+        &by_columns,
+    ));
+    let by_block: Vec<(String, Vec<&SweepPoint>)> = BLOCK_ROWS
+        .iter()
+        .map(|&rows| {
+            let of = points.iter().filter(|p| p.block_rows == Some(rows));
+            (rows.to_string(), of.collect())
+        })
+        .collect();
+    text.push_str(&sweep_table(
+        &format!(
+            "matching time against the block size (a copy of lineitem's {} in row groups of \
+             N rows)",
+            COPY_COLUMNS.join(", ")
+        ),
+        "rows/rg",
+        &by_block,
+    ));
+    text.push_str(&scale::resize_table(table));
+    text
+}
+
+/// One table of matchings: per group (a row), the median over its rounds
+/// of the join's and the removal's matching.
+fn sweep_table(title: &str, key: &str, groups: &[(String, Vec<&SweepPoint>)]) -> String {
+    let mut text = format!(
+        "\n{title}; median over the rounds\n\
+         {key:<8} {:>10} {:>7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8}\n",
+        "buffered", "blocks", "KiB/block", "moved MiB", "join ms", "MiB/s", "leave ms", "MiB/s"
+    );
+    let median = |ps: &[&SweepPoint], f: &dyn Fn(&SweepPoint) -> Option<f64>| {
+        let values: Vec<f64> = ps.iter().filter_map(|p| f(p)).collect();
+        report::stats(&values).map(|s| s.median_ms)
+    };
+    let mib = |p: &SweepPoint| p.matched.map(|m| m.bytes as f64 / MIB);
+    let ms = |p: &SweepPoint| p.matched.map(|m| m.ms);
+    let rate = |ps: &[&SweepPoint]| match (median(ps, &mib), median(ps, &ms)) {
+        (Some(b), Some(t)) if t > 0.0 => format!("{:.0}", b / (t / 1000.0)),
+        _ => "-".into(),
+    };
+    let one = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    for (label, of) in groups {
+        if of.is_empty() {
+            continue;
+        }
+        let (join, leave): (Vec<&SweepPoint>, Vec<&SweepPoint>) =
+            of.iter().partition(|p| p.change == Change::Add);
+        let blocks = median(&join, &|p| p.matched.map(|m| m.blocks as f64));
+        let per_block = median(&join, &|p| {
+            let m = p.matched?;
+            (m.blocks > 0).then(|| m.bytes as f64 / m.blocks as f64 / 1024.0)
+        });
         text.push_str(&format!(
-            "{columns:<8} {:>10} {:>10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n",
-            buffered.map_or("-".into(), |b| format!("{b:.1} MiB")),
-            median(&join, &mib).map_or("-".into(), |b| format!("{b:.1}")),
+            "{label:<8} {:>10} {:>7} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8}\n",
+            median(&join, &|p| Some(p.buffered as f64 / MIB))
+                .map_or("-".into(), |b| format!("{b:.1} MiB")),
+            blocks.map_or("-".into(), |b| format!("{b:.0}")),
+            per_block.map_or("-".into(), |b| format!("{b:.0}")),
+            one(median(&join, &mib)),
             fmt_ms(median(&join, &ms)),
             rate(&join),
-            median(&leave, &mib).map_or("-".into(), |b| format!("{b:.1}")),
-            median(&leave, &|p| p.matched.map(|m| m.blocks as f64))
-                .map_or("-".into(), |b| format!("{b:.0}")),
             fmt_ms(median(&leave, &ms)),
             rate(&leave),
         ));
     }
-    text.push_str(&scale::resize_table(table));
     text
 }
+
+/// The CSV's columns; a row of each kind fills those that apply to it.
+const CSV_COLUMNS: [&str; 17] = [
+    "kind",
+    "probe",
+    "matching",
+    "step",
+    "workers",
+    "run",
+    "ms",
+    "change",
+    "method",
+    "columns",
+    "block_rows",
+    "buffered_bytes",
+    "ready_ms",
+    "matching_ms",
+    "blocks_matched",
+    "bytes_matched",
+    "failures",
+];
 
 fn csv(
     runs: &[TraceRun],
@@ -400,54 +505,77 @@ fn csv(
     points: &[SweepPoint],
     table: &[ResizeFigure],
 ) -> String {
-    let matched = |m: Option<Matched>| {
-        m.map_or(",,,".to_string(), |m| {
-            format!("{:.0},{},{},{}", m.ms, m.blocks, m.bytes, m.failures)
-        })
+    let mut text = CSV_COLUMNS.join(",");
+    text.push('\n');
+    let mut row = |fields: &[(&str, String)], matched: Option<Matched>| {
+        let mut cells = vec![String::new(); CSV_COLUMNS.len()];
+        let mut put = |name: &str, value: String| {
+            if let Some(at) = CSV_COLUMNS.iter().position(|c| *c == name) {
+                cells[at] = value;
+            }
+        };
+        for (name, value) in fields {
+            put(name, value.clone());
+        }
+        if let Some(m) = matched {
+            put("matching_ms", format!("{:.0}", m.ms));
+            put("blocks_matched", m.blocks.to_string());
+            put("bytes_matched", m.bytes.to_string());
+            put("failures", m.failures.to_string());
+        }
+        text.push_str(&cells.join(","));
+        text.push('\n');
     };
-    let mut text = String::from(
-        "kind,probe,matching,step,workers,run,ms,change,method,columns,buffered_bytes,\
-         ready_ms,matching_ms,blocks_matched,bytes_matched,failures\n",
-    );
     for r in runs {
-        text.push_str(&format!(
-            "trace,q01,{},{},{},{},{:.3},,,,,,,,,\n",
-            r.matching, r.step, r.workers, r.run, r.ms
-        ));
+        let fields = [
+            ("kind", "trace".to_string()),
+            ("matching", r.matching.to_string()),
+            ("step", r.step.to_string()),
+            ("workers", r.workers.to_string()),
+            ("run", r.run.to_string()),
+            ("ms", format!("{:.3}", r.ms)),
+        ];
+        row(&fields, None);
     }
     for r in resizes {
-        text.push_str(&format!(
-            "trace-resize,,{},{},{}->{},,,{},,,,{:.3},{}\n",
-            r.matching,
-            r.step,
-            r.from,
-            r.to,
-            if r.to > r.from { "add" } else { "remove" },
-            r.ready_ms,
-            matched(r.matched)
-        ));
+        let change = if r.to > r.from { "add" } else { "remove" };
+        let fields = [
+            ("kind", "trace-resize".to_string()),
+            ("matching", r.matching.to_string()),
+            ("step", r.step.to_string()),
+            ("workers", format!("{}->{}", r.from, r.to)),
+            ("change", change.to_string()),
+            ("ready_ms", format!("{:.3}", r.ready_ms)),
+        ];
+        row(&fields, r.matched);
     }
     for p in points {
-        text.push_str(&format!(
-            "sweep,,true,,,,,{},,{},{},{:.3},{}\n",
-            change_name(p.change),
-            p.columns,
-            p.buffered,
-            p.ready_ms,
-            matched(p.matched)
-        ));
+        let fields = [
+            ("kind", "sweep".to_string()),
+            ("matching", "true".to_string()),
+            ("change", change_name(p.change).to_string()),
+            ("columns", p.columns.to_string()),
+            (
+                "block_rows",
+                p.block_rows.map_or(String::new(), |r| r.to_string()),
+            ),
+            ("buffered_bytes", p.buffered.to_string()),
+            ("ready_ms", format!("{:.3}", p.ready_ms)),
+        ];
+        row(&fields, p.matched);
     }
     for f in table {
         let (from, to) = f.change.counts();
-        text.push_str(&format!(
-            "table2,{},,,{from}->{to},,{:.3},{},{},,,{:.3},{}\n",
-            f.probe,
-            f.total_ms,
-            change_name(f.change),
-            f.method.name(),
-            f.ready_ms,
-            matched(f.matching)
-        ));
+        let fields = [
+            ("kind", "table2".to_string()),
+            ("probe", f.probe.clone()),
+            ("workers", format!("{from}->{to}")),
+            ("ms", format!("{:.3}", f.total_ms)),
+            ("change", change_name(f.change).to_string()),
+            ("method", f.method.name().to_string()),
+            ("ready_ms", format!("{:.3}", f.ready_ms)),
+        ];
+        row(&fields, f.matching);
     }
     text
 }
@@ -459,8 +587,9 @@ fn change_name(change: Change) -> &'static str {
     }
 }
 
-/// Top: the trace, every run in order, with matching and without. Middle:
-/// matching time against the MiB moved. Bottom: Table 2.
+/// Top: the trace, every run in order, with matching and without. Then
+/// matching time against the MiB moved, throughput against the block
+/// size, and Table 2.
 fn plot(
     path: &Path,
     title: &str,
@@ -470,9 +599,9 @@ fn plot(
     table: &[ResizeFigure],
 ) -> Result<(), String> {
     super::plot::fonts()?;
-    let root = BitMapBackend::new(path, (1000, 1440)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1000, 1920)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let panels = root.split_evenly((3, 1));
+    let panels = root.split_evenly((4, 1));
     let err = |e: DrawingAreaErrorKind<_>| e.to_string();
 
     // The trace.
@@ -541,30 +670,74 @@ fn plot(
     }
     super::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
 
-    // Matching time against the MiB moved.
-    let xy: Vec<(Change, f64, f64)> = points
+    // Figure 10: matching time against the MiB moved.
+    let moved: Vec<(Change, f64, f64)> = points
         .iter()
+        .filter(|p| p.block_rows.is_none())
         .filter_map(|p| {
             let m = p.matched?;
             Some((p.change, m.bytes as f64 / MIB, m.ms))
         })
         .collect();
-    let max_mib = xy.iter().map(|p| p.1).fold(1.0, f64::max);
-    let max_t = xy.iter().map(|p| p.2).fold(1.0, f64::max);
-    let mut chart = ChartBuilder::on(&panels[1])
-        .caption(
-            format!("{title}: matching time against the MiB it moved"),
-            ("sans-serif", 20),
-        )
+    scatter(
+        &panels[1],
+        format!("{title}: matching time against the MiB it moved"),
+        ("MiB moved", "ms"),
+        &moved,
+    )?;
+    // Figure 11: throughput against the block size.
+    let blocks: Vec<(Change, f64, f64)> = points
+        .iter()
+        .filter(|p| p.block_rows.is_some())
+        .filter_map(|p| {
+            let m = p.matched?;
+            let per_block = m.bytes as f64 / m.blocks.max(1) as f64 / 1024.0;
+            Some((
+                p.change,
+                per_block,
+                m.bytes as f64 / MIB / (m.ms.max(1.0) / 1000.0),
+            ))
+        })
+        .collect();
+    scatter(
+        &panels[2],
+        format!(
+            "{title}: matching throughput against the block size ({} in row groups of {} rows)",
+            COPY_COLUMNS.len(),
+            BLOCK_ROWS
+                .iter()
+                .map(|r| format!("{}Ki", r / 1024))
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+        ("KiB per block (mean)", "MiB/s"),
+        &blocks,
+    )?;
+    scale::resize_bars(&panels[3], title, table)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Points (x, y) of joins and removals on `area`.
+fn scatter(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    caption: String,
+    (x_desc, y_desc): (&str, &str),
+    xy: &[(Change, f64, f64)],
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let max_x = xy.iter().map(|p| p.1).fold(1.0, f64::max);
+    let max_y = xy.iter().map(|p| p.2).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_mib * 1.1, 0.0..max_t * 1.2)
+        .build_cartesian_2d(0.0..max_x * 1.1, 0.0..max_y * 1.2)
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("MiB moved")
-        .y_desc("ms")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .draw()
         .map_err(err)?;
     for (change, color, label) in [
@@ -581,10 +754,7 @@ fn plot(
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 6, y), 4, color.filled()));
     }
-    super::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-
-    scale::resize_bars(&panels[2], title, table)?;
-    root.present().map_err(|e| e.to_string())
+    super::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 #[cfg(test)]
@@ -623,14 +793,17 @@ mod tests {
                 matched: Some(m),
             })
             .collect();
-        let points = [Change::Add, Change::Remove]
+        let points = [None, Some(BLOCK_ROWS[0])]
             .into_iter()
-            .map(|change| SweepPoint {
-                columns: 2,
-                buffered: 192 << 20,
-                change,
-                ready_ms: 45.0,
-                matched: Some(m),
+            .flat_map(|block_rows| {
+                [Change::Add, Change::Remove].map(|change| SweepPoint {
+                    columns: 2,
+                    block_rows,
+                    buffered: 192 << 20,
+                    change,
+                    ready_ms: 45.0,
+                    matched: Some(m),
+                })
             })
             .collect();
         (runs, resizes, points)
@@ -657,7 +830,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("matching.png");
         plot(&png, "TPC-H", &runs, &resizes, &points, &[]).unwrap();
-        assert_eq!(scale::tests::image_size(&png), (1000, 1440));
+        assert_eq!(scale::tests::image_size(&png), (1000, 1920));
         let text = csv(&runs, &resizes, &points, &[]);
         let columns = text.lines().next().unwrap().split(',').count();
         assert_eq!(

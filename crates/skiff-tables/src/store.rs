@@ -12,6 +12,7 @@ use datafusion::datasource::TableProvider;
 use datafusion::logical_expr::{
     CreateExternalTable, CreateMemoryTable, DdlStatement, DropTable, LogicalPlan,
 };
+use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::expr_to_sql;
 use deltalake_core::DeltaTableBuilder;
@@ -223,7 +224,9 @@ impl TableStore {
             };
             // deltalake plans the write in its own session (its nodes
             // need its planner); the input's tables are already resolved.
+            // The files are written as this session's Parquet settings say.
             WriteBuilder::new(empty.log_store(), None)
+                .with_writer_properties(writer_properties(ctx)?)
                 .with_input_plan(input)
                 .with_partition_columns(partition_columns)
                 .with_save_mode(SaveMode::ErrorIfExists)
@@ -439,4 +442,18 @@ impl TableProviderFactory for DeltaFactory {
         let table = ManagedTable::open_external(cmd.name.table(), url).await?;
         Ok(Arc::new(table))
     }
+}
+
+/// How a managed table's files are written: the session's
+/// `datafusion.execution.parquet.*` writer settings (row-group size,
+/// compression, statistics...), as DataFusion's own writes take them;
+/// deltalake's write would otherwise take its own session's defaults.
+pub(crate) fn writer_properties(ctx: &SessionContext) -> Result<WriterProperties> {
+    Ok(ctx
+        .state()
+        .config_options()
+        .execution
+        .parquet
+        .into_writer_properties_builder()?
+        .build())
 }

@@ -793,3 +793,56 @@ async fn a_hash_partitioned_table_keeps_each_row_in_its_partition() {
     .unwrap();
     assert!(tagged >= 8, "{tagged} files tagged");
 }
+
+/// The row groups of every Parquet file under `dir`.
+fn row_groups(dir: &Path) -> Vec<usize> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(row_groups(&path));
+        } else if path.extension().is_some_and(|e| e == "parquet") {
+            let file = std::fs::File::open(&path).unwrap();
+            let reader =
+                datafusion::parquet::file::reader::SerializedFileReader::new(file).unwrap();
+            use datafusion::parquet::file::reader::FileReader;
+            found.push(reader.metadata().num_row_groups());
+        }
+    }
+    found
+}
+
+/// `CREATE TABLE ... AS` writes its files as the session's Parquet
+/// settings say (here the row-group size), plain and partitioned alike.
+#[tokio::test]
+async fn created_files_follow_the_sessions_parquet_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ctx, store) = session(dir.path()).await;
+    ok(
+        &ctx,
+        &store,
+        "SET datafusion.execution.parquet.max_row_group_size = 100",
+    )
+    .await;
+    for (table, clause) in [
+        ("plain", ""),
+        ("hashed", " PARTITION BY HASH (v) INTO 2 PARTITIONS"),
+    ] {
+        ok(
+            &ctx,
+            &store,
+            &format!(
+                "CREATE TABLE {table}{clause} AS SELECT value AS v FROM generate_series(1, 1000)"
+            ),
+        )
+        .await;
+        let groups = row_groups(&dir.path().join(table));
+        assert!(!groups.is_empty(), "{table}: no files");
+        // 1000 rows in groups of at most 100.
+        assert!(groups.iter().sum::<usize>() >= 10, "{table}: {groups:?}");
+        assert_eq!(
+            number(&ok(&ctx, &store, &format!("SELECT count(*) FROM {table}")).await),
+            1000
+        );
+    }
+}
