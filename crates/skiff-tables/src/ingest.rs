@@ -98,7 +98,7 @@ async fn replace(
     let input = one_shot(ctx, counted.schema(), counted)?.into_unoptimized_plan();
     let snapshot = table.snapshot().ok().map(|s| s.snapshot().clone());
     let written = WriteBuilder::new(table.log_store(), snapshot)
-        .with_writer_properties(crate::store::writer_properties(ctx)?)
+        .with_writer_properties(crate::store::writer_properties(ctx))
         .with_input_plan(input)
         .with_save_mode(SaveMode::Overwrite)
         .with_schema_mode(SchemaMode::Overwrite)

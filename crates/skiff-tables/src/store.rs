@@ -12,6 +12,7 @@ use datafusion::datasource::TableProvider;
 use datafusion::logical_expr::{
     CreateExternalTable, CreateMemoryTable, DdlStatement, DropTable, LogicalPlan,
 };
+use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::expr_to_sql;
@@ -226,7 +227,7 @@ impl TableStore {
             // need its planner); the input's tables are already resolved.
             // The files are written as this session's Parquet settings say.
             WriteBuilder::new(empty.log_store(), None)
-                .with_writer_properties(writer_properties(ctx)?)
+                .with_writer_properties(writer_properties(ctx))
                 .with_input_plan(input)
                 .with_partition_columns(partition_columns)
                 .with_save_mode(SaveMode::ErrorIfExists)
@@ -444,16 +445,19 @@ impl TableProviderFactory for DeltaFactory {
     }
 }
 
-/// How a managed table's files are written: the session's
-/// `datafusion.execution.parquet.*` writer settings (row-group size,
-/// compression, statistics...), as DataFusion's own writes take them;
-/// deltalake's write would otherwise take its own session's defaults.
-pub(crate) fn writer_properties(ctx: &SessionContext) -> Result<WriterProperties> {
-    Ok(ctx
+/// How a managed table's files are written: as deltalake writes them by
+/// default (Snappy, the Parquet crate's defaults otherwise), in row groups
+/// of the session's `datafusion.execution.parquet.max_row_group_size`
+/// rows (by default the same 1 Mi rows).
+pub(crate) fn writer_properties(ctx: &SessionContext) -> WriterProperties {
+    let rows = ctx
         .state()
         .config_options()
         .execution
         .parquet
-        .into_writer_properties_builder()?
-        .build())
+        .max_row_group_size;
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(rows.max(1)))
+        .build()
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::common::tree_node::TreeNode;
+use datafusion::parquet::basic::Compression;
+use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 use datafusion::prelude::SessionContext;
 use skiff_tables::partition::{self, PARTITION_COLUMN, partition_of};
 use skiff_tables::{ManagedTable, TableStore};
@@ -803,17 +805,20 @@ fn row_groups(dir: &Path) -> Vec<usize> {
             found.extend(row_groups(&path));
         } else if path.extension().is_some_and(|e| e == "parquet") {
             let file = std::fs::File::open(&path).unwrap();
-            let reader =
-                datafusion::parquet::file::reader::SerializedFileReader::new(file).unwrap();
-            use datafusion::parquet::file::reader::FileReader;
-            found.push(reader.metadata().num_row_groups());
+            let reader = SerializedFileReader::new(file).unwrap();
+            let metadata = reader.metadata();
+            // Compressed as before the row-group size was settable.
+            for group in metadata.row_groups() {
+                assert_eq!(group.column(0).compression(), Compression::SNAPPY);
+            }
+            found.push(metadata.num_row_groups());
         }
     }
     found
 }
 
-/// `CREATE TABLE ... AS` writes its files as the session's Parquet
-/// settings say (here the row-group size), plain and partitioned alike.
+/// `CREATE TABLE ... AS` writes row groups of the session's size, plain
+/// and partitioned alike, compressed as always.
 #[tokio::test]
 async fn created_files_follow_the_sessions_parquet_settings() {
     let dir = tempfile::tempdir().unwrap();
