@@ -24,13 +24,20 @@ use crate::protocol::{BlockHeader, BlocksPut, BlocksStored};
 /// Messages queued ahead of the gRPC stream while blocks are encoded.
 const SEND_QUEUE: usize = 16;
 
+/// Bytes an IPC stream of one one-column batch adds to its buffers: the
+/// schema and batch messages, padding and the end marker (a guess for
+/// the first allocation; the buffer grows if it is short).
+const FRAME_OVERHEAD: usize = 4096;
+
 /// One block as a message.
 pub fn block_message(block: &Block) -> Result<FlightData, String> {
     let field = Field::new("block", block.array.data_type().clone(), true);
     let schema = Arc::new(Schema::new(vec![field]));
     let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::clone(&block.array)])
         .map_err(|e| format!("block as a batch: {e}"))?;
-    let mut frame = Vec::new();
+    // Sized once: a block is up to tens of MiB, and a growing buffer
+    // would copy it over and over (and fault in fresh pages each time).
+    let mut frame = Vec::with_capacity(block.array.get_array_memory_size() + FRAME_OVERHEAD);
     {
         let mut writer =
             StreamWriter::try_new(&mut frame, &schema).map_err(|e| format!("IPC: {e}"))?;
