@@ -161,10 +161,11 @@ pub struct BenchArgs {
         conflicts_with_all = ["via", "migration", "state_sizes"]
     )]
     pub scale: Vec<usize>,
-    /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-10 and
+    /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-11 and
     /// Table 2): q1 repeatedly while the cluster grows 2->3->4 and shrinks
     /// back, with matching on and off; matching time against the bytes
-    /// moved; resize with and without matching against a restart. Uses the
+    /// moved and the block size; resize with and without matching against
+    /// a restart. Uses the
     /// data hash-partitioned into 12 (generated when missing); results in
     /// RESULTS/tpch-<data>-matching-*.
     #[arg(long, conflicts_with_all = ["via", "migration", "state_sizes", "scale"])]
@@ -238,8 +239,9 @@ Examples:
   (skiff.add_workers / skiff.remove_worker between steps), once with
   skiff.buffer_matching on and once off: the first run after a resize
   against the step's steady state. Then lineitem buffered on 1, 2, 4, 8 and 16
-  columns, a worker added and removed, each matching's time and bytes (from
-  skiff.matchings). Then the resize table of --scale (online with and
+  columns, and a copy of four of its columns in row groups of 16Ki, 64Ki,
+  256Ki and 1Mi rows, each time a worker added and removed, each matching's
+  time and bytes (from skiff.matchings). Then the resize table of --scale (online with and
   without matching, restart) for q1 and q9, --runs rounds. Output:
   RESULTS/tpch-<data>-matching-latest.csv/.png.";
 

@@ -185,7 +185,7 @@ async fn trace(
             let ready_ms = start.elapsed().as_secs_f64() * 1000.0;
             eprintln!(
                 "matching {on}: {from} -> {workers} workers ready in {ready_ms:.0} ms{}",
-                matched_note(matched)
+                Matched::note(matched)
             );
             resizes.push(TraceResize {
                 matching,
@@ -220,22 +220,6 @@ async fn trace(
         );
     }
     Ok((out, resizes))
-}
-
-fn matched_note(matched: Option<Matched>) -> String {
-    matched.map_or(String::new(), |m| {
-        format!(
-            " ({} blocks, {:.1} MiB matched in {:.0} ms{})",
-            m.blocks,
-            m.bytes as f64 / MIB,
-            m.ms,
-            if m.failures > 0 {
-                format!(", {} transfers failed", m.failures)
-            } else {
-                String::new()
-            }
-        )
-    })
 }
 
 /// Figures 10 and 11: for each column count, lineitem buffered on that
@@ -323,8 +307,8 @@ async fn matched_table(
         "{table} on {} columns, {:.1} MiB buffered: join{}; removal{}",
         columns.len(),
         buffered as f64 / MIB,
-        matched_note(joined),
-        matched_note(left)
+        Matched::note(joined),
+        Matched::note(left)
     );
     let point = |change, ready_ms, matched| SweepPoint {
         columns: columns.len(),
@@ -553,7 +537,7 @@ fn csv(
         let fields = [
             ("kind", "sweep".to_string()),
             ("matching", "true".to_string()),
-            ("change", change_name(p.change).to_string()),
+            ("change", p.change.name().to_string()),
             ("columns", p.columns.to_string()),
             (
                 "block_rows",
@@ -571,20 +555,13 @@ fn csv(
             ("probe", f.probe.clone()),
             ("workers", format!("{from}->{to}")),
             ("ms", format!("{:.3}", f.total_ms)),
-            ("change", change_name(f.change).to_string()),
+            ("change", f.change.name().to_string()),
             ("method", f.method.name().to_string()),
             ("ready_ms", format!("{:.3}", f.ready_ms)),
         ];
         row(&fields, f.matching);
     }
     text
-}
-
-fn change_name(change: Change) -> &'static str {
-    match change {
-        Change::Add => "add",
-        Change::Remove => "remove",
-    }
 }
 
 /// Top: the trace, every run in order, with matching and without. Then
@@ -825,7 +802,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plot_has_three_panels_and_the_csv_a_row_per_figure() {
+    fn the_plot_has_four_panels_and_the_csv_a_row_per_figure() {
         let (runs, resizes, points) = sample();
         let dir = tempfile::tempdir().unwrap();
         let png = dir.path().join("matching.png");

@@ -149,8 +149,28 @@ pub(crate) struct Matched {
     pub failures: u64,
 }
 
+impl Matched {
+    /// ` (N blocks, M MiB matched in T ms)` for a progress line; empty
+    /// without a matching.
+    pub(crate) fn note(matched: Option<Matched>) -> String {
+        matched.map_or(String::new(), |m| {
+            let failed = if m.failures > 0 {
+                format!(", {} transfers failed", m.failures)
+            } else {
+                String::new()
+            };
+            format!(
+                " ({} blocks, {:.1} MiB matched in {:.0} ms{failed})",
+                m.blocks,
+                m.bytes as f64 / MIB,
+                m.ms
+            )
+        })
+    }
+}
+
 impl Change {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Change::Add => "add",
             Change::Remove => "remove",
@@ -554,12 +574,7 @@ pub(crate) async fn resize_round(
             method.label(),
             ready.as_secs_f64() * 1000.0,
             total.as_secs_f64() * 1000.0,
-            matching.map_or(String::new(), |m| format!(
-                " ({} blocks, {:.1} MiB matched in {:.0} ms)",
-                m.blocks,
-                m.bytes as f64 / MIB,
-                m.ms
-            ))
+            Matched::note(matching)
         );
         figures.push(ResizeFigure {
             change,

@@ -74,9 +74,11 @@ extensions_options! {
 }
 
 /// Settings that inject faults or act on a query at a chosen point, for
-/// tests and benches. Each fires once: a query that continues or restarts
-/// runs without them. A server refuses them unless it was started with
-/// `--fault-injection`.
+/// tests and benches. Each query hook fires once: a query that continues
+/// or restarts runs without them (`test_matching_pause_ms` instead holds,
+/// like `buffer_matching`, from one `skiff.add_workers` /
+/// `skiff.remove_worker` call to the next). A server refuses them unless
+/// it was started with `--fault-injection`.
 pub const TEST_HOOKS: [&str; 7] = [
     "skiff.test_hold_after_pipelines",
     "skiff.migrate_after_pipelines",

@@ -21,7 +21,6 @@ use std::time::{Instant, SystemTime};
 use datafusion::prelude::SessionContext;
 use skiff_cluster::Move;
 use skiff_flight::protocol::{BlocksShipped, Role, ShipBlocks, ShipTable, ShipTarget, action};
-use skiff_tables::ManagedTable;
 use tracing::{info, warn};
 
 use super::Inner;
@@ -160,25 +159,12 @@ struct Shipment {
 /// The locations of the hash-partitioned tables, by class (their number
 /// of partitions).
 async fn locations_by_class(ctx: &SessionContext) -> BTreeMap<u32, Vec<String>> {
-    let tables = partitioned_tables(ctx).await;
-    let schema = ctx
-        .catalog(skiff_engine::catalog::DATABASE)
-        .and_then(|c| c.schema(skiff_engine::catalog::DEFAULT_SCHEMA));
-    // Class → the locations of its tables.
     let mut classes: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    if let Some(schema) = schema {
-        for (name, partitioning) in &tables {
-            let Ok(Some(table)) = schema.table(name).await else {
-                continue;
-            };
-            if let Some(managed) = table.downcast_ref::<ManagedTable>() {
-                let location = managed.url().as_str().trim_end_matches('/').to_string();
-                classes
-                    .entry(partitioning.partitions)
-                    .or_default()
-                    .push(location);
-            }
-        }
+    for table in partitioned_tables(ctx).await {
+        classes
+            .entry(table.partitioning.partitions)
+            .or_default()
+            .push(table.location);
     }
     classes
 }

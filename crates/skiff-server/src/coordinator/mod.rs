@@ -186,13 +186,11 @@ impl Coordinator {
         });
         let coordinator = Self { inner };
         coordinator.replay_catalog().await;
-        for (_, partitioning) in
-            partitions::partitioned_tables(coordinator.inner.engine.context()).await
-        {
+        for table in partitions::partitioned_tables(coordinator.inner.engine.context()).await {
             coordinator
                 .inner
                 .partitions
-                .add_class(partitioning.partitions, Vec::new);
+                .add_class(table.partitioning.partitions, Vec::new);
         }
         Ok(coordinator)
     }

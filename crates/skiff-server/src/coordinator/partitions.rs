@@ -174,9 +174,17 @@ impl Partitions {
     }
 }
 
+/// A hash-partitioned managed table.
+pub(crate) struct PartitionedTable {
+    pub name: String,
+    pub partitioning: HashPartitioning,
+    /// Its files' directory, as buffer pools name the table.
+    pub location: String,
+}
+
 /// The managed tables of `ctx`'s default schema that are hash-partitioned,
 /// by name.
-pub(crate) async fn partitioned_tables(ctx: &SessionContext) -> Vec<(String, HashPartitioning)> {
+pub(crate) async fn partitioned_tables(ctx: &SessionContext) -> Vec<PartitionedTable> {
     let Some(schema) = ctx
         .catalog(skiff_engine::catalog::DATABASE)
         .and_then(|c| c.schema(skiff_engine::catalog::DEFAULT_SCHEMA))
@@ -188,14 +196,19 @@ pub(crate) async fn partitioned_tables(ctx: &SessionContext) -> Vec<(String, Has
         let Ok(Some(table)) = schema.table(&name).await else {
             continue;
         };
-        if let Some(partitioning) = table
-            .downcast_ref::<ManagedTable>()
-            .and_then(ManagedTable::partitioning)
-        {
-            found.push((name, partitioning));
+        let Some(managed) = table.downcast_ref::<ManagedTable>() else {
+            continue;
+        };
+        if let Some(partitioning) = managed.partitioning() {
+            let location = managed.url().as_str().trim_end_matches('/').to_string();
+            found.push(PartitionedTable {
+                name,
+                partitioning,
+                location,
+            });
         }
     }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.sort_by(|a, b| a.name.cmp(&b.name));
     found
 }
 

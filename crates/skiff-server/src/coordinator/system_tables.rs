@@ -27,7 +27,7 @@ use skiff_flight::protocol::HandoffReason;
 use skiff_tables::history;
 
 use super::membership::Membership;
-use super::partitions::partitioned_tables;
+use super::partitions::{PartitionedTable, partitioned_tables};
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
@@ -368,7 +368,7 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
 /// current epoch, whether the last resize moved it, and the class's tables.
 fn partitions(
     manager: &skiff_cluster::PartitionManager,
-    tables: &[(String, skiff_tables::partition::HashPartitioning)],
+    tables: &[PartitionedTable],
 ) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("epoch", DataType::Int64, false),
@@ -387,8 +387,8 @@ fn partitions(
     for (p, mapping) in manager.classes() {
         let members = tables
             .iter()
-            .filter(|(_, t)| t.partitions == p)
-            .map(|(name, _)| name.as_str())
+            .filter(|t| t.partitioning.partitions == p)
+            .map(|t| t.name.as_str())
             .collect::<Vec<_>>()
             .join(",");
         for (i, (&owner, &was_moved)) in mapping.owners().iter().zip(mapping.moved()).enumerate() {
