@@ -349,6 +349,21 @@ async fn suspend_sweep(bench: Benchmark, stride: usize) -> usize {
     suspensions
 }
 
+/// Run `sql`'s `DROP VIEW` statements, as `DROP VIEW IF EXISTS`.
+async fn drop_views(client: &tokio_postgres::Client, sql: &str) {
+    for statement in skiff_engine::statement::split_statements(sql) {
+        let statement = statement.trim().to_ascii_lowercase();
+        let Some(rest) = statement.strip_prefix("drop view") else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let view = rest.strip_prefix("if exists").unwrap_or(rest);
+        simple_rows(client, &format!("DROP VIEW IF EXISTS {view}"))
+            .await
+            .expect("drop the view of a lost script");
+    }
+}
+
 /// Fail with every failure and the server's log, if there are any.
 fn assert_none(failures: &[String], server: &Server) {
     assert!(
@@ -1142,7 +1157,12 @@ async fn kill_loop_stream(bench: Benchmark, kills: usize) -> usize {
         round += 1;
         for (query, sql) in answerable(bench) {
             match run_pg(&client, &sql).await {
-                Err(e) if e.contains("E57P03") => lost += 1,
+                Err(e) if e.contains("E57P03") => {
+                    lost += 1;
+                    // The script stopped at the lost statement: what it
+                    // created stays (q15's view) unless dropped here.
+                    drop_views(&client, &sql).await;
+                }
                 outcome => {
                     if let Err(e) = check_in(bench_name(bench), &query, outcome) {
                         failures.push(format!("round {round} {query}: {e}"));
