@@ -31,6 +31,12 @@ const FRAME_OVERHEAD: usize = 4096;
 
 /// One block as a message.
 pub fn block_message(block: &Block) -> Result<FlightData, String> {
+    piece_message(block, 0)
+}
+
+/// A block, or a memory node's chunk (a piece of one starting at
+/// `first_row`: `block.array` holds the piece's rows), as a message.
+pub fn piece_message(block: &Block, first_row: u64) -> Result<FlightData, String> {
     let field = Field::new("block", block.array.data_type().clone(), true);
     let schema = Arc::new(Schema::new(vec![field]));
     let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::clone(&block.array)])
@@ -55,6 +61,7 @@ pub fn block_message(block: &Block) -> Result<FlightData, String> {
         row_group: block.key.row_group as u64,
         column: block.key.column as u64,
         checksum: crc32fast::hash(&frame),
+        first_row,
     };
     Ok(FlightData {
         app_metadata: header.encode_to_vec().into(),
@@ -65,6 +72,12 @@ pub fn block_message(block: &Block) -> Result<FlightData, String> {
 
 /// The block a message carries, checked against its checksum.
 pub fn read_block(message: &FlightData) -> Result<Block, String> {
+    read_piece(message).map(|(block, _)| block)
+}
+
+/// The block or chunk a message carries, checked against its checksum,
+/// and the row it starts at.
+pub fn read_piece(message: &FlightData) -> Result<(Block, u64), String> {
     let header = BlockHeader::decode(message.app_metadata.clone())
         .map_err(|e| format!("bad block header: {e}"))?;
     if crc32fast::hash(&message.data_body) != header.checksum {
@@ -83,6 +96,7 @@ pub fn read_block(message: &FlightData) -> Result<Block, String> {
         None => return Err("an empty block frame".to_string()),
     };
     let array: ArrayRef = Arc::clone(batch.column(0));
+    let first_row = header.first_row;
     let key = BlockKey {
         file: Arc::new(FileVersion {
             path: header.path,
@@ -95,11 +109,12 @@ pub fn read_block(message: &FlightData) -> Result<Block, String> {
         column: usize::try_from(header.column).map_err(|e| e.to_string())?,
         data_type: array.data_type().clone(),
     };
-    Ok(Block {
+    let block = Block {
         table: Arc::from(header.table.as_str()),
         key,
         array,
-    })
+    };
+    Ok((block, first_row))
 }
 
 /// Send `blocks` to the worker at `addr` within `deadline`; its answer.

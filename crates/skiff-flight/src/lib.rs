@@ -5,10 +5,12 @@
 //! ([`codec`]: datafusion-proto bytes plus an extension codec for Skiff's own
 //! plan nodes), thin client helpers ([`client`]), the state cache's wire
 //! encoding and client calls ([`state_cache`]) and buffered blocks moving
-//! to a partition's new owner ([`blocks`]). It runs no queries and
+//! to a partition's new owner ([`blocks`]), tables' chunks between memory
+//! nodes and workers ([`chunks`]). It runs no queries and
 //! keeps no cluster state; the roles in `skiff-server` do.
 
 pub mod blocks;
+pub mod chunks;
 pub mod client;
 pub mod codec;
 pub mod protocol;

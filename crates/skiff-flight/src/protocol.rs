@@ -8,7 +8,9 @@
 //! Any node → memory node: the state cache (`crate::state_cache`): a
 //! `DoPut` whose descriptor is a [`StatePut`], a `DoGet` whose ticket is a
 //! [`StateKey`], and the [`action::STATE_DELETE`] / [`action::STATE_STATS`]
-//! actions.
+//! actions; and tables' chunks (`crate::chunks`): [`LoadTable`] /
+//! [`UnloadTable`] / [`action::TABLE_STATS`] actions from the coordinator,
+//! a `DoGet` whose ticket is a [`ChunkRequest`] from workers.
 
 use std::time::Duration;
 
@@ -41,6 +43,14 @@ pub mod action {
     pub const BUFFER_CLEAR: &str = "skiff.buffer.clear";
     /// Worker: send blocks of partitions it lost ([`super::ShipBlocks`]).
     pub const BUFFER_SHIP: &str = "skiff.buffer.ship";
+    /// Memory node: hold files' columns as chunks ([`super::LoadTable`] →
+    /// [`super::TableLoaded`]).
+    pub const TABLE_LOAD: &str = "skiff.table.load";
+    /// Memory node: drop a table's chunks ([`super::UnloadTable`] →
+    /// [`super::TableLoaded`], what was freed).
+    pub const TABLE_UNLOAD: &str = "skiff.table.unload";
+    /// Memory node: what its chunk store holds ([`super::MemoryStats`]).
+    pub const TABLE_STATS: &str = "skiff.table.stats";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -214,6 +224,9 @@ pub struct Heartbeat {
     /// How far the node's tasks of distributed queries have scanned.
     #[prost(message, repeated, tag = "3")]
     pub scans: Vec<ScanFiles>,
+    /// The memory routes a worker reads with (their epoch; 0: none yet).
+    #[prost(uint64, tag = "4")]
+    pub memory_epoch: u64,
 }
 
 /// The files (or file ranges) the scans of a distributed query's tasks on
@@ -245,6 +258,140 @@ pub struct HeartbeatReply {
     /// none): its buffer pool keeps their blocks longer than others'.
     #[prost(message, repeated, tag = "3")]
     pub owned: Vec<ShipTable>,
+    /// The files memory nodes hold, when the worker's epoch is not the
+    /// coordinator's (absent: keep the routes it has).
+    #[prost(message, optional, tag = "4")]
+    pub memory: Option<MemoryRoutes>,
+}
+
+/// Which memory node holds which file's columns (pipeline groups: tables
+/// in memory nodes). A file not named is read from storage.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryRoutes {
+    #[prost(uint64, tag = "1")]
+    pub epoch: u64,
+    #[prost(message, repeated, tag = "2")]
+    pub files: Vec<MemoryRoute>,
+}
+
+/// One file version held by the memory node at `addr`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryRoute {
+    /// The table's location, as scans name it.
+    #[prost(string, tag = "1")]
+    pub location: String,
+    #[prost(message, optional, tag = "2")]
+    pub file: Option<ChunkFile>,
+    #[prost(string, tag = "3")]
+    pub addr: String,
+}
+
+/// One version of one Parquet file (the buffer pool's `FileVersion`).
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct ChunkFile {
+    #[prost(string, tag = "1")]
+    pub path: String,
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
+    #[prost(int64, tag = "3")]
+    pub modified: i64,
+    #[prost(string, optional, tag = "4")]
+    pub e_tag: Option<String>,
+    #[prost(uint32, optional, tag = "5")]
+    pub partition: Option<u32>,
+}
+
+/// Coordinator → memory node: hold `columns` of `files` as chunks
+/// ([`action::TABLE_LOAD`]); all of it or, when it does not fit or a file
+/// cannot be read, nothing (what was held of the table before stays).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LoadTable {
+    /// The table's name, for reports.
+    #[prost(string, tag = "1")]
+    pub table: String,
+    /// Its location, as scans name it.
+    #[prost(string, tag = "2")]
+    pub location: String,
+    /// The object store the paths are in (`file:///`, `s3://bucket/`).
+    #[prost(string, tag = "3")]
+    pub store: String,
+    #[prost(message, repeated, tag = "4")]
+    pub files: Vec<ChunkFile>,
+    /// Column names; a file without one of them is held without it.
+    #[prost(string, repeated, tag = "5")]
+    pub columns: Vec<String>,
+}
+
+/// What a load stored, or an unload freed.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TableLoaded {
+    #[prost(uint64, tag = "1")]
+    pub chunks: u64,
+    #[prost(uint64, tag = "2")]
+    pub bytes: u64,
+    #[prost(uint64, tag = "3")]
+    pub files: u64,
+}
+
+/// Coordinator → memory node: drop table `table`'s chunks.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UnloadTable {
+    #[prost(string, tag = "1")]
+    pub table: String,
+}
+
+/// A memory node's chunk store ([`action::TABLE_STATS`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryStats {
+    /// Bytes the store may hold.
+    #[prost(uint64, tag = "1")]
+    pub capacity: u64,
+    #[prost(uint64, tag = "2")]
+    pub bytes: u64,
+    #[prost(uint64, tag = "3")]
+    pub chunk_size: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub columns: Vec<MemoryColumn>,
+}
+
+/// What a memory node holds of one column of one table.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryColumn {
+    #[prost(string, tag = "1")]
+    pub table: String,
+    #[prost(string, tag = "2")]
+    pub column: String,
+    #[prost(uint64, tag = "3")]
+    pub chunks: u64,
+    #[prost(uint64, tag = "4")]
+    pub bytes: u64,
+    #[prost(uint64, tag = "5")]
+    pub rows: u64,
+    /// Chunks and bytes sent to workers since the load.
+    #[prost(uint64, tag = "6")]
+    pub served_chunks: u64,
+    #[prost(uint64, tag = "7")]
+    pub served_bytes: u64,
+}
+
+/// A `DoGet` ticket for a memory node: the chunks of `columns` (top-level
+/// indices in the file's schema) of one row group of one file version.
+/// The stream has one message per chunk, a [`BlockHeader`] (with the
+/// chunk's first row) and its frame, columns in the asked order and each
+/// column's chunks in row order; a column the node does not hold is left
+/// out (the worker reads it from storage). A file version the node does
+/// not hold fails the call.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ChunkRequest {
+    #[prost(message, optional, tag = "1")]
+    pub file: Option<ChunkFile>,
+    #[prost(uint64, tag = "2")]
+    pub row_group: u64,
+    #[prost(uint64, repeated, tag = "3")]
+    pub columns: Vec<u64>,
+    /// Always true: tells a chunk ticket from a [`StateKey`] one.
+    #[prost(bool, tag = "15")]
+    pub chunks: bool,
 }
 
 /// A query running on a worker, as of the heartbeat.
@@ -535,6 +682,10 @@ pub struct BlockHeader {
     /// CRC-32 of the frame.
     #[prost(uint32, tag = "9")]
     pub checksum: u32,
+    /// A memory node's chunk: the row of the row group it starts at (a
+    /// block, a whole column of a row group, starts at 0).
+    #[prost(uint64, tag = "10")]
+    pub first_row: u64,
 }
 
 /// The bytes a worker's pool freed ([`action::BUFFER_CLEAR`]).

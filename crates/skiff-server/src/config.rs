@@ -132,3 +132,18 @@ pub const SCAN_TALLY_FORGET_AFTER: Duration = Duration::from_secs(60);
 /// How many forgotten queries' scan counters a node keeps, for a scan of
 /// theirs that starts after they were forgotten.
 pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;
+
+/// How long a worker waits for a memory node's chunks of one row group
+/// before it reads them from storage.
+pub const CHUNK_FETCH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long a worker leaves a memory node alone after a fetch from it
+/// failed (its scans read storage meanwhile).
+pub const MEMORY_NODE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long loading a table into the memory nodes may take.
+pub const TABLE_LOAD_DEADLINE: Duration = Duration::from_secs(600);
+
+/// How long a load or unload waits for every live worker to take the new
+/// memory routes (in a heartbeat) before it returns anyway.
+pub const ROUTES_WAIT: Duration = Duration::from_secs(5);

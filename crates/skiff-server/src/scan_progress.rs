@@ -41,7 +41,7 @@ use futures::{Stream, StreamExt};
 use prost::Message;
 use skiff_flight::protocol::ScanFiles;
 
-use skiff_engine::buffer::{self, BufferPool};
+use skiff_engine::buffer::{self, Tiers};
 use skiff_tables::file_scan;
 
 use crate::config::{SCAN_TALLY_FORGET_AFTER, SCAN_TALLY_RETIRED_MAX};
@@ -402,21 +402,22 @@ fn files_of(scan: &Arc<dyn ExecutionPlan>) -> u64 {
 #[derive(Debug)]
 pub struct ScanCountCodec {
     tally: Arc<ScanTally>,
-    /// The receiving process's buffer pool: the scans it decodes read
-    /// through it (plans name plain Parquet scans on the wire).
-    buffer: Option<Arc<BufferPool>>,
+    /// The receiving process's buffer pool and memory nodes: the scans it
+    /// decodes read through them (plans name plain Parquet scans on the
+    /// wire).
+    tiers: Tiers,
 }
 
 impl ScanCountCodec {
     pub fn new(tally: Arc<ScanTally>) -> Self {
         Self {
             tally,
-            buffer: None,
+            tiers: Tiers::default(),
         }
     }
 
-    pub fn with_buffer(mut self, pool: Option<Arc<BufferPool>>) -> Self {
-        self.buffer = pool;
+    pub fn with_tiers(mut self, tiers: Tiers) -> Self {
+        self.tiers = tiers;
         self
     }
 }
@@ -440,12 +441,11 @@ impl PhysicalExtensionCodec for ScanCountCodec {
         let [input] = inputs else {
             return internal_err!("CountedScanExec with {} inputs", inputs.len());
         };
-        let input = match &self.buffer {
-            Some(pool) if buffer::enabled(ctx.session_config().options()) => {
-                buffer::wrap_scans(Arc::clone(input), pool, ctx)?
-            }
-            _ => Arc::clone(input),
-        };
+        let mut tiers = self.tiers.clone();
+        if !buffer::enabled(ctx.session_config().options()) {
+            tiers.pool = None;
+        }
+        let input = buffer::wrap_scans(Arc::clone(input), &tiers, ctx)?;
         let node = CountedScanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;
         let key = ScanKey {

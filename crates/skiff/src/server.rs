@@ -95,6 +95,12 @@ pub struct ServeArgs {
     /// Worker processes to start.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+    /// Memory node processes to start (they hold the state of moving
+    /// queries and tables loaded into memory; several split a table).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub memory_nodes: u32,
+    #[command(flatten)]
+    pub tables: TableMemoryArgs,
     /// Internal address workers register at; a free port by default.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub cluster_addr: SocketAddr,
@@ -151,6 +157,39 @@ pub struct MemnodeArgs {
     /// Seconds cached state lives when its put names no time to live.
     #[arg(long, default_value_t = skiff_server::memnode::DEFAULT_STATE_TTL.as_secs_f64())]
     pub state_ttl: f64,
+    #[command(flatten)]
+    pub tables: TableMemoryArgs,
+}
+
+/// How memory nodes hold tables (`SELECT skiff.load_to_memory('t')`).
+#[derive(Args, Debug, Clone)]
+pub struct TableMemoryArgs {
+    /// Memory for tables' chunks, e.g. 8G; by default --memory when given,
+    /// else a quarter of the machine's memory. A load that does not fit
+    /// is refused whole.
+    #[arg(long, value_parser = parse_bytes)]
+    pub table_memory: Option<usize>,
+    /// Largest chunk of a column, e.g. 4M.
+    #[arg(long, value_parser = parse_bytes, default_value = "4M")]
+    pub chunk_size: usize,
+    /// Emulate a network link of this bandwidth between memory node and
+    /// workers, e.g. 10Gbit (bit, Kbit, Mbit, Gbit); off by default.
+    #[arg(long, value_parser = skiff_server::memnode::parse_bandwidth)]
+    pub link_bandwidth: Option<u64>,
+}
+
+impl TableMemoryArgs {
+    /// The same settings as a child's arguments.
+    fn to_args(&self) -> Vec<String> {
+        let mut args = vec!["--chunk-size".to_string(), self.chunk_size.to_string()];
+        if let Some(bytes) = self.table_memory {
+            args.extend(["--table-memory".to_string(), bytes.to_string()]);
+        }
+        if let Some(bits) = self.link_bandwidth {
+            args.extend(["--link-bandwidth".to_string(), format!("{bits}bit")]);
+        }
+        args
+    }
 }
 
 /// Log to stderr; `SKIFF_LOG` filters (default `info`).
@@ -302,6 +341,9 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
             .ok()
             .filter(|t| !t.is_zero())
             .unwrap_or(skiff_server::memnode::DEFAULT_STATE_TTL),
+        table_memory: args.tables.table_memory.map(|b| b as u64),
+        chunk_size: args.tables.chunk_size.max(1),
+        link_bandwidth: args.tables.link_bandwidth,
     };
     let span = info_span!("memnode", pid = std::process::id());
     skiff_server::run_memnode(config, shutdown_on_signal())
@@ -321,8 +363,9 @@ fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize, us
     );
     if let Some((workers, memnodes, cache)) = nodes {
         line.push_str(&format!(
-            ", {workers} workers ({} MiB buffer pool each), {memnodes} memory node",
-            cache >> 20
+            ", {workers} workers ({} MiB buffer pool each), {memnodes} memory node{}",
+            cache >> 20,
+            if memnodes == 1 { "" } else { "s" }
         ));
     }
     // The announcement is the one line scripts wait for.
@@ -378,15 +421,29 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
         }));
         // Spills and durable state (suspended queries) live with the data,
         // so they outlive a restart of the memory node.
-        let mut memnode = child_command("memnode", &cluster)?;
-        memnode.arg("--state-dir").arg(&state_dir);
-        kids.spawn(supervise(
-            "memory node".into(),
-            memnode,
-            shutdown.clone(),
-            children.clone(),
-        ));
-        wait_for_nodes(&coordinator, args.workers as usize, &shutdown).await;
+        for n in 0..args.memory_nodes {
+            let mut memnode = child_command("memnode", &cluster)?;
+            // The first keeps the durable state where a restart finds it.
+            let dir = match n {
+                0 => state_dir.clone(),
+                n => state_dir.join(format!("memnode-{n}")),
+            };
+            memnode.arg("--state-dir").arg(&dir);
+            memnode.args(args.tables.to_args());
+            kids.spawn(supervise(
+                format!("memory node {n}"),
+                memnode,
+                shutdown.clone(),
+                children.clone(),
+            ));
+        }
+        wait_for_nodes(
+            &coordinator,
+            args.workers as usize,
+            args.memory_nodes as usize,
+            &shutdown,
+        )
+        .await;
         let workers = coordinator
             .membership()
             .live(skiff_flight::protocol::Role::Worker);
@@ -422,12 +479,13 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
 async fn wait_for_nodes(
     coordinator: &skiff_server::Coordinator,
     workers: usize,
+    memnodes: usize,
     shutdown: &CancellationToken,
 ) {
     let deadline = tokio::time::Instant::now() + REGISTER_WAIT;
     let membership = coordinator.membership();
     while membership.live(skiff_flight::protocol::Role::Worker) < workers
-        || membership.live(skiff_flight::protocol::Role::MemoryNode) < 1
+        || membership.live(skiff_flight::protocol::Role::MemoryNode) < memnodes
     {
         if tokio::time::Instant::now() >= deadline {
             warn!("not every node registered in time; serving anyway");

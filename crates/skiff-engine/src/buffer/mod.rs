@@ -4,12 +4,15 @@
 //!
 //! [`BufferPool`] holds the blocks within a byte budget, counted in the
 //! process's DataFusion memory pool and given back under memory pressure;
-//! [`BufferedSource`] is the Parquet scan that reads through it;
+//! [`RemoteTier`] is what memory nodes hold of tables, between the pool
+//! and storage; [`BufferedSource`] is the Parquet scan that reads through
+//! both;
 //! [`read_through`] puts it under a plan's scans where the plan runs (the
 //! pipeline executor, a worker's distributed tasks), so plans on the wire
 //! stay plain DataFusion scans.
 
 mod pool;
+mod remote;
 mod scan;
 pub mod system;
 
@@ -27,7 +30,8 @@ pub use pool::{
     Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
     Owned, TableCache,
 };
-pub use scan::BufferedSource;
+pub use remote::{ChunkFetch, ChunkSource, Fetched, RemoteTier};
+pub use scan::{BufferedSource, table_location};
 
 use crate::options::SkiffOptions;
 
@@ -58,18 +62,38 @@ pub fn machine_memory() -> Option<usize> {
     kib.checked_mul(1024)
 }
 
+/// Where a process's scans find blocks before storage: its pool (unless
+/// the session turned it off) and the memory nodes.
+#[derive(Clone, Debug, Default)]
+pub struct Tiers {
+    pub pool: Option<Arc<BufferPool>>,
+    pub remote: Option<RemoteTier>,
+}
+
+impl Tiers {
+    /// The tiers `ctx`'s session carries.
+    pub fn of(ctx: &TaskContext) -> Self {
+        let config = ctx.session_config();
+        Self {
+            pool: config
+                .get_extension::<BufferPool>()
+                .filter(|_| enabled(config.options())),
+            remote: config
+                .get_extension::<RemoteTier>()
+                .map(|r| r.as_ref().clone()),
+        }
+    }
+}
+
 /// `plan` with each Parquet scan that [`BufferedSource`] can read wrapped
-/// in it, reading through the pool `ctx`'s session carries; `plan` as it is
-/// when the session has no pool or `skiff.buffer_pool` is off.
+/// in it, reading through the tiers `ctx`'s session carries; `plan` as it
+/// is when the session has neither a pool (or `skiff.buffer_pool` is off)
+/// nor memory nodes holding the scan's table.
 pub fn read_through(
     plan: Arc<dyn ExecutionPlan>,
     ctx: &TaskContext,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let config = ctx.session_config();
-    match config.get_extension::<BufferPool>() {
-        Some(pool) if enabled(config.options()) => wrap_scans(plan, &pool, ctx),
-        _ => Ok(plan),
-    }
+    wrap_scans(plan, &Tiers::of(ctx), ctx)
 }
 
 /// Whether the session reads through the pool (`skiff.buffer_pool`).
@@ -81,12 +105,15 @@ pub fn enabled(options: &ConfigOptions) -> bool {
 }
 
 /// `plan` with each Parquet scan [`BufferedSource`] can read reading
-/// through `pool` (file metadata through `ctx`'s runtime cache).
+/// through `tiers` (file metadata through `ctx`'s runtime cache).
 pub fn wrap_scans(
     plan: Arc<dyn ExecutionPlan>,
-    pool: &Arc<BufferPool>,
+    tiers: &Tiers,
     ctx: &TaskContext,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    if tiers.pool.is_none() && tiers.remote.is_none() {
+        return Ok(plan);
+    }
     let metadata = ctx.runtime_env().cache_manager.get_file_metadata_cache();
     plan.transform_up(|node| {
         let Some(config) = node
@@ -98,7 +125,7 @@ pub fn wrap_scans(
         let Some(parquet) = config.file_source().downcast_ref::<ParquetSource>() else {
             return Ok(Transformed::no(node));
         };
-        let Some(source) = BufferedSource::wrap(parquet, config, pool, Arc::clone(&metadata))
+        let Some(source) = BufferedSource::wrap(parquet, config, tiers, Arc::clone(&metadata))
         else {
             return Ok(Transformed::no(node));
         };

@@ -45,6 +45,20 @@ pub struct FileVersion {
 }
 
 impl FileVersion {
+    /// The version of the file `meta` describes.
+    pub fn of(meta: &object_store::ObjectMeta) -> Self {
+        FileVersion {
+            path: meta.location.to_string(),
+            size: meta.size,
+            modified: meta
+                .last_modified
+                .timestamp_nanos_opt()
+                .unwrap_or_else(|| meta.last_modified.timestamp_millis()),
+            e_tag: meta.e_tag.clone(),
+            partition: FileVersion::partition_of(meta.location.as_ref()),
+        }
+    }
+
     /// The hash partition `path` names in a `PARTITION_COLUMN=N` directory.
     pub fn partition_of(path: &str) -> Option<u32> {
         let prefix = format!("{}=", skiff_tables::partition::PARTITION_COLUMN);

@@ -4,7 +4,8 @@
 //! file row group by row group: the row groups the file's range and the
 //! scan's predicate (row-group statistics, dynamic filters as they stand
 //! when the file opens) leave, every projected column of each from the
-//! pool, or decoded once from the file and admitted. What a scan emits
+//! pool, else from a memory node that holds it ([`super::RemoteTier`]),
+//! else decoded once from the file; and admitted. What a scan emits
 //! does not depend on what the pool holds: always every row of every row
 //! group left (a `FilterExec` above drops the rest), in file order, so a
 //! morsel gate's positions (`crate::morsel`) name the same rows on every
@@ -53,12 +54,16 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 
 use super::pool::{BlockKey, BufferPool, FileVersion};
+use super::remote::{ChunkFetch, ChunkSource};
+use super::{RemoteTier, Tiers};
 
 /// A `ParquetSource` whose files are read through a [`BufferPool`].
 #[derive(Clone)]
 pub struct BufferedSource {
     inner: Arc<ParquetSource>,
-    pool: Arc<BufferPool>,
+    /// `None`: the session reads around the pool, through memory nodes.
+    pool: Option<Arc<BufferPool>>,
+    remote: Option<Arc<dyn ChunkSource>>,
     metadata: Arc<FileMetadataCache>,
     /// The table's location, as `skiff.cache` names it.
     table: Arc<str>,
@@ -66,13 +71,14 @@ pub struct BufferedSource {
 }
 
 impl BufferedSource {
-    /// `inner` read through `pool`, when this path can read it: a plain
+    /// `inner` read through `tiers`, when this path can read it: a plain
     /// projection of columns, no row-level filter in the scan, no order to
-    /// keep, no virtual columns, no INT96 coercion.
+    /// keep, no virtual columns, no INT96 coercion; and a pool to read, or
+    /// memory nodes holding the table.
     pub fn wrap(
         inner: &ParquetSource,
         config: &FileScanConfig,
-        pool: &Arc<BufferPool>,
+        tiers: &Tiers,
         metadata: Arc<FileMetadataCache>,
     ) -> Option<Self> {
         let options = &inner.table_parquet_options().global;
@@ -85,19 +91,33 @@ impl BufferedSource {
             && config.output_ordering.is_empty()
             && !config.preserve_order
             && inner.table_schema().virtual_columns().is_empty();
-        usable.then(|| Self {
+        if !usable {
+            return None;
+        }
+        let table = table_location(config);
+        let remote = tiers
+            .remote
+            .as_ref()
+            .map(|RemoteTier(source)| Arc::clone(source))
+            .filter(|source| source.holds(&table));
+        if tiers.pool.is_none() && remote.is_none() {
+            return None;
+        }
+        Some(Self {
             inner: Arc::new(inner.clone()),
-            pool: Arc::clone(pool),
+            pool: tiers.pool.clone(),
+            remote,
             metadata,
-            table: table_location(config),
+            table,
             batch_size: None,
         })
     }
 }
 
 /// The directory a scan's files share, less `key=value` partition
-/// directories: the table's location.
-fn table_location(config: &FileScanConfig) -> Arc<str> {
+/// directories: the table's location (as the pool, `skiff.cache` and the
+/// memory nodes name it).
+pub fn table_location(config: &FileScanConfig) -> Arc<str> {
     let mut files = config.file_groups.iter().flat_map(|g| g.iter());
     let Some(first) = files.next() else {
         return Arc::from("");
@@ -182,7 +202,9 @@ impl FileSource for BufferedSource {
             return internal_err!("BufferedSource opened before its batch size was set");
         };
         Ok(Box::new(BufferedMorselizer(Arc::new(ScanPlan {
-            pool: Arc::clone(&self.pool),
+            pool: self.pool.clone(),
+            remote: self.remote.clone(),
+            remote_failed: std::sync::atomic::AtomicBool::new(false),
             table: Arc::clone(&self.table),
             fallback,
             store: object_store,
@@ -198,6 +220,8 @@ impl FileSource for BufferedSource {
             partition,
             hits: MetricBuilder::new(&metrics).counter("block_hits", partition),
             misses: MetricBuilder::new(&metrics).counter("block_misses", partition),
+            remote_columns: MetricBuilder::new(&metrics).counter("memory_node_columns", partition),
+            remote_bytes: MetricBuilder::new(&metrics).counter("memory_node_bytes", partition),
             metrics,
         }))))
     }
@@ -279,7 +303,10 @@ impl FileSource for BufferedSource {
 
 /// What every file of one scan partition shares.
 struct ScanPlan {
-    pool: Arc<BufferPool>,
+    pool: Option<Arc<BufferPool>>,
+    remote: Option<Arc<dyn ChunkSource>>,
+    /// A fetch from the memory nodes failed (logged once per scan).
+    remote_failed: std::sync::atomic::AtomicBool,
     table: Arc<str>,
     /// The wrapped source's own reader, for files this path cannot read.
     fallback: Arc<dyn Morselizer>,
@@ -299,6 +326,9 @@ struct ScanPlan {
     metrics: ExecutionPlanMetricsSet,
     hits: Count,
     misses: Count,
+    /// Columns of row groups, and their bytes, a memory node sent.
+    remote_columns: Count,
+    remote_bytes: Count,
 }
 
 #[derive(Debug)]
@@ -398,15 +428,16 @@ impl ScanPlan {
     }
 
     /// Each projected file column of `row_group` the pool holds (counted
-    /// as a hit), `None` for each it does not (a miss).
+    /// as a hit), `None` for each it does not (a miss; each, without a pool).
     fn lookup(&self, open: &OpenFile, row_group: usize) -> Vec<Option<ArrayRef>> {
+        let Some(pool) = &self.pool else {
+            return vec![None; open.roots.iter().flatten().count()];
+        };
         open.roots
             .iter()
             .flatten()
             .map(|root| {
-                let found = self
-                    .pool
-                    .get(&self.table, &self.key(open, row_group, *root));
+                let found = pool.get(&self.table, &self.key(open, row_group, *root));
                 match found {
                     Some(_) => self.hits.add(1),
                     None => self.misses.add(1),
@@ -513,17 +544,7 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
     let Ok(reader) = ArrowReaderMetadata::try_new(metadata, options) else {
         return scan.fallback.plan_file(file);
     };
-    let meta = &file.object_meta;
-    let version = Arc::new(FileVersion {
-        path: meta.location.to_string(),
-        size: meta.size,
-        modified: meta
-            .last_modified
-            .timestamp_nanos_opt()
-            .unwrap_or_else(|| meta.last_modified.timestamp_millis()),
-        e_tag: meta.e_tag.clone(),
-        partition: FileVersion::partition_of(meta.location.as_ref()),
-    });
+    let version = Arc::new(FileVersion::of(&file.object_meta));
     Ok(Box::new(FilePlanner {
         scan,
         file,
@@ -591,10 +612,135 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
+    let rows = row_count(open, row_group);
+    let mut decoded: Vec<Option<ArrayRef>> = vec![None; wanted.len()];
+    if let Some(remote) = &scan.remote {
+        scan.fetch_remote(remote.as_ref(), open, row_group, &wanted, &mut decoded)
+            .await;
+    }
+    let from_storage: Vec<usize> = wanted
+        .iter()
+        .zip(&decoded)
+        .filter(|(_, d)| d.is_none())
+        .map(|(root, _)| *root)
+        .collect();
+    if !from_storage.is_empty() {
+        let read = read_columns(&scan, &planner.file, open, row_group, &from_storage).await?;
+        for (root, array) in from_storage.iter().zip(read) {
+            if let Ok(at) = wanted.binary_search(root) {
+                decoded[at] = Some(array);
+            }
+        }
+    }
+    let decoded: Vec<ArrayRef> = decoded.into_iter().flatten().collect();
+    assert_eq!(decoded.len(), wanted.len(), "every missing column read");
+    for (root, array) in wanted.iter().zip(&decoded) {
+        if array.len() != rows {
+            return internal_err!("buffered scan: row group {row_group} decoded short");
+        }
+        if let Some(pool) = &scan.pool {
+            let key = scan.key(open, row_group, *root);
+            pool.admit(&scan.table, key, Arc::clone(array));
+        }
+    }
+    for (root, slot) in projected.iter().zip(found.iter_mut()) {
+        if slot.is_none()
+            && let Ok(at) = wanted.binary_search(root)
+        {
+            *slot = Some(Arc::clone(&decoded[at]));
+        }
+    }
+    assert!(
+        found.iter().all(Option::is_some),
+        "every missing column decoded"
+    );
+    open.ready = Some(found);
+    Ok(planner)
+}
+
+impl ScanPlan {
+    /// Fill `decoded` (aligned with `wanted`) with the columns a memory
+    /// node sends, in the scan's types; a failure leaves them to storage.
+    async fn fetch_remote(
+        &self,
+        remote: &dyn ChunkSource,
+        open: &OpenFile,
+        row_group: usize,
+        wanted: &[usize],
+        decoded: &mut [Option<ArrayRef>],
+    ) {
+        let fetch = ChunkFetch {
+            table: Arc::clone(&self.table),
+            file: Arc::clone(&open.version),
+            row_group,
+            columns: wanted.to_vec(),
+            rows: row_count(open, row_group),
+        };
+        let Some(fetching) = remote.fetch(fetch) else {
+            return;
+        };
+        let fail = |error: String| {
+            let first = !self
+                .remote_failed
+                .swap(true, std::sync::atomic::Ordering::Relaxed);
+            if first {
+                tracing::warn!(
+                    table = %self.table,
+                    path = %open.version.path,
+                    row_group,
+                    %error,
+                    "memory node read failed; reading storage"
+                );
+            }
+        };
+        let fetched = match fetching.await {
+            Ok(fetched) if fetched.len() == wanted.len() => fetched,
+            Ok(fetched) => {
+                return fail(format!(
+                    "{} columns for {} asked",
+                    fetched.len(),
+                    wanted.len()
+                ));
+            }
+            Err(error) => return fail(error),
+        };
+        let rows = row_count(open, row_group);
+        for ((root, slot), got) in wanted.iter().zip(decoded.iter_mut()).zip(fetched) {
+            let Some(array) = got else { continue };
+            let wanted_type = open.reader.schema().field(*root).data_type();
+            let array = if array.data_type() == wanted_type {
+                array
+            } else {
+                // The node holds the file's own type; this scan may read a
+                // string column as the table's other string type.
+                match arrow::compute::cast(&array, wanted_type) {
+                    Ok(cast) => cast,
+                    Err(e) => return fail(format!("column {root} as {wanted_type}: {e}")),
+                }
+            };
+            if array.len() != rows {
+                return fail(format!("column {root}: {} rows, not {rows}", array.len()));
+            }
+            self.remote_columns.add(1);
+            self.remote_bytes.add(array.get_array_memory_size());
+            *slot = Some(array);
+        }
+    }
+}
+
+/// Decode `columns` (sorted top-level indices) of `row_group` from the
+/// file, whole column chunks.
+async fn read_columns(
+    scan: &ScanPlan,
+    file: &PartitionedFile,
+    open: &OpenFile,
+    row_group: usize,
+    wanted: &[usize],
+) -> Result<Vec<ArrayRef>> {
     let reader: Box<dyn AsyncFileReader> = scan.readers.create_reader(
         scan.partition,
-        planner.file.clone(),
-        planner.file.metadata_size_hint,
+        file.clone(),
+        file.metadata_size_hint,
         &scan.metrics,
     )?;
     let mask = ProjectionMask::roots(open.reader.parquet_schema(), wanted.iter().copied());
@@ -624,26 +770,7 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
             }
         });
     }
-    for (root, array) in wanted.iter().zip(&decoded) {
-        if array.len() != rows {
-            return internal_err!("buffered scan: row group {row_group} decoded short");
-        }
-        let key = scan.key(open, row_group, *root);
-        scan.pool.admit(&scan.table, key, Arc::clone(array));
-    }
-    for (root, slot) in projected.iter().zip(found.iter_mut()) {
-        if slot.is_none()
-            && let Ok(at) = wanted.binary_search(root)
-        {
-            *slot = Some(Arc::clone(&decoded[at]));
-        }
-    }
-    assert!(
-        found.iter().all(Option::is_some),
-        "every missing column decoded"
-    );
-    open.ready = Some(found);
-    Ok(planner)
+    Ok(decoded)
 }
 
 /// The rows of `row_group` of `open`'s file.

@@ -56,15 +56,25 @@ impl Handler for ClusterService {
                     }
                 }
                 let removed = state == Some(NodeState::Removed);
-                let owned = if known {
+                let worker =
+                    known && self.inner.membership.role(beat.node_id) == Some(Role::Worker);
+                let owned = if worker {
                     super::matching::owned_by(&self.inner, beat.node_id).await
                 } else {
                     Vec::new()
                 };
+                let memory = worker
+                    .then(|| {
+                        self.inner
+                            .memory_tables
+                            .heartbeat(beat.node_id, beat.memory_epoch)
+                    })
+                    .flatten();
                 Ok(HeartbeatReply {
                     known,
                     removed,
                     owned,
+                    memory,
                 }
                 .encode_to_vec()
                 .into())

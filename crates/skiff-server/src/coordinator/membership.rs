@@ -259,6 +259,11 @@ impl Membership {
         }
     }
 
+    /// The role node `id` registered with.
+    pub fn role(&self, id: u64) -> Option<Role> {
+        lock(&self.nodes).get(&id).map(|n| n.role)
+    }
+
     pub fn nodes(&self) -> Vec<Node> {
         lock(&self.nodes).values().cloned().collect()
     }

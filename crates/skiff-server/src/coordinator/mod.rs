@@ -24,6 +24,8 @@ mod dispatch;
 mod distributed;
 mod matching;
 mod membership;
+mod memory_tables;
+mod memory_view;
 mod partitions;
 pub(crate) mod pg_catalog;
 mod placement;
@@ -136,6 +138,8 @@ pub(crate) struct Inner {
     /// Names this run's queries in scan counts (ids start again at 1 after
     /// a restart): its start, in nanoseconds since the epoch.
     pub(crate) scan_run: u64,
+    /// Which memory node holds which file of the tables loaded into memory.
+    pub(crate) memory_tables: memory_tables::MemoryTables,
 }
 
 impl Coordinator {
@@ -182,6 +186,7 @@ impl Coordinator {
                 scan_run: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
+                memory_tables: memory_tables::MemoryTables::default(),
             }
         });
         let coordinator = Self { inner };
@@ -738,6 +743,12 @@ impl Inner {
         let reason =
             ServerError::worker_gone(format!("worker {id} was lost while running the query"));
         self.queries.worker_lost(id, &reason);
+        for (table, files) in self.memory_tables.node_lost(id) {
+            warn!(
+                node = id,
+                table, files, "memory node lost: its files of the table are read from storage"
+            );
+        }
         crate::metrics::node_lost();
     }
 }

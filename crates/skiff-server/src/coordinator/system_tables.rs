@@ -1,7 +1,8 @@
 //! The `skiff` schema: live views of the coordinator's state as tables
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
 //! `skiff.partitions`, the workers' buffer pools in `skiff.cache`, buffer
-//! matchings in `skiff.matchings`), managed
+//! matchings in `skiff.matchings`, what memory nodes hold in
+//! `skiff.memory_tables`), managed
 //! tables' commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, `skiff.clear_cache()`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
@@ -31,19 +32,20 @@ use super::partitions::{PartitionedTable, partitioned_tables};
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
-use super::{Inner, buffer_view, matching, relay, resize};
+use super::{Inner, buffer_view, matching, memory_view, relay, resize};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "queries",
     "pipelines",
     "workers",
     "partitions",
     "cache",
     "matchings",
+    "memory_tables",
     history::NAME,
 ];
 
@@ -58,6 +60,9 @@ pub(crate) fn install(ctx: &SessionContext, coordinator: Weak<Inner>) {
     }
     ctx.register_udf(ScalarUDF::from(CancelFunction::new(coordinator.clone())));
     ctx.register_udf(buffer_view::clear_cache(coordinator.clone()));
+    for udf in memory_view::MemoryFunction::udfs(&coordinator) {
+        ctx.register_udf(udf);
+    }
     for op in [
         Admin::Migrate,
         Admin::Suspend,
@@ -103,6 +108,7 @@ impl SchemaProvider for SystemSchema {
             }
             "cache" => buffer_view::cache_table(&inner).await?,
             "matchings" => matchings(&inner.matching.records())?,
+            "memory_tables" => memory_view::memory_tables_table(&inner).await?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };

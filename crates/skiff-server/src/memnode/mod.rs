@@ -1,12 +1,15 @@
-//! The memory-node role: registers and keeps its heartbeat, and serves the
+//! The memory-node role: registers and keeps its heartbeat, serves the
 //! state cache (state separation: a running query's state on its way
-//! between workers, or kept while the query is suspended). Table chunks
-//! (pipeline groups) will be served from here too.
+//! between workers, or kept while the query is suspended) and holds
+//! tables' columns as chunks for workers' scans (pipeline groups).
 //!
-//! [`cache`] is the store (memory, capacity, spill, TTL, read-once,
-//! durability, checksums; no network), [`service`] its Flight service.
+//! [`cache`] is the state store (memory, capacity, spill, TTL, read-once,
+//! durability, checksums; no network), [`chunks`] the chunk store,
+//! [`link`] the emulated network link, [`service`] the Flight service.
 
 pub mod cache;
+pub mod chunks;
+pub mod link;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -19,7 +22,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use cache::{CacheConfig, StateCache};
-pub use service::{MemnodeService, serve_cache};
+pub use chunks::ChunkStore;
+pub use link::{Link, parse_bandwidth};
+pub use service::{MemnodeService, serve, serve_cache};
 
 use crate::error::{Result, ServerError};
 use crate::node::{NodeIdentity, bind, local_addr, report_from_own_thread};
@@ -40,6 +45,32 @@ pub struct MemnodeConfig {
     pub state_dir: Option<PathBuf>,
     /// Time to live of state put without one.
     pub state_ttl: Duration,
+    /// Bytes of tables' chunks it may hold; by default `memory` when that
+    /// is set, else [`DEFAULT_TABLE_SHARE`] of the machine's memory.
+    pub table_memory: Option<u64>,
+    /// Largest chunk, in bytes.
+    pub chunk_size: usize,
+    /// The emulated link's bandwidth in bits per second; `None`: as fast
+    /// as the network.
+    pub link_bandwidth: Option<u64>,
+}
+
+/// The share of the machine's memory tables' chunks may take when neither
+/// `--table-memory` nor `--memory` says.
+pub const DEFAULT_TABLE_SHARE: f64 = 0.25;
+
+impl MemnodeConfig {
+    /// Bytes of the chunk store.
+    pub fn table_capacity(&self) -> u64 {
+        match (self.table_memory, self.memory) {
+            (Some(bytes), _) => bytes,
+            (None, memory) if memory > 0 => memory,
+            (None, _) => {
+                let machine = skiff_engine::buffer::machine_memory().unwrap_or(4 << 30);
+                (machine as f64 * DEFAULT_TABLE_SHARE) as u64
+            }
+        }
+    }
 }
 
 /// Run a memory node until `shutdown`.
@@ -61,6 +92,11 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         default_ttl: config.state_ttl,
     })
     .map_err(|e| ServerError::internal(format!("memnode: {e}")))?;
+    let chunks = Arc::new(ChunkStore::new(
+        config.table_capacity(),
+        config.chunk_size.max(1),
+    ));
+    let link = config.link_bandwidth.map(|bits| Arc::new(Link::new(bits)));
     let listener = bind(config.listen).await?;
     let addr = local_addr(&listener)?;
     info!(
@@ -68,6 +104,9 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         coordinator = %config.coordinator,
         state_dir = %dir.display(),
         memory = config.memory,
+        table_memory = config.table_capacity(),
+        chunk_size = config.chunk_size,
+        link_bits_per_second = config.link_bandwidth.unwrap_or(0),
         "memory node listening"
     );
     let identity = NodeIdentity {
@@ -76,7 +115,10 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         memory: config.memory,
     };
-    let server = serve_cache(listener, Arc::new(cache), shutdown.clone());
+    let service = MemnodeService::new(Arc::new(cache))
+        .with_chunks(chunks)
+        .with_link(link);
+    let server = serve(listener, service, shutdown.clone());
     let heartbeats = report_from_own_thread(
         config.coordinator.clone(),
         identity,
@@ -94,5 +136,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
     outcome
 }
 
+#[cfg(test)]
+mod chunk_tests;
 #[cfg(test)]
 mod tests;

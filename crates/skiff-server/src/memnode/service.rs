@@ -1,6 +1,10 @@
-//! The memory node's Flight service: the state cache over the wire.
+//! The memory node's Flight service: the state cache and the chunk store
+//! over the wire.
 //!
-//! Owns the mapping of Flight calls onto [`StateCache`]: `DoPut` (a
+//! Owns the mapping of Flight calls onto [`StateCache`] and [`ChunkStore`]:
+//! `DoGet` of a [`ChunkRequest`] ticket streams a row group's chunks
+//! (through the emulated [`Link`] when one is set); the table actions load,
+//! unload and count. For the state cache: `DoPut` (a
 //! [`StatePut`] descriptor, then the messages `skiff_flight::state_cache`
 //! defines, stored as they come), `DoGet` (a [`StateKey`] ticket; the
 //! stored messages streamed back), and the delete and stats actions; plus
@@ -13,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::{Action, FlightData, Ticket};
 use datafusion::common::runtime::SpawnedTask;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use skiff_flight::protocol::{StateKey, StatePut, StateStored, action};
+use skiff_flight::protocol::{LoadTable, StateKey, StatePut, StateStored, UnloadTable, action};
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -24,6 +28,8 @@ use tonic::Status;
 use tracing::{debug, warn};
 
 use super::cache::{CacheError, EntryOptions, PutInfo, Reader, StateCache};
+use super::chunks::ChunkStore;
+use super::link::Link;
 use crate::error::{Result, ServerError};
 
 /// Messages between the network and a blocking writer or reader.
@@ -34,11 +40,72 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The memory node's [`Handler`].
 pub struct MemnodeService {
     cache: Arc<StateCache>,
+    chunks: Arc<ChunkStore>,
+    link: Option<Arc<Link>>,
+    /// Chunk messages still to send with a flipped byte (tests only).
+    #[cfg(test)]
+    corrupt: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl MemnodeService {
+    /// A service of `cache` and an empty chunk store that holds nothing.
     pub fn new(cache: Arc<StateCache>) -> Self {
-        Self { cache }
+        Self {
+            cache,
+            chunks: Arc::new(ChunkStore::new(0, skiff_flight::chunks::DEFAULT_CHUNK_SIZE)),
+            link: None,
+            #[cfg(test)]
+            corrupt: Arc::default(),
+        }
+    }
+
+    /// The next `n` chunk messages sent leave with a flipped byte.
+    #[cfg(test)]
+    pub(crate) fn corrupting(self, n: Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        Self { corrupt: n, ..self }
+    }
+
+    pub fn with_chunks(mut self, chunks: Arc<ChunkStore>) -> Self {
+        self.chunks = chunks;
+        self
+    }
+
+    /// Chunks leave through `link`.
+    pub fn with_link(mut self, link: Option<Arc<Link>>) -> Self {
+        self.link = link;
+        self
+    }
+
+    /// A row group's chunks, each sent once the link has room for it.
+    fn chunk_stream(
+        &self,
+        request: &skiff_flight::protocol::ChunkRequest,
+    ) -> std::result::Result<FlightStream, Status> {
+        #[allow(unused_mut)]
+        let mut messages = self.chunks.chunks(request)?;
+        #[cfg(test)]
+        for message in &mut messages {
+            use std::sync::atomic::Ordering;
+            let left = self.corrupt.load(Ordering::SeqCst);
+            if left > 0 && self.corrupt.fetch_sub(1, Ordering::SeqCst) > 0 {
+                let mut body = message.data_body.to_vec();
+                let at = body.len() / 2;
+                body[at] ^= 1;
+                message.data_body = body.into();
+            }
+        }
+        let link = self.link.clone();
+        let stream = futures::stream::iter(messages).then(move |message| {
+            let link = link.clone();
+            async move {
+                if let Some(link) = link {
+                    link.send(message.data_body.len() + message.app_metadata.len())
+                        .await;
+                }
+                Ok(message)
+            }
+        });
+        Ok(Box::pin(stream))
     }
 }
 
@@ -134,6 +201,9 @@ impl Handler for MemnodeService {
     }
 
     async fn get(&self, ticket: Ticket) -> std::result::Result<FlightStream, Status> {
+        if let Some(request) = skiff_flight::chunks::chunk_request(&ticket) {
+            return self.chunk_stream(&request);
+        }
         let key = StateKey::decode(ticket.ticket)
             .map_err(|e| Status::invalid_argument(format!("bad state ticket: {e}")))?
             .key;
@@ -216,6 +286,18 @@ impl Handler for MemnodeService {
                 Ok(bytes::Bytes::new())
             }
             action::STATE_STATS => Ok(self.cache.stats().encode_to_vec().into()),
+            action::TABLE_LOAD => {
+                let request = LoadTable::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad table load: {e}")))?;
+                let loaded = self.chunks.load(&request).await?;
+                Ok(loaded.encode_to_vec().into())
+            }
+            action::TABLE_UNLOAD => {
+                let request = UnloadTable::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad table unload: {e}")))?;
+                Ok(self.chunks.unload(&request.table).encode_to_vec().into())
+            }
+            action::TABLE_STATS => Ok(self.chunks.stats().encode_to_vec().into()),
             other => Err(Status::unimplemented(format!(
                 "memory node has no action {other}"
             ))),
@@ -223,17 +305,26 @@ impl Handler for MemnodeService {
     }
 }
 
-/// Serve the state cache on `listener` until `shutdown`, sweeping expired
-/// entries meanwhile. Needs no coordinator.
+/// Serve the state cache (and no chunks) on `listener` until `shutdown`,
+/// sweeping expired entries meanwhile. Needs no coordinator.
 pub async fn serve_cache(
     listener: TcpListener,
     cache: Arc<StateCache>,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    serve(listener, MemnodeService::new(cache), shutdown).await
+}
+
+/// Serve `service` on `listener` until `shutdown`, sweeping expired state
+/// meanwhile. Needs no coordinator.
+pub async fn serve(
+    listener: TcpListener,
+    service: MemnodeService,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let cache = Arc::clone(&service.cache);
     let server = skiff_flight::server_builder()
-        .add_service(flight_server(Arc::new(MemnodeService::new(Arc::clone(
-            &cache,
-        )))))
+        .add_service(flight_server(Arc::new(service)))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown.cancelled_owned(),

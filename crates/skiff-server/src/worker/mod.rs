@@ -6,6 +6,7 @@
 
 mod handoff;
 mod matching;
+mod memory;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -95,6 +96,15 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     if let Some(pool) = engine.buffer_pool() {
         info!(bytes = pool.budget(), "buffer pool");
     }
+    // Scans read tables the memory nodes hold from them (pool first).
+    let memory = memory::MemoryTier::default();
+    let remote = skiff_engine::buffer::RemoteTier(Arc::new(memory.clone()));
+    engine
+        .context()
+        .state_ref()
+        .write()
+        .config_mut()
+        .set_extension(Arc::new(remote.clone()));
     let stop = CancellationToken::new();
     let listener = crate::node::bind(config.listen).await?;
     let addr = crate::node::local_addr(&listener)?;
@@ -114,15 +124,22 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     info!(%addr, coordinator = %config.coordinator, "worker listening");
     let reports = {
         let service = Arc::clone(&service);
-        move || service.report()
+        let memory = memory.clone();
+        move || Heartbeat {
+            memory_epoch: memory.epoch(),
+            ..service.report()
+        }
     };
     // The tasks of distributed queries (`coordinator::distributed`) run on
     // the library's worker service, on the same port as Skiff's Flight
     // service, with the engine's object stores and memory pool.
     let scans = Arc::clone(&service.scans);
-    let buffer = service.engine.buffer_pool().cloned();
+    let tiers = skiff_engine::buffer::Tiers {
+        pool: service.engine.buffer_pool().cloned(),
+        remote: Some(remote),
+    };
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
-        task_session(ctx, Arc::clone(&scans), buffer.clone())
+        task_session(ctx, Arc::clone(&scans), tiers.clone())
     })
     .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
@@ -137,6 +154,9 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     let replies = {
         let pool = service.engine.buffer_pool().cloned();
         move |reply: &HeartbeatReply| {
+            if let Some(routes) = &reply.memory {
+                memory.apply(routes);
+            }
             if let Some(pool) = &pool {
                 pool.set_owned(
                     reply
@@ -187,7 +207,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
 async fn task_session(
     mut ctx: datafusion_distributed::WorkerQueryContext,
     scans: Arc<ScanTally>,
-    buffer: Option<Arc<skiff_engine::buffer::BufferPool>>,
+    tiers: skiff_engine::buffer::Tiers,
 ) -> datafusion::common::Result<datafusion::execution::SessionState> {
     if let Some(config) = ctx.builder.config().as_mut() {
         let options = config.options_mut();
@@ -201,7 +221,7 @@ async fn task_session(
     }
     Ok(ctx
         .builder
-        .with_distributed_user_codec(ScanCountCodec::new(scans).with_buffer(buffer))
+        .with_distributed_user_codec(ScanCountCodec::new(scans).with_tiers(tiers))
         .build())
 }
 
@@ -549,7 +569,7 @@ mod tests {
             builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
             headers,
         };
-        let state = task_session(task(headers), Arc::default(), None)
+        let state = task_session(task(headers), Arc::default(), Default::default())
             .await
             .unwrap();
         assert_eq!(state.config().batch_size(), 100);
@@ -564,7 +584,9 @@ mod tests {
             .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
             .unwrap();
         ctx.builder = ctx.builder.with_config(config);
-        let state = task_session(ctx, Arc::default(), None).await.unwrap();
+        let state = task_session(ctx, Arc::default(), Default::default())
+            .await
+            .unwrap();
         assert_eq!(state.config().batch_size(), 50);
     }
 }

@@ -416,7 +416,7 @@ async fn workers_read_through_their_pools(client: &tokio_postgres::Client) {
 }
 
 /// Every query of `bench` through `client` matches its golden answers.
-async fn suite_matches_duckdb(
+pub(crate) async fn suite_matches_duckdb(
     server: &Server,
     client: &tokio_postgres::Client,
     bench: &str,

@@ -6,6 +6,7 @@ mod clients;
 mod cluster;
 mod golden;
 mod matching;
+mod memory;
 mod migration_bench;
 mod privileges;
 mod resize;

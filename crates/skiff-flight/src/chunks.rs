@@ -1,0 +1,311 @@
+//! Tables in memory nodes on the wire (pipeline groups,
+//! `../shared/papers/pipeline-groups-disaggregated.txt`): a memory node holds
+//! the columns of a table's row groups cut into *chunks* of at most a
+//! chunk size each, every chunk one message as a buffer-matching block is
+//! (a [`crate::protocol::BlockHeader`] naming file version, row group,
+//! column and the chunk's first row, then its Arrow IPC frame, CRC-32
+//! checked). A worker asks for one row group's columns at a time
+//! ([`ChunkRequest`]) and gets them back whole; the coordinator loads and
+//! unloads tables and asks what is held.
+
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef};
+use arrow_flight::{FlightData, Ticket};
+use futures::TryStreamExt;
+use prost::Message;
+use skiff_engine::buffer::{Block, BlockKey, FileVersion};
+use tonic::Status;
+
+use crate::blocks::{piece_message, read_piece};
+use crate::protocol::{
+    ChunkFile, ChunkRequest, LoadTable, MemoryStats, TableLoaded, UnloadTable, action,
+};
+
+/// The default chunk size (the paper's 4 MiB).
+pub const DEFAULT_CHUNK_SIZE: usize = 4 << 20;
+
+/// Times a row group's chunks are asked for again after one arrived with a
+/// bad checksum.
+const REFETCHES: usize = 1;
+
+/// The file version a [`ChunkFile`] names, as the buffer pool keys it.
+pub fn file_version(file: &ChunkFile) -> FileVersion {
+    FileVersion {
+        path: file.path.clone(),
+        size: file.size,
+        modified: file.modified,
+        e_tag: file.e_tag.clone(),
+        partition: file.partition,
+    }
+}
+
+/// A [`ChunkFile`] naming `version`.
+pub fn chunk_file(version: &FileVersion) -> ChunkFile {
+    ChunkFile {
+        path: version.path.clone(),
+        size: version.size,
+        modified: version.modified,
+        e_tag: version.e_tag.clone(),
+        partition: version.partition,
+    }
+}
+
+/// One whole column of one row group (`block`) cut into chunks of at most
+/// `chunk_size` bytes of Arrow buffers each (by rows, evenly: a chunk of
+/// wide strings may pass it by the unevenness of its rows), as messages.
+pub fn chunk_messages(block: &Block, chunk_size: usize) -> Result<Vec<FlightData>, String> {
+    let rows = block.array.len();
+    let bytes = block.array.to_data().get_slice_memory_size().unwrap_or(0);
+    let pieces = bytes.div_ceil(chunk_size.max(1)).clamp(1, rows.max(1));
+    let per_piece = rows.div_ceil(pieces).max(1);
+    let mut messages = Vec::with_capacity(pieces);
+    let mut at = 0;
+    loop {
+        let len = per_piece.min(rows - at);
+        let piece = Block {
+            table: block.table.clone(),
+            key: block.key.clone(),
+            array: block.array.slice(at, len),
+        };
+        messages.push(piece_message(&piece, at as u64)?);
+        at += len;
+        if at >= rows {
+            return Ok(messages);
+        }
+    }
+}
+
+/// Columns put together again from a memory node's chunk messages: for each
+/// of `columns` (as asked), the whole column of `rows` rows, or `None` when
+/// the node sent none of it.
+pub fn assemble(
+    messages: &[FlightData],
+    file: &FileVersion,
+    row_group: usize,
+    columns: &[usize],
+    rows: usize,
+) -> Result<Vec<Option<ArrayRef>>, String> {
+    let mut pieces: Vec<Vec<(u64, ArrayRef)>> = vec![Vec::new(); columns.len()];
+    for message in messages {
+        let (block, first_row) = read_piece(message)?;
+        let BlockKey {
+            file: got,
+            row_group: got_group,
+            column,
+            ..
+        } = &block.key;
+        if got.path != file.path || got.size != file.size || got.modified != file.modified {
+            return Err(format!("a chunk of {} instead of {}", got.path, file.path));
+        }
+        if *got_group != row_group {
+            return Err(format!("a chunk of row group {got_group}, not {row_group}"));
+        }
+        let Some(slot) = columns.iter().position(|c| c == column) else {
+            return Err(format!(
+                "a chunk of column {column}, which was not asked for"
+            ));
+        };
+        pieces[slot].push((first_row, block.array));
+    }
+    pieces
+        .into_iter()
+        .zip(columns)
+        .map(|(mut parts, column)| {
+            if parts.is_empty() {
+                return Ok(None);
+            }
+            parts.sort_by_key(|(first, _)| *first);
+            let mut next = 0u64;
+            for (first, array) in &parts {
+                if *first != next {
+                    return Err(format!(
+                        "column {column} of row group {row_group}: chunks do not meet at row {next}"
+                    ));
+                }
+                next += array.len() as u64;
+            }
+            if next != rows as u64 {
+                return Err(format!(
+                    "column {column} of row group {row_group}: {next} rows, not {rows}"
+                ));
+            }
+            let array = match parts.as_slice() {
+                [(_, one)] => one.clone(),
+                _ => {
+                    let arrays: Vec<&dyn Array> = parts.iter().map(|(_, a)| a.as_ref()).collect();
+                    arrow::compute::concat(&arrays).map_err(|e| format!("chunks joined: {e}"))?
+                }
+            };
+            Ok(Some(array))
+        })
+        .collect()
+}
+
+/// Ask the memory node at `addr` for `columns` of `row_group` of `file`
+/// (`rows` rows); each column whole, or `None` when the node holds none of
+/// it. A row group whose chunks arrive corrupted is asked for again
+/// ([`REFETCHES`] times). Fails past `deadline`.
+pub async fn fetch_chunks(
+    client: &mut arrow_flight::flight_service_client::FlightServiceClient<
+        tonic::transport::Channel,
+    >,
+    file: &FileVersion,
+    row_group: usize,
+    columns: &[usize],
+    rows: usize,
+    deadline: Duration,
+) -> Result<Vec<Option<ArrayRef>>, Status> {
+    let request = ChunkRequest {
+        file: Some(chunk_file(file)),
+        row_group: row_group as u64,
+        columns: columns.iter().map(|&c| c as u64).collect(),
+        chunks: true,
+    };
+    let mut tries = 0;
+    loop {
+        let ticket = Ticket::new(request.encode_to_vec());
+        let fetched = async {
+            let stream = client.do_get(ticket).await?.into_inner();
+            stream.try_collect::<Vec<FlightData>>().await
+        };
+        let messages = match tokio::time::timeout(deadline, fetched).await {
+            Ok(messages) => messages?,
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "chunks of {} row group {row_group}: not sent within {deadline:?}",
+                    file.path
+                )));
+            }
+        };
+        match assemble(&messages, file, row_group, columns, rows) {
+            Ok(columns) => return Ok(columns),
+            Err(e) if tries < REFETCHES && e.contains("checksum") => {
+                tracing::warn!(path = %file.path, row_group, error = %e, "refetching chunks");
+                tries += 1;
+            }
+            Err(e) => return Err(Status::data_loss(e)),
+        }
+    }
+}
+
+/// Whether a `DoGet` ticket asks for chunks (not a cached state).
+pub fn chunk_request(ticket: &Ticket) -> Option<ChunkRequest> {
+    ChunkRequest::decode(ticket.ticket.clone())
+        .ok()
+        .filter(|r| r.chunks)
+}
+
+/// Load a table's files into the memory node at `addr`.
+pub async fn load_table(addr: &str, request: &LoadTable) -> Result<TableLoaded, Status> {
+    let mut client = crate::connect(addr).await?;
+    crate::do_action(&mut client, action::TABLE_LOAD, request).await
+}
+
+/// Drop a table's chunks from the memory node at `addr`.
+pub async fn unload_table(addr: &str, table: &str) -> Result<TableLoaded, Status> {
+    let mut client = crate::connect(addr).await?;
+    let request = UnloadTable {
+        table: table.to_string(),
+    };
+    crate::do_action(&mut client, action::TABLE_UNLOAD, &request).await
+}
+
+/// What the memory node at `addr` holds.
+pub async fn memory_stats(addr: &str) -> Result<MemoryStats, Status> {
+    let mut client = crate::connect(addr).await?;
+    crate::do_action(&mut client, action::TABLE_STATS, &UnloadTable::default()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+
+    use super::*;
+
+    fn block(array: ArrayRef) -> Block {
+        Block {
+            table: Arc::from("file:///data/t"),
+            key: BlockKey {
+                file: Arc::new(FileVersion {
+                    path: "data/t/a.parquet".into(),
+                    size: 100,
+                    modified: 7,
+                    e_tag: None,
+                    partition: None,
+                }),
+                row_group: 1,
+                column: 2,
+                data_type: array.data_type().clone(),
+            },
+            array,
+        }
+    }
+
+    #[test]
+    fn a_column_cut_into_chunks_comes_back_whole() {
+        let rows = 100_000;
+        let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+        let strings: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("row {i}")),
+        ));
+        for array in [ints, strings] {
+            let sent = block(Arc::clone(&array));
+            for chunk_size in [1 << 10, 64 << 10, 64 << 20] {
+                let messages = chunk_messages(&sent, chunk_size).unwrap();
+                let bytes = array.to_data().get_slice_memory_size().unwrap();
+                // No more chunks than the size needs, and each within it.
+                assert!(messages.len() <= bytes.div_ceil(chunk_size).min(rows));
+                for m in &messages {
+                    let (piece, _) = read_piece(m).unwrap();
+                    let size = piece.array.to_data().get_slice_memory_size().unwrap();
+                    // Even cuts by rows: within a row's width of the size.
+                    assert!(size <= chunk_size + 64, "{size} > {chunk_size}");
+                }
+                let file = sent.key.file.as_ref().clone();
+                let got = assemble(&messages, &file, 1, &[5, 2], rows).unwrap();
+                assert!(got[0].is_none(), "a column not sent is None");
+                assert_eq!(got[1].as_deref().unwrap(), array.as_ref());
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_or_foreign_chunk_is_refused() {
+        let array: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+        let sent = block(array);
+        let mut messages = chunk_messages(&sent, 1024).unwrap();
+        assert!(messages.len() > 2);
+        let file = sent.key.file.as_ref().clone();
+        let gap = messages.remove(1);
+        let error = assemble(&messages, &file, 1, &[2], 1000).unwrap_err();
+        assert!(error.contains("do not meet"), "{error}");
+        messages.insert(1, gap);
+        let error = assemble(&messages, &file, 2, &[2], 1000).unwrap_err();
+        assert!(error.contains("row group"), "{error}");
+        let other = FileVersion {
+            size: 101,
+            ..file.clone()
+        };
+        assert!(assemble(&messages, &other, 1, &[2], 1000).is_err());
+        let mut body = messages[0].data_body.to_vec();
+        let last = body.len() - 9;
+        body[last] ^= 1;
+        messages[0].data_body = body.into();
+        let error = assemble(&messages, &file, 1, &[2], 1000).unwrap_err();
+        assert!(error.contains("checksum"), "{error}");
+    }
+
+    #[test]
+    fn a_state_ticket_is_not_a_chunk_request() {
+        let state = crate::protocol::StateKey { key: "q1".into() };
+        assert!(chunk_request(&Ticket::new(state.encode_to_vec())).is_none());
+        let request = ChunkRequest {
+            chunks: true,
+            ..ChunkRequest::default()
+        };
+        assert!(chunk_request(&Ticket::new(request.encode_to_vec())).is_some());
+    }
+}

@@ -1,0 +1,159 @@
+//! The worker's side of tables in memory nodes: which node holds which
+//! file version (the routes the coordinator's heartbeat replies carry) and
+//! the fetch of a row group's columns from it over Flight, as the engine's
+//! remote tier ([`ChunkSource`]). A node that fails a fetch is left alone
+//! for [`MEMORY_NODE_BACKOFF`]; its scans read storage meanwhile.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched};
+use skiff_flight::protocol::{ChunkFile, MemoryRoutes};
+use tonic::transport::Channel;
+use tracing::{info, warn};
+
+use crate::config::{CHUNK_FETCH_DEADLINE, MEMORY_NODE_BACKOFF};
+
+/// The routes and connections; cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MemoryTier {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    routes: RwLock<Routes>,
+    clients: Mutex<HashMap<String, FlightServiceClient<Channel>>>,
+    /// Nodes whose last fetch failed, and when they are tried again.
+    down: Mutex<HashMap<String, Instant>>,
+}
+
+#[derive(Debug, Default)]
+struct Routes {
+    epoch: u64,
+    /// By path: the version held and the node's address.
+    files: HashMap<String, (ChunkFile, String)>,
+    locations: HashSet<String>,
+}
+
+impl MemoryTier {
+    /// The epoch of the routes in use (0: none received yet).
+    pub(crate) fn epoch(&self) -> u64 {
+        read(&self.inner.routes).epoch
+    }
+
+    /// Use `routes` from now on.
+    pub(crate) fn apply(&self, routes: &MemoryRoutes) {
+        let mut files = HashMap::with_capacity(routes.files.len());
+        let mut locations = HashSet::new();
+        for route in &routes.files {
+            let Some(file) = &route.file else { continue };
+            files.insert(file.path.clone(), (file.clone(), route.addr.clone()));
+            locations.insert(route.location.clone());
+        }
+        info!(
+            epoch = routes.epoch,
+            files = files.len(),
+            tables = locations.len(),
+            "memory routes"
+        );
+        *self.inner.routes.write().unwrap_or_else(|p| p.into_inner()) = Routes {
+            epoch: routes.epoch,
+            files,
+            locations,
+        };
+    }
+}
+
+fn read(routes: &RwLock<Routes>) -> std::sync::RwLockReadGuard<'_, Routes> {
+    routes.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    async fn client(&self, addr: &str) -> Result<FlightServiceClient<Channel>, tonic::Status> {
+        if let Some(client) = lock(&self.clients).get(addr) {
+            return Ok(client.clone());
+        }
+        let client = skiff_flight::connect(addr).await?;
+        lock(&self.clients).insert(addr.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Leave `addr` alone for a while, and connect anew after.
+    fn failed(&self, addr: &str, error: &tonic::Status) {
+        let first = lock(&self.down)
+            .insert(addr.to_string(), Instant::now() + MEMORY_NODE_BACKOFF)
+            .is_none();
+        lock(&self.clients).remove(addr);
+        if first {
+            warn!(%addr, error = error.message(), "memory node failed a fetch; reading storage");
+        }
+    }
+
+    fn is_down(&self, addr: &str) -> bool {
+        let mut down = lock(&self.down);
+        match down.get(addr) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                down.remove(addr);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+impl ChunkSource for MemoryTier {
+    fn holds(&self, table: &str) -> bool {
+        read(&self.inner.routes).locations.contains(table)
+    }
+
+    fn fetch(&self, fetch: ChunkFetch) -> Option<BoxFuture<'static, Fetched>> {
+        let addr = {
+            let routes = read(&self.inner.routes);
+            let (held, addr) = routes.files.get(&fetch.file.path)?;
+            // Another version of the file: the node's chunks are not it.
+            if held.size != fetch.file.size || held.modified != fetch.file.modified {
+                return None;
+            }
+            addr.clone()
+        };
+        if self.inner.is_down(&addr) {
+            return None;
+        }
+        let inner = Arc::clone(&self.inner);
+        Some(
+            async move {
+                let fetched = async {
+                    let mut client = inner.client(&addr).await?;
+                    skiff_flight::chunks::fetch_chunks(
+                        &mut client,
+                        &fetch.file,
+                        fetch.row_group,
+                        &fetch.columns,
+                        fetch.rows,
+                        CHUNK_FETCH_DEADLINE,
+                    )
+                    .await
+                }
+                .await;
+                fetched.map_err(|e| {
+                    // A file the node does not hold is not the node's fault.
+                    if e.code() != tonic::Code::NotFound {
+                        inner.failed(&addr, &e);
+                    }
+                    format!("memory node {addr}: {}", e.message())
+                })
+            }
+            .boxed(),
+        )
+    }
+}

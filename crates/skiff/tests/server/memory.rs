@@ -1,0 +1,284 @@
+//! Tables in memory nodes (pipeline groups, the data side): loaded with
+//! `skiff.load_to_memory`, read by the workers' scans from the memory
+//! nodes instead of storage, with the same answers as DuckDB's; a memory
+//! node too small refuses a load whole, one that dies leaves its tables to
+//! storage without a wrong answer.
+
+use std::time::{Duration, Instant};
+
+use skiff_gen::Benchmark;
+use skiff_testkit::dataset;
+
+use crate::golden::suite_matches_duckdb;
+use crate::support::{
+    Options, Server, partitioned_dataset, simple_rows, sqlstate, wait_for_workers,
+};
+
+const TPCH_TABLES: [&str; 8] = [
+    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
+];
+
+/// The one number a query answers.
+async fn number(client: &tokio_postgres::Client, sql: &str) -> i64 {
+    let rows = simple_rows(client, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    rows.first()
+        .and_then(|r| r[0].as_deref())
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or_else(|e| panic!("{sql}: {rows:?}: {e}"))
+}
+
+/// Chunks the memory nodes sent of `table`'s `column` so far.
+async fn served(client: &tokio_postgres::Client, table: &str, column: &str) -> i64 {
+    number(
+        client,
+        &format!(
+            "SELECT coalesce(sum(served_chunks), 0) FROM skiff.memory_tables \
+             WHERE \"table\" = '{table}' AND \"column\" = '{column}'"
+        ),
+    )
+    .await
+}
+
+/// TPC-H in hash partitions over two memory nodes, each holding half of
+/// every partitioned table, through small chunks and the emulated link:
+/// every answer matches DuckDB's with the workers' pools off (every column
+/// from the memory nodes) and again after a partial reload with the pools
+/// on; a query reading a column once fetches each of its chunks exactly
+/// once; bad calls are refused clearly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_through_memory_nodes_matches_duckdb() {
+    let server = Server::start(
+        &partitioned_dataset(Benchmark::Tpch, 8),
+        Options {
+            extra: [
+                "--memory-nodes",
+                "2",
+                "--chunk-size",
+                "64K",
+                "--link-bandwidth",
+                "10Gbit",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    for table in TPCH_TABLES {
+        let bytes = number(&client, &format!("SELECT skiff.load_to_memory('{table}')")).await;
+        assert!(bytes > 0, "{table}: {bytes} bytes loaded");
+    }
+    let lineitem = simple_rows(
+        &client,
+        "SELECT count(DISTINCT node), sum(chunks), sum(rows), \
+         bool_and(node_bytes <= node_capacity) FROM skiff.memory_tables \
+         WHERE \"table\" = 'lineitem'",
+    )
+    .await
+    .expect("skiff.memory_tables");
+    assert_eq!(lineitem[0][0].as_deref(), Some("2"), "{lineitem:?}");
+    assert_eq!(lineitem[0][3].as_deref(), Some("t"), "{lineitem:?}");
+    let rows = number(&client, "SELECT count(*) FROM lineitem").await;
+    let held_rows: i64 = lineitem[0][2].as_deref().unwrap_or("0").parse().unwrap();
+    assert_eq!(
+        held_rows,
+        rows * 16,
+        "every row of every column: {lineitem:?}"
+    );
+
+    // Pools off: each scan reads every column from the memory nodes, and
+    // each chunk of a column read once is fetched once.
+    client
+        .simple_query("SET skiff.buffer_pool = false")
+        .await
+        .expect("set");
+    let chunks = number(
+        &client,
+        "SELECT sum(chunks) FROM skiff.memory_tables \
+         WHERE \"table\" = 'lineitem' AND \"column\" = 'l_quantity'",
+    )
+    .await;
+    assert!(chunks > 8, "64 KiB chunks: {chunks}");
+    let before = served(&client, "lineitem", "l_quantity").await;
+    number(
+        &client,
+        "SELECT CAST(sum(l_quantity) AS BIGINT) FROM lineitem",
+    )
+    .await;
+    let after = served(&client, "lineitem", "l_quantity").await;
+    assert_eq!(after - before, chunks, "each chunk fetched once");
+    suite_matches_duckdb(&server, &client, "tpch", "through memory nodes").await;
+    for table in TPCH_TABLES {
+        let read = number(
+            &client,
+            &format!(
+                "SELECT sum(served_chunks) FROM skiff.memory_tables WHERE \"table\" = '{table}'"
+            ),
+        )
+        .await;
+        assert!(read > 0, "nothing of {table} was read from memory");
+    }
+
+    // Two columns of orders only: its scans read the rest from storage,
+    // and with the pools on, from them once warm.
+    let held = number(
+        &client,
+        "SELECT sum(bytes) FROM skiff.memory_tables WHERE \"table\" = 'orders'",
+    )
+    .await;
+    let freed = number(&client, "SELECT skiff.unload_from_memory('orders')").await;
+    assert_eq!(freed, held);
+    let some = number(
+        &client,
+        "SELECT skiff.load_to_memory('orders', 'o_orderdate', 'o_orderkey')",
+    )
+    .await;
+    assert!(0 < some && some < held, "{some} of {held}");
+    let columns = simple_rows(
+        &client,
+        "SELECT DISTINCT \"column\" FROM skiff.memory_tables \
+         WHERE \"table\" = 'orders' ORDER BY 1",
+    )
+    .await
+    .expect("skiff.memory_tables");
+    assert_eq!(
+        columns,
+        vec![
+            vec![Some("o_orderdate".into())],
+            vec![Some("o_orderkey".into())]
+        ]
+    );
+    client
+        .simple_query("SET skiff.buffer_pool = true")
+        .await
+        .expect("set");
+    suite_matches_duckdb(&server, &client, "tpch", "partly in memory, pools on").await;
+
+    for (sql, why) in [
+        ("SELECT skiff.load_to_memory('nope')", "no table nope"),
+        (
+            "SELECT skiff.load_to_memory('lineitem', 'nope')",
+            "has no column nope",
+        ),
+        (
+            "SELECT skiff.load_to_memory('skiff.workers')",
+            "not a table of Parquet files",
+        ),
+        (
+            "SELECT skiff.unload_from_memory('a', 'b')",
+            "unload_from_memory('table')",
+        ),
+    ] {
+        let error = client.simple_query(sql).await.expect_err(sql);
+        assert_eq!(sqlstate(&error), "22023", "{sql}: {error:?}");
+        let text = error.as_db_error().map(|e| e.message().to_string());
+        assert!(
+            text.as_deref().is_some_and(|t| t.contains(why)),
+            "{sql}: {text:?}"
+        );
+    }
+}
+
+/// A load that does not fit a memory node is refused whole (the table
+/// stays on storage); a memory node SIGKILLed while queries read from it
+/// costs no answer: reads fall back to storage, the coordinator takes its
+/// files out of the routes, and `serve`'s restarted node holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
+    let server = Server::start(
+        &dataset(Benchmark::Tpch, 0.01),
+        Options {
+            extra: ["--table-memory", "4M"].map(String::from).to_vec(),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    let error = client
+        .simple_query("SELECT skiff.load_to_memory('lineitem')")
+        .await
+        .expect_err("lineitem does not fit 4 MiB");
+    assert_eq!(sqlstate(&error), "53000", "{error:?}");
+    let text = format!("{error:?}");
+    assert!(text.contains("does not fit"), "{text}");
+    let held = number(&client, "SELECT count(*) FROM skiff.memory_tables").await;
+    assert_eq!(held, 0, "nothing of a refused load is held");
+
+    let sql = "SELECT o_orderpriority, count(*), sum(o_totalprice) FROM orders \
+               GROUP BY 1 ORDER BY 1";
+    let expected = simple_rows(&client, sql).await.expect("from storage");
+    assert_eq!(expected.len(), 5);
+    assert!(number(&client, "SELECT skiff.load_to_memory('orders')").await > 0);
+    client
+        .simple_query("SET skiff.buffer_pool = false")
+        .await
+        .expect("set");
+    assert_eq!(
+        simple_rows(&client, sql).await.expect("from memory"),
+        expected
+    );
+    assert!(served(&client, "orders", "o_totalprice").await > 0);
+
+    let pid = simple_rows(
+        &client,
+        "SELECT pid FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers")[0][0]
+        .clone()
+        .expect("pid");
+    // Queries from two clients while the node dies under them.
+    let other = server.pg().await;
+    other
+        .simple_query("SET skiff.buffer_pool = false")
+        .await
+        .expect("set");
+    let reading = async {
+        let until = Instant::now() + Duration::from_secs(4);
+        let mut answers = 0;
+        while Instant::now() < until {
+            let got = simple_rows(&other, sql).await.expect("an answer");
+            assert_eq!(got, expected, "answer {answers} while the node died");
+            answers += 1;
+        }
+        answers
+    };
+    let killing = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            unsafe { libc::kill(pid.parse().expect("pid"), libc::SIGKILL) },
+            0
+        );
+        let mut answers = 0;
+        for _ in 0..5 {
+            let got = simple_rows(&client, sql).await.expect("an answer");
+            assert_eq!(got, expected, "answer {answers} after the kill");
+            answers += 1;
+        }
+        answers
+    };
+    let (read, after) = tokio::join!(reading, killing);
+    assert!(read > 0 && after == 5);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.log_text().contains("memory node lost") {
+        assert!(Instant::now() < deadline, "log:\n{}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Reads did meet the dead node (and went to storage), before the
+    // coordinator took its files out of the routes.
+    assert!(
+        server.log_text().contains("reading storage"),
+        "log:\n{}",
+        server.log_text()
+    );
+    assert_eq!(simple_rows(&client, sql).await.expect("after"), expected);
+    assert_eq!(
+        served(&client, "orders", "o_totalprice").await,
+        0,
+        "the restarted node holds nothing"
+    );
+}
