@@ -207,6 +207,9 @@ pub struct Register {
     pub memory: u64,
     #[prost(uint32, tag = "5")]
     pub pid: u32,
+    /// A memory node's tables to load when it registers (`--preload`).
+    #[prost(string, repeated, tag = "6")]
+    pub preload: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -147,3 +147,9 @@ pub const TABLE_LOAD_DEADLINE: Duration = Duration::from_secs(600);
 /// How long a load or unload waits for every live worker to take the new
 /// memory routes (in a heartbeat) before it returns anyway.
 pub const ROUTES_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a memory node's `--preload` is tried before it is given up
+/// (a node that died but is not declared dead yet fails a load), and the
+/// pause between tries: past the failure detector's few seconds.
+pub const PRELOAD_TRIES: usize = 5;
+pub const PRELOAD_RETRY: Duration = Duration::from_secs(2);

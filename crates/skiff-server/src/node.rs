@@ -23,6 +23,8 @@ pub struct NodeIdentity {
     pub addr: String,
     pub cores: u32,
     pub memory: u64,
+    /// Tables a memory node asks to hold (`--preload`).
+    pub preload: Vec<String>,
 }
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
@@ -99,6 +101,7 @@ async fn report_to_coordinator(
         cores: identity.cores,
         memory: identity.memory,
         pid: std::process::id(),
+        preload: identity.preload.clone(),
     };
     let mut client = None;
     let mut node_id = None;

@@ -21,6 +21,7 @@ use crate::cli::Format;
   skiff ctl undrain 2
   skiff ctl spot-notice 127.0.0.1:40067 --seconds 30
   skiff ctl add-workers 2 && skiff ctl remove-worker 3
+  skiff ctl load-to-memory lineitem l_orderkey l_quantity && skiff ctl memory-tables
 
 Credentials come from SKIFF_USER and SKIFF_PASSWORD when the server requires them.")]
 pub struct CtlArgs {
@@ -99,6 +100,17 @@ pub enum CtlCommand {
         /// The worker's id or address.
         worker: String,
     },
+    /// Hold a table's columns in the memory nodes, split over them; the
+    /// workers' scans read them from there instead of storage.
+    LoadToMemory {
+        table: String,
+        /// Columns to hold; every column when none is named.
+        columns: Vec<String>,
+    },
+    /// Drop a table from the memory nodes (its scans read storage again).
+    UnloadFromMemory { table: String },
+    /// What the memory nodes hold, per table and column, and what they sent.
+    MemoryTables,
 }
 
 /// How long `drain`, `spot-notice`, `add-workers` and `remove-worker` wait.
@@ -136,6 +148,17 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
         CtlCommand::RemoveWorker { worker } => {
             format!("SELECT skiff.remove_worker({})", quote(worker))
         }
+        CtlCommand::LoadToMemory { table, columns } => {
+            let mut args = vec![quote(table)];
+            args.extend(columns.iter().map(|c| quote(c)));
+            format!("SELECT skiff.load_to_memory({}) AS bytes", args.join(", "))
+        }
+        CtlCommand::UnloadFromMemory { table } => {
+            format!("SELECT skiff.unload_from_memory({}) AS bytes", quote(table))
+        }
+        CtlCommand::MemoryTables => "SELECT * FROM skiff.memory_tables \
+                                     ORDER BY \"table\", \"column\", node"
+            .to_string(),
     };
     let live_before = match &args.command {
         CtlCommand::AddWorkers { .. } => live_workers(&mut conn).await.map_err(fail)?,
@@ -165,6 +188,16 @@ pub async fn run(args: &CtlArgs, format: Format) -> Result<()> {
         CtlCommand::Suspend { id, .. } => {
             println!("query {id}: suspension asked; it stops at its next pipeline boundary");
         }
+        CtlCommand::LoadToMemory { table, .. } => println!(
+            "{table}: {} bytes in the memory nodes, loaded in {} ms; \
+             `skiff ctl memory-tables` lists them",
+            first_i64(&batches).unwrap_or(0),
+            started.elapsed().as_millis()
+        ),
+        CtlCommand::UnloadFromMemory { table } => println!(
+            "{table}: {} bytes freed in the memory nodes",
+            first_i64(&batches).unwrap_or(0)
+        ),
         CtlCommand::Undrain { worker } => match first_bool(&batches) {
             Some(true) => println!("worker {worker} takes queries again"),
             _ => return Err(fail(format!("worker {worker} is not draining"))),
@@ -234,19 +267,19 @@ fn first_bool(batches: &[arrow::array::RecordBatch]) -> Option<bool> {
     })
 }
 
+fn first_i64(batches: &[arrow::array::RecordBatch]) -> Option<i64> {
+    batches.iter().find(|b| b.num_rows() > 0).and_then(|b| {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .map(|a| a.value(0))
+    })
+}
+
 async fn live_workers(conn: &mut FlightConn) -> Result<i64, String> {
     let sql = "SELECT count(*) FROM skiff.workers WHERE role = 'worker' AND state = 'alive'";
     let (_, batches) = conn.query(sql).await?;
-    batches
-        .iter()
-        .find(|b| b.num_rows() > 0)
-        .and_then(|b| {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<arrow::array::Int64Array>()
-                .map(|a| a.value(0))
-        })
-        .ok_or_else(|| "skiff.workers returned no count".to_string())
+    first_i64(&batches).ok_or_else(|| "skiff.workers returned no count".to_string())
 }
 
 /// Poll `sql` (one boolean) until it is true, for up to [`VACATE_WAIT`].

@@ -176,6 +176,10 @@ pub struct TableMemoryArgs {
     /// workers, e.g. 10Gbit (bit, Kbit, Mbit, Gbit); off by default.
     #[arg(long, value_parser = skiff_server::memnode::parse_bandwidth)]
     pub link_bandwidth: Option<u64>,
+    /// Tables to load into the memory nodes when a memory node starts,
+    /// e.g. lineitem,orders (every column; split over the memory nodes).
+    #[arg(long, value_delimiter = ',')]
+    pub preload: Vec<String>,
 }
 
 impl TableMemoryArgs {
@@ -187,6 +191,9 @@ impl TableMemoryArgs {
         }
         if let Some(bits) = self.link_bandwidth {
             args.extend(["--link-bandwidth".to_string(), format!("{bits}bit")]);
+        }
+        if !self.preload.is_empty() {
+            args.extend(["--preload".to_string(), self.preload.join(",")]);
         }
         args
     }
@@ -344,6 +351,7 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         table_memory: args.tables.table_memory.map(|b| b as u64),
         chunk_size: args.tables.chunk_size.max(1),
         link_bandwidth: args.tables.link_bandwidth,
+        preload: args.tables.preload.clone(),
     };
     let span = info_span!("memnode", pid = std::process::id());
     skiff_server::run_memnode(config, shutdown_on_signal())

@@ -40,6 +40,9 @@ impl Handler for ClusterService {
                 if role == Role::Worker {
                     self.inner.partition_map();
                 }
+                if role == Role::MemoryNode && !request.preload.is_empty() {
+                    super::memory_view::preload(&self.inner, node_id, request.preload.clone());
+                }
                 Ok(Registered { node_id }.encode_to_vec().into())
             }
             action::HEARTBEAT => {

@@ -297,6 +297,7 @@ mod tests {
             cores,
             memory: 0,
             pid: 1,
+            preload: Vec::new(),
         })
     }
 

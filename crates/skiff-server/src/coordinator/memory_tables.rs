@@ -40,6 +40,9 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct MemoryTables {
     state: Mutex<State>,
+    /// Held by each load and unload: one at a time, so that the memory
+    /// nodes hold what the routes say.
+    pub(crate) changing: tokio::sync::Mutex<()>,
 }
 
 impl Default for MemoryTables {
@@ -51,6 +54,7 @@ impl Default for MemoryTables {
                 tables: BTreeMap::new(),
                 acked: HashMap::new(),
             }),
+            changing: tokio::sync::Mutex::new(()),
         }
     }
 }

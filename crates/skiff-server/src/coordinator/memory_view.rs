@@ -34,7 +34,9 @@ use super::Inner;
 use super::membership::NodeState;
 use super::memory_tables::{HeldFile, Loaded};
 use super::session::Caller;
-use crate::config::{BUFFER_CALL_TIMEOUT, ROUTES_WAIT, TABLE_LOAD_DEADLINE};
+use crate::config::{
+    BUFFER_CALL_TIMEOUT, PRELOAD_RETRY, PRELOAD_TRIES, ROUTES_WAIT, TABLE_LOAD_DEADLINE,
+};
 use crate::error::{ServerError, SqlState};
 
 pub(crate) const LOAD: &str = "skiff.load_to_memory";
@@ -119,6 +121,7 @@ pub(crate) async fn load(
     table: &str,
     columns: Vec<String>,
 ) -> std::result::Result<u64, ServerError> {
+    let _one_at_a_time = inner.memory_tables.changing.lock().await;
     let started = Instant::now();
     let nodes = memory_nodes(inner);
     if nodes.is_empty() {
@@ -207,9 +210,39 @@ pub(crate) async fn load(
     Ok(bytes)
 }
 
+/// Load the tables a memory node that registered asks for, one after the
+/// other over every live memory node, each tried [`PRELOAD_TRIES`] times;
+/// failures are logged.
+pub(crate) fn preload(inner: &Arc<Inner>, node: u64, tables: Vec<String>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        warn!(node, "no runtime to preload tables on");
+        return;
+    };
+    let inner = Arc::clone(inner);
+    // Detached: the outcome shows in skiff.memory_tables and the log.
+    runtime.spawn(async move {
+        for table in tables {
+            for attempt in 1..=PRELOAD_TRIES {
+                match load(&inner, &table, Vec::new()).await {
+                    Ok(bytes) => {
+                        info!(node, table, bytes, "preloaded");
+                        break;
+                    }
+                    Err(e) if attempt < PRELOAD_TRIES => {
+                        warn!(node, table, attempt, error = %e, "preload failed; trying again");
+                        tokio::time::sleep(PRELOAD_RETRY).await;
+                    }
+                    Err(e) => warn!(node, table, error = %e, "preload failed; giving up"),
+                }
+            }
+        }
+    });
+}
+
 /// Drop table `table` from the routes and the memory nodes; the bytes
 /// freed.
 pub(crate) async fn unload(inner: &Arc<Inner>, table: &str) -> u64 {
+    let _one_at_a_time = inner.memory_tables.changing.lock().await;
     if let Some((_, epoch)) = inner.memory_tables.remove(table) {
         // Workers stop asking first; then the chunks go.
         wait_for_routes(inner, epoch).await;

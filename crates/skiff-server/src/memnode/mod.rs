@@ -53,6 +53,9 @@ pub struct MemnodeConfig {
     /// The emulated link's bandwidth in bits per second; `None`: as fast
     /// as the network.
     pub link_bandwidth: Option<u64>,
+    /// Tables the coordinator loads into the memory nodes whenever this one
+    /// registers (at start, and after a restart).
+    pub preload: Vec<String>,
 }
 
 /// The share of the machine's memory tables' chunks may take when neither
@@ -114,6 +117,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         addr: addr.to_string(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         memory: config.memory,
+        preload: config.preload.clone(),
     };
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(chunks)

@@ -120,6 +120,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         addr: addr.to_string(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         memory: config.memory_limit.unwrap_or(0) as u64,
+        preload: Vec::new(),
     };
     info!(%addr, coordinator = %config.coordinator, "worker listening");
     let reports = {

@@ -186,13 +186,16 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
 /// A load that does not fit a memory node is refused whole (the table
 /// stays on storage); a memory node SIGKILLed while queries read from it
 /// costs no answer: reads fall back to storage, the coordinator takes its
-/// files out of the routes, and `serve`'s restarted node holds nothing.
+/// files out of the routes, and `serve`'s restarted node loads its
+/// `--preload` table again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     let server = Server::start(
         &dataset(Benchmark::Tpch, 0.01),
         Options {
-            extra: ["--table-memory", "4M"].map(String::from).to_vec(),
+            extra: ["--table-memory", "4M", "--preload", "orders"]
+                .map(String::from)
+                .to_vec(),
             ..Options::default()
         },
     );
@@ -205,14 +208,42 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     assert_eq!(sqlstate(&error), "53000", "{error:?}");
     let text = format!("{error:?}");
     assert!(text.contains("does not fit"), "{text}");
-    let held = number(&client, "SELECT count(*) FROM skiff.memory_tables").await;
+    let held = number(
+        &client,
+        "SELECT count(*) FROM skiff.memory_tables WHERE \"table\" = 'lineitem'",
+    )
+    .await;
     assert_eq!(held, 0, "nothing of a refused load is held");
 
     let sql = "SELECT o_orderpriority, count(*), sum(o_totalprice) FROM orders \
                GROUP BY 1 ORDER BY 1";
     let expected = simple_rows(&client, sql).await.expect("from storage");
     assert_eq!(expected.len(), 5);
-    assert!(number(&client, "SELECT skiff.load_to_memory('orders')").await > 0);
+    // Loaded as operators do, from a terminal.
+    let ctl = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .arg("ctl")
+            .arg("--coordinator")
+            .arg(server.flight.to_string())
+            .args(["--format", "csv"])
+            .args(args)
+            .output()
+            .expect("run skiff ctl")
+    };
+    let loaded = ctl(&["load-to-memory", "orders"]);
+    let said = String::from_utf8_lossy(&loaded.stdout);
+    assert!(loaded.status.success(), "{loaded:?}");
+    assert!(
+        said.starts_with("orders: ") && said.contains(" bytes in the memory nodes"),
+        "{said}"
+    );
+    let listed = ctl(&["memory-tables"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(
+        listed.lines().filter(|l| l.contains(",orders,")).count(),
+        9,
+        "a row per column of orders: {listed}"
+    );
     client
         .simple_query("SET skiff.buffer_pool = false")
         .await
@@ -276,9 +307,16 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
         server.log_text()
     );
     assert_eq!(simple_rows(&client, sql).await.expect("after"), expected);
-    assert_eq!(
-        served(&client, "orders", "o_totalprice").await,
-        0,
-        "the restarted node holds nothing"
-    );
+    // `serve` restarts the node; registering, it asks for orders again
+    // (`--preload`), and reads come from it once more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(simple_rows(&client, sql).await.expect("later"), expected);
+        if served(&client, "orders", "o_totalprice").await > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "log:\n{}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(server.log_text().contains("preloaded"));
 }
