@@ -60,6 +60,10 @@ extensions_options! {
         /// Read Parquet scans through the process's buffer pool (`buffer`);
         /// off reads every scan from storage, for comparisons.
         pub buffer_pool: bool, default = true
+        /// Row groups a scan of a table in memory nodes asks for ahead of
+        /// the one it reads (their transfer overlaps its work); 0 asks for
+        /// each when it is read.
+        pub prefetch_depth: usize, default = 2
         /// Send a resize's moved partitions' buffered blocks to their new
         /// owners (buffer matching); read by `skiff.add_workers` and
         /// `skiff.remove_worker`, off for comparisons.

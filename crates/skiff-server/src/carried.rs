@@ -9,10 +9,12 @@
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::config::ConfigOptions;
+use datafusion::config::{ConfigExtension, ExtensionOptions};
+use skiff_engine::SkiffOptions;
 use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The settings that matter while a task runs, each by its full name.
-pub(crate) const CARRIED: [&str; 9] = [
+pub(crate) const CARRIED: [&str; 11] = [
     "datafusion.execution.batch_size",
     "datafusion.execution.coalesce_batches",
     "datafusion.execution.enforce_batch_size_in_joins",
@@ -22,6 +24,9 @@ pub(crate) const CARRIED: [&str; 9] = [
     "datafusion.execution.skip_partial_aggregation_probe_rows_threshold",
     "datafusion.execution.skip_partial_aggregation_probe_ratio_threshold",
     "datafusion.execution.time_zone",
+    // Read where a task's scans are wrapped (`buffer::wrap_scans`).
+    "skiff.buffer_pool",
+    "skiff.prefetch_depth",
 ];
 
 /// What each carried setting's header is named after; the library's own
@@ -31,7 +36,18 @@ const HEADER_PREFIX: &str = "x-skiff-set-";
 /// The headers that carry `options`' values of [`CARRIED`].
 pub(crate) fn headers(options: &ConfigOptions) -> Result<HeaderMap> {
     let mut headers = HeaderMap::new();
-    for entry in options.entries() {
+    // Extensions list their entries without their prefix.
+    let skiff = options
+        .extensions
+        .get::<SkiffOptions>()
+        .map(|o| o.entries())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut entry| {
+            entry.key = format!("{}.{}", SkiffOptions::PREFIX, entry.key);
+            entry
+        });
+    for entry in options.entries().into_iter().chain(skiff) {
         if !CARRIED.contains(&entry.key.as_str()) {
             continue;
         }
@@ -58,6 +74,10 @@ pub(crate) fn headers(options: &ConfigOptions) -> Result<HeaderMap> {
 /// Set the carried values of `headers` in `options`. Only [`CARRIED`]
 /// settings are taken; any other header is not a setting of ours.
 pub(crate) fn apply(headers: &HeaderMap, options: &mut ConfigOptions) -> Result<()> {
+    // A task's session starts from DataFusion's defaults, without Skiff's.
+    if options.extensions.get::<SkiffOptions>().is_none() {
+        options.extensions.insert(SkiffOptions::default());
+    }
     for (name, value) in headers {
         let Some(key) = name.as_str().strip_prefix(HEADER_PREFIX) else {
             continue;
@@ -79,8 +99,22 @@ mod tests {
 
     #[test]
     fn every_carried_setting_exists() {
-        let defaults = ConfigOptions::default();
-        let keys: Vec<String> = defaults.entries().into_iter().map(|e| e.key).collect();
+        let defaults = ConfigOptions::default().with_extensions({
+            let mut extensions = datafusion::config::Extensions::new();
+            extensions.insert(SkiffOptions::default());
+            extensions
+        });
+        let keys: Vec<String> = defaults
+            .entries()
+            .into_iter()
+            .map(|e| e.key)
+            .chain(
+                SkiffOptions::default()
+                    .entries()
+                    .into_iter()
+                    .map(|e| format!("skiff.{}", e.key)),
+            )
+            .collect();
         for key in CARRIED {
             assert!(keys.iter().any(|k| k == key), "{key} is not a setting");
         }
@@ -89,9 +123,11 @@ mod tests {
     #[test]
     fn set_values_reach_the_worker_and_nothing_else() {
         let mut coordinator = ConfigOptions::default();
+        coordinator.extensions.insert(SkiffOptions::default());
         coordinator
             .set("datafusion.execution.batch_size", "100")
             .unwrap();
+        coordinator.set("skiff.buffer_pool", "false").unwrap();
         coordinator
             .set("datafusion.execution.time_zone", "+02:00")
             .unwrap();
@@ -109,6 +145,8 @@ mod tests {
         let session = datafusion::prelude::SessionConfig::from(worker.clone());
         assert_eq!(session.batch_size(), 100);
         assert_eq!(worker.execution.time_zone.as_deref(), Some("+02:00"));
+        let skiff = worker.extensions.get::<SkiffOptions>().unwrap();
+        assert!(!skiff.buffer_pool);
         assert_eq!(
             worker.optimizer.max_passes,
             ConfigOptions::default().optimizer.max_passes

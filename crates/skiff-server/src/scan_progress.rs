@@ -445,6 +445,7 @@ impl PhysicalExtensionCodec for ScanCountCodec {
         if !buffer::enabled(ctx.session_config().options()) {
             tiers.pool = None;
         }
+        tiers.prefetch = buffer::prefetch_depth(ctx.session_config().options());
         let input = buffer::wrap_scans(Arc::clone(input), &tiers, ctx)?;
         let node = CountedScanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;

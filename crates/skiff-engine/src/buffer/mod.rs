@@ -68,6 +68,8 @@ pub fn machine_memory() -> Option<usize> {
 pub struct Tiers {
     pub pool: Option<Arc<BufferPool>>,
     pub remote: Option<RemoteTier>,
+    /// Row groups fetched ahead from the remote tier (`skiff.prefetch_depth`).
+    pub prefetch: usize,
 }
 
 impl Tiers {
@@ -81,8 +83,17 @@ impl Tiers {
             remote: config
                 .get_extension::<RemoteTier>()
                 .map(|r| r.as_ref().clone()),
+            prefetch: prefetch_depth(config.options()),
         }
     }
+}
+
+/// Row groups scans fetch ahead from memory nodes (`skiff.prefetch_depth`).
+pub fn prefetch_depth(options: &ConfigOptions) -> usize {
+    options
+        .extensions
+        .get::<SkiffOptions>()
+        .map_or(2, |o| o.prefetch_depth)
 }
 
 /// `plan` with each Parquet scan that [`BufferedSource`] can read wrapped

@@ -198,6 +198,12 @@ impl BufferPool {
         Some(Arc::clone(&slot.array))
     }
 
+    /// Whether the pool holds the block at `key` (counted as nothing: a
+    /// look ahead, not a read).
+    pub fn holds(&self, key: &BlockKey) -> bool {
+        self.lock().index.contains_key(key)
+    }
+
     /// Keep `array` as the block at `key`, evicting others to make room;
     /// a block larger than the budget, or one the memory pool has no room
     /// for, is not kept (the scan has its data either way). Whether it was.

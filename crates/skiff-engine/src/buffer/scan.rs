@@ -18,12 +18,13 @@
 //! DataFusion itself applies, or the scan has an access plan) is read by
 //! the wrapped `ParquetSource`, as if there were no pool.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Result, internal_err};
 use datafusion::config::ConfigOptions;
@@ -44,7 +45,7 @@ use datafusion::physical_expr::projection::ProjectionExprs;
 use datafusion::physical_optimizer::pruning::build_pruning_predicate;
 use datafusion::physical_plan::DisplayFormatType;
 use datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation;
-use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, Time};
 use datafusion_datasource::morsel::{Morsel, MorselPlan, MorselPlanner, Morselizer};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -54,7 +55,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 
 use super::pool::{BlockKey, BufferPool, FileVersion};
-use super::remote::{ChunkFetch, ChunkSource};
+use super::remote::{ChunkFetch, ChunkSource, Fetched};
 use super::{RemoteTier, Tiers};
 
 /// A `ParquetSource` whose files are read through a [`BufferPool`].
@@ -64,6 +65,8 @@ pub struct BufferedSource {
     /// `None`: the session reads around the pool, through memory nodes.
     pool: Option<Arc<BufferPool>>,
     remote: Option<Arc<dyn ChunkSource>>,
+    /// Row groups fetched ahead from the memory nodes.
+    prefetch: usize,
     metadata: Arc<FileMetadataCache>,
     /// The table's location, as `skiff.cache` names it.
     table: Arc<str>,
@@ -107,6 +110,7 @@ impl BufferedSource {
             inner: Arc::new(inner.clone()),
             pool: tiers.pool.clone(),
             remote,
+            prefetch: tiers.prefetch,
             metadata,
             table,
             batch_size: None,
@@ -222,6 +226,10 @@ impl FileSource for BufferedSource {
             misses: MetricBuilder::new(&metrics).counter("block_misses", partition),
             remote_columns: MetricBuilder::new(&metrics).counter("memory_node_columns", partition),
             remote_bytes: MetricBuilder::new(&metrics).counter("memory_node_bytes", partition),
+            remote_prefetched: MetricBuilder::new(&metrics)
+                .counter("memory_node_prefetched", partition),
+            remote_wait: MetricBuilder::new(&metrics).subset_time("memory_node_wait", partition),
+            prefetch: self.prefetch,
             metrics,
         }))))
     }
@@ -329,6 +337,12 @@ struct ScanPlan {
     /// Columns of row groups, and their bytes, a memory node sent.
     remote_columns: Count,
     remote_bytes: Count,
+    /// Row groups whose fetch had started ahead of their turn, and the
+    /// time spent waiting for fetches.
+    remote_prefetched: Count,
+    remote_wait: Time,
+    /// Row groups fetched ahead.
+    prefetch: usize,
 }
 
 #[derive(Debug)]
@@ -377,6 +391,22 @@ struct OpenFile {
     /// The projected file columns of the first of `row_groups` found so
     /// far (`None`: to decode), once looked up.
     ready: Option<Vec<Option<ArrayRef>>>,
+    /// Fetches from a memory node under way for row groups still to come.
+    prefetched: HashMap<usize, Prefetch>,
+}
+
+/// A fetch of `columns` of a row group ahead of its turn.
+struct Prefetch {
+    columns: Vec<usize>,
+    task: SpawnedTask<Fetched>,
+}
+
+impl fmt::Debug for Prefetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("columns", &self.columns)
+            .finish_non_exhaustive()
+    }
 }
 
 impl MorselPlanner for FilePlanner {
@@ -554,6 +584,7 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
             roots,
             row_groups,
             ready: None,
+            prefetched: HashMap::new(),
         }),
     }))
 }
@@ -664,19 +695,27 @@ impl ScanPlan {
     async fn fetch_remote(
         &self,
         remote: &dyn ChunkSource,
-        open: &OpenFile,
+        open: &mut OpenFile,
         row_group: usize,
         wanted: &[usize],
         decoded: &mut [Option<ArrayRef>],
     ) {
-        let fetch = ChunkFetch {
-            table: Arc::clone(&self.table),
-            file: Arc::clone(&open.version),
-            row_group,
-            columns: wanted.to_vec(),
-            rows: row_count(open, row_group),
+        let ahead = open
+            .prefetched
+            .remove(&row_group)
+            .filter(|p| wanted.iter().all(|c| p.columns.contains(c)));
+        let fetching = match ahead {
+            Some(Prefetch { columns, task }) => {
+                self.remote_prefetched.add(1);
+                Some((columns, task))
+            }
+            None => self
+                .remote_fetch(remote, open, row_group, wanted.to_vec())
+                .map(|task| (wanted.to_vec(), task)),
         };
-        let Some(fetching) = remote.fetch(fetch) else {
+        // The next row groups travel while this one is worked on.
+        self.prefetch(remote, open, row_group);
+        let Some((columns, task)) = fetching else {
             return;
         };
         let fail = |error: String| {
@@ -693,20 +732,28 @@ impl ScanPlan {
                 );
             }
         };
-        let fetched = match fetching.await {
-            Ok(fetched) if fetched.len() == wanted.len() => fetched,
-            Ok(fetched) => {
+        let waited = self.remote_wait.timer();
+        let joined = task.join().await;
+        waited.done();
+        let fetched = match joined {
+            Ok(Ok(fetched)) if fetched.len() == columns.len() => fetched,
+            Ok(Ok(fetched)) => {
                 return fail(format!(
                     "{} columns for {} asked",
                     fetched.len(),
-                    wanted.len()
+                    columns.len()
                 ));
             }
-            Err(error) => return fail(error),
+            Ok(Err(error)) => return fail(error),
+            Err(error) => return fail(error.to_string()),
         };
         let rows = row_count(open, row_group);
-        for ((root, slot), got) in wanted.iter().zip(decoded.iter_mut()).zip(fetched) {
+        for (root, got) in columns.iter().zip(fetched) {
             let Some(array) = got else { continue };
+            // A prefetch may bring more columns than are missing now.
+            let Some(at) = wanted.iter().position(|w| w == root) else {
+                continue;
+            };
             let wanted_type = open.reader.schema().field(*root).data_type();
             let array = if array.data_type() == wanted_type {
                 array
@@ -723,7 +770,63 @@ impl ScanPlan {
             }
             self.remote_columns.add(1);
             self.remote_bytes.add(array.get_array_memory_size());
-            *slot = Some(array);
+            decoded[at] = Some(array);
+        }
+    }
+
+    /// `columns` of `row_group` asked of the memory node holding the file,
+    /// running on its own task; `None` when no node holds it.
+    fn remote_fetch(
+        &self,
+        remote: &dyn ChunkSource,
+        open: &OpenFile,
+        row_group: usize,
+        columns: Vec<usize>,
+    ) -> Option<SpawnedTask<Fetched>> {
+        let fetch = ChunkFetch {
+            table: Arc::clone(&self.table),
+            file: Arc::clone(&open.version),
+            row_group,
+            columns,
+            rows: row_count(open, row_group),
+        };
+        remote.fetch(fetch).map(SpawnedTask::spawn)
+    }
+
+    /// Ask for the missing columns of the [`ScanPlan::prefetch`] row
+    /// groups after `row_group` that are not asked for yet.
+    fn prefetch(&self, remote: &dyn ChunkSource, open: &mut OpenFile, row_group: usize) {
+        let next: Vec<usize> = open
+            .row_groups
+            .iter()
+            .copied()
+            .skip_while(|g| *g != row_group)
+            .skip(1)
+            .take(self.prefetch)
+            .filter(|g| !open.prefetched.contains_key(g))
+            .collect();
+        for group in next {
+            let missing: Vec<usize> = open
+                .roots
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|root| {
+                    self.pool
+                        .as_ref()
+                        .is_none_or(|pool| !pool.holds(&self.key(open, group, *root)))
+                })
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            if let Some(task) = self.remote_fetch(remote, open, group, missing.clone()) {
+                let prefetch = Prefetch {
+                    columns: missing,
+                    task,
+                };
+                open.prefetched.insert(group, prefetch);
+            }
         }
     }
 }

@@ -138,6 +138,8 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     let tiers = skiff_engine::buffer::Tiers {
         pool: service.engine.buffer_pool().cloned(),
         remote: Some(remote),
+        // Each task's session says (`ScanCountCodec`).
+        prefetch: 0,
     };
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
         task_session(ctx, Arc::clone(&scans), tiers.clone())

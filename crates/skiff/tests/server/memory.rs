@@ -103,14 +103,79 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
     )
     .await;
     assert!(chunks > 8, "64 KiB chunks: {chunks}");
-    let before = served(&client, "lineitem", "l_quantity").await;
-    number(
+    // Asked for as each row group is read, and ahead of it: either way
+    // every chunk crosses once.
+    for depth in [0, 1, 4] {
+        client
+            .simple_query(&format!("SET skiff.prefetch_depth = {depth}"))
+            .await
+            .expect("set");
+        let before = served(&client, "lineitem", "l_quantity").await;
+        let sum = "SELECT CAST(sum(l_quantity) AS BIGINT) FROM lineitem";
+        number(&client, sum).await;
+        let after = served(&client, "lineitem", "l_quantity").await;
+        assert_eq!(
+            after - before,
+            chunks,
+            "each chunk fetched once, depth {depth}; log:\n{}",
+            server.log_text()
+        );
+    }
+    // The same over a copy in row groups of 1000 rows, where scans do ask
+    // ahead (lineitem's files here are one row group each).
+    for sql in [
+        "SET datafusion.execution.parquet.max_row_group_size = 1000",
+        "CREATE TABLE small_groups AS SELECT l_orderkey, l_quantity FROM lineitem",
+        "SELECT skiff.load_to_memory('small_groups')",
+    ] {
+        client.simple_query(sql).await.expect(sql);
+    }
+    let chunks = number(
+        &client,
+        "SELECT sum(chunks) FROM skiff.memory_tables \
+         WHERE \"table\" = 'small_groups' AND \"column\" = 'l_quantity'",
+    )
+    .await;
+    assert!(chunks >= 60, "a chunk per row group at least: {chunks}");
+    let total = number(
         &client,
         "SELECT CAST(sum(l_quantity) AS BIGINT) FROM lineitem",
     )
     .await;
-    let after = served(&client, "lineitem", "l_quantity").await;
-    assert_eq!(after - before, chunks, "each chunk fetched once");
+    for depth in [0, 1, 4] {
+        client
+            .simple_query(&format!("SET skiff.prefetch_depth = {depth}"))
+            .await
+            .expect("set");
+        let before = served(&client, "small_groups", "l_quantity").await;
+        let sum = "SELECT CAST(sum(l_quantity) AS BIGINT) FROM small_groups";
+        assert_eq!(number(&client, sum).await, total);
+        let after = served(&client, "small_groups", "l_quantity").await;
+        assert_eq!(
+            after - before,
+            chunks,
+            "each chunk fetched once, depth {depth}"
+        );
+    }
+    // Row groups whose fetch started ahead of their turn show on the scan.
+    let explained = simple_rows(
+        &client,
+        "EXPLAIN ANALYZE SELECT CAST(sum(l_quantity) AS BIGINT) FROM small_groups",
+    )
+    .await
+    .expect("explain analyze");
+    let text = format!("{explained:?}");
+    let ahead: u64 = text
+        .split("memory_node_prefetched=")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    assert!(ahead > 0, "no row group fetched ahead: {text}");
+    client
+        .simple_query("SET skiff.prefetch_depth = 2")
+        .await
+        .expect("set");
     suite_matches_duckdb(&server, &client, "tpch", "through memory nodes").await;
     for table in TPCH_TABLES {
         let read = number(
