@@ -38,6 +38,9 @@ pub enum BenchTarget {
     Tpcds,
     /// Loading TPC-H's lineitem from CSV (`COPY`).
     Load,
+    /// Tables in memory nodes (pipeline groups): the paper's Figure 4, one
+    /// pipeline over a remote column (TPC-H's data).
+    Groups,
 }
 
 impl BenchArgs {
@@ -45,7 +48,7 @@ impl BenchArgs {
     pub fn suite(&self) -> BenchmarkName {
         match self.benchmark {
             BenchTarget::Tpcds => BenchmarkName::Tpcds,
-            BenchTarget::Tpch | BenchTarget::Load => BenchmarkName::Tpch,
+            BenchTarget::Tpch | BenchTarget::Load | BenchTarget::Groups => BenchmarkName::Tpch,
         }
     }
 }
@@ -208,6 +211,15 @@ load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
   table; DuckDB does the same into a database file and checkpoints. Output:
   RESULTS/load-<data>-latest.csv/.png.
 
+groups (tables in memory nodes, pipeline groups; `skiff serve` children):
+  Figure 4 of the paper: one pipeline (one worker, one partition) summing an
+  expression over a copy of lineitem's l_orderkey written in row groups of 64
+  KiB to 64 MiB (the bytes one fetch moves), read from storage (pool off),
+  from a memory node on demand (skiff.prefetch_depth = 0) and prefetching 2
+  row groups ahead, and from the worker's warm buffer pool (local); once with
+  the memory node's emulated link off and once at 1 Gbit. Median of --runs
+  after the first. Output: RESULTS/tpch-<data>-groups-latest.csv/.png.
+
 Examples:
   skiff bench tpch --sf 1
   skiff bench load --sf 1
@@ -216,6 +228,7 @@ Examples:
   skiff bench tpch --sf 1 --state-sizes
   skiff bench tpch --sf 1 --scale 1,2,3,4
   skiff bench tpch --sf 1 --matching
+  skiff bench groups --sf 1
 
 --scale (TPC-H or TPC-DS over `skiff serve` children, via PostgreSQL):
   The tables are hash-partitioned on their join keys into the least common

@@ -3,7 +3,7 @@
 //! Owns `skiff bench` (Skiff's pipeline executor against plain DataFusion,
 //! and DuckDB when it is installed, on TPC-H, TPC-DS and a CSV load; the
 //! server path, query migration, state sizes, scale-out with the resize
-//! experiment, and buffer matching), `skiff gen` (benchmark
+//! experiment, buffer matching, and tables in memory nodes), `skiff gen` (benchmark
 //! data with a progress bar), the launcher of a `skiff serve` process that
 //! benches and server tests share ([`launch`]), and the PostgreSQL and
 //! Flight SQL clients of a running server ([`client`], also `skiff ctl`'s).
@@ -19,6 +19,7 @@ pub mod child;
 pub mod client;
 mod duckdb;
 pub mod generate;
+mod groups;
 pub mod launch;
 mod load;
 mod matching;
@@ -100,6 +101,9 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let session = &args.engine;
     if args.benchmark == BenchTarget::Load {
         return load::run(args).await;
+    }
+    if args.benchmark == BenchTarget::Groups {
+        return groups::run(args).await;
     }
     if let Some(csv) = args.summarize.as_deref() {
         return migration::summarize(csv, &title(args));
