@@ -216,8 +216,8 @@ groups (tables in memory nodes, pipeline groups; `skiff serve` children):
   expression over a copy of lineitem's l_orderkey written in row groups of 64
   KiB to 64 MiB (the bytes one fetch moves), read from storage (pool off),
   from a memory node on demand (skiff.prefetch_depth = 0) and prefetching 2
-  row groups ahead, and from the worker's warm buffer pool (local); once with
-  the memory node's emulated link off and once at 1 Gbit. Median of --runs
+  row groups ahead, and from the worker's warm buffer pool (local); with the
+  memory node's emulated link off, at 10 Gbit and at 1 Gbit. Median of --runs
   after the first. Output: RESULTS/tpch-<data>-groups-latest.csv/.png.
 
 Examples:
