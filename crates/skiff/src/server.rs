@@ -589,6 +589,65 @@ impl WorkerLauncher for LocalWorkers {
 
 /// Keep one child running until `shutdown`, restarting it when it dies,
 /// unless it was removed from the cluster.
+/// A command to fork, and where the command and its child go back.
+type SpawnRequest = (
+    tokio::process::Command,
+    tokio::sync::oneshot::Sender<(
+        tokio::process::Command,
+        std::io::Result<tokio::process::Child>,
+    )>,
+);
+
+/// The thread `serve`'s children are forked from. `PR_SET_PDEATHSIG` (a
+/// child must not outlive `serve`) fires when the *thread* that forked the
+/// child exits, not the process, and the runtime's threads come and go: a
+/// thread that ran `block_in_place` (the coordinator's admin functions do)
+/// may end later, and with it went healthy workers and memory nodes,
+/// SIGKILLed. This thread lives as long as the process.
+static SPAWNER: std::sync::OnceLock<std::io::Result<std::sync::mpsc::Sender<SpawnRequest>>> =
+    std::sync::OnceLock::new();
+
+fn spawner() -> std::io::Result<&'static std::sync::mpsc::Sender<SpawnRequest>> {
+    let started = SPAWNER.get_or_init(|| {
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("skiff-spawner".into())
+            .spawn(move || {
+                // Children are registered with the runtime's process driver.
+                let _runtime = runtime.enter();
+                while let Ok((mut command, reply)) = rx.recv() {
+                    let spawned = command.spawn();
+                    let _ = reply.send((command, spawned));
+                }
+            })?;
+        Ok(tx)
+    });
+    started
+        .as_ref()
+        .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+}
+
+/// Fork `command` from the [`spawner`] thread; the command back, and its
+/// child (`None`: the spawner thread died holding the command).
+async fn spawn_child(
+    command: tokio::process::Command,
+) -> Option<(
+    tokio::process::Command,
+    std::io::Result<tokio::process::Child>,
+)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let sent = match spawner() {
+        Ok(spawner) => spawner.send((command, tx)).map_err(|e| e.0),
+        Err(e) => return Some((command, Err(e))),
+    };
+    if let Err((command, _)) = sent {
+        let gone = std::io::Error::other("the spawner thread is gone");
+        return Some((command, Err(gone)));
+    }
+    rx.await.ok()
+}
+
 async fn supervise(
     name: String,
     mut command: tokio::process::Command,
@@ -596,7 +655,12 @@ async fn supervise(
     children: Children,
 ) {
     loop {
-        let mut child = match command.spawn() {
+        let Some((returned, spawned)) = spawn_child(command).await else {
+            warn!(%name, "cannot start: the spawner thread is gone");
+            return;
+        };
+        command = returned;
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 warn!(%name, error = %e, "cannot start");

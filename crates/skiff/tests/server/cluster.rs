@@ -453,3 +453,33 @@ async fn ctl_lists_workers_and_queries_and_cancels() {
         "{cancel:?}"
     );
 }
+
+/// `serve`'s children die with it (`PR_SET_PDEATHSIG`), which fires when
+/// the *thread* that forked a child exits. Admin functions run
+/// `block_in_place` on the coordinator's runtime, after which a runtime
+/// thread may end (a blocking thread idle for 10 s): children forked from
+/// it were SIGKILLed. They are forked from one thread that lives as long as
+/// `serve` now: after such calls and the runtime's idle time, every node is
+/// the one that started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_leave_every_child_of_serve_alive() {
+    let server = Server::start(&dataset(Benchmark::Tpch, 0.01), Options::default());
+    let client = server.pg().await;
+    let nodes = "SELECT id, pid FROM skiff.workers WHERE state = 'alive' ORDER BY id";
+    let before = simple_rows(&client, nodes).await.expect("skiff.workers");
+    assert_eq!(before.len(), 3, "two workers and a memory node: {before:?}");
+    for _ in 0..6 {
+        simple_rows(&client, "SELECT skiff.clear_cache()")
+            .await
+            .expect("clear_cache");
+        simple_rows(&client, "SELECT count(*) FROM lineitem")
+            .await
+            .expect("a query");
+    }
+    // Past tokio's keep-alive of idle blocking threads (10 s).
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    let log = server.log_text();
+    assert!(!log.contains("exited; restarting"), "log:\n{log}");
+    let after = simple_rows(&client, nodes).await.expect("skiff.workers");
+    assert_eq!(after, before, "log:\n{log}");
+}
