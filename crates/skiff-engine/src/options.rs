@@ -62,7 +62,7 @@ extensions_options! {
         pub buffer_pool: bool, default = true
         /// Row groups a scan of a table in memory nodes asks for ahead of
         /// the one it reads (their transfer overlaps its work); 0 asks for
-        /// each when it is read.
+        /// each when it is read; at most `buffer::PREFETCH_DEPTH_MAX`.
         pub prefetch_depth: usize, default = 2
         /// Send a resize's moved partitions' buffered blocks to their new
         /// owners (buffer matching); read by `skiff.add_workers` and

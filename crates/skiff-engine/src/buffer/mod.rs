@@ -88,12 +88,18 @@ impl Tiers {
     }
 }
 
-/// Row groups scans fetch ahead from memory nodes (`skiff.prefetch_depth`).
+/// Most row groups a scan fetches ahead, whatever a session sets: each
+/// holds a row group's columns in the worker's memory until its turn.
+pub const PREFETCH_DEPTH_MAX: usize = 16;
+
+/// Row groups scans fetch ahead from memory nodes (`skiff.prefetch_depth`,
+/// at most [`PREFETCH_DEPTH_MAX`]).
 pub fn prefetch_depth(options: &ConfigOptions) -> usize {
-    options
-        .extensions
-        .get::<SkiffOptions>()
-        .map_or(2, |o| o.prefetch_depth)
+    let depth = options.extensions.get::<SkiffOptions>().map_or_else(
+        || SkiffOptions::default().prefetch_depth,
+        |o| o.prefetch_depth,
+    );
+    depth.min(PREFETCH_DEPTH_MAX)
 }
 
 /// `plan` with each Parquet scan that [`BufferedSource`] can read wrapped
