@@ -36,6 +36,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
+use crate::grouping::GroupAssignment;
 use crate::migrated::MigratedState;
 use crate::morsel::{Cut, CutControl, add_cut_points, has_gates};
 use crate::options::SkiffOptions;
@@ -138,17 +139,33 @@ impl QueryExecution {
     /// Prepare `graph` to run with the session of `task_ctx`. The graph's
     /// plans must never have been executed.
     pub fn new(graph: PipelineGraph, task_ctx: &TaskContext) -> Result<Arc<Self>> {
+        Self::grouped(graph, task_ctx, None)
+    }
+
+    /// [`QueryExecution::new`], with the pipelines `groups` names reading
+    /// through their pipeline group's cache.
+    pub fn grouped(
+        graph: PipelineGraph,
+        task_ctx: &TaskContext,
+        groups: Option<&GroupAssignment>,
+    ) -> Result<Arc<Self>> {
         let options = task_ctx.session_config().options();
         let skiff = options.extensions.get::<SkiffOptions>();
         let memory_max = skiff.and_then(|o| o.store_memory_max);
         // Scans read through this process's buffer pool, wherever the plan
-        // was made (a plan on the wire names plain Parquet scans).
+        // was made (a plan on the wire names plain Parquet scans); a
+        // grouped pipeline's, through its group's cache too.
+        let tiers = crate::buffer::Tiers::of(task_ctx);
         let pipelines = graph
             .pipelines()
             .iter()
             .map(|p| {
                 let mut p = p.clone();
-                p.plan = crate::buffer::read_through(p.plan, task_ctx)?;
+                let tiers = crate::buffer::Tiers {
+                    group: groups.and_then(|g| g.0.get(&p.id).cloned()),
+                    ..tiers.clone()
+                };
+                p.plan = crate::buffer::wrap_scans(p.plan, &tiers, task_ctx)?;
                 Ok(p)
             })
             .collect::<Result<Vec<_>>>()?;

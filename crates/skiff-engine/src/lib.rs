@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod engine;
 pub mod executor;
 pub mod explain;
+pub mod grouping;
 pub mod materialized;
 pub mod migrated;
 pub mod morsel;

@@ -72,6 +72,12 @@ extensions_options! {
         /// block they send in buffer matching, so that a test can act in
         /// the middle of a transfer; read like `buffer_matching`.
         pub test_matching_pause_ms: u64, default = 0
+        /// Collect arriving queries this many milliseconds into one batch,
+        /// run on one worker with their pipelines in pipeline groups
+        /// (`grouping`); 0 (the default) sends each query on its own.
+        pub batch_window_ms: u64, default = 0
+        /// A batch closes once it has this many queries, window or not.
+        pub batch_max_queries: usize, default = 16
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto
     }

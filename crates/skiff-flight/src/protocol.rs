@@ -99,6 +99,13 @@ pub struct RunQuery {
     /// hands state off to (`host:port`); empty when there is none.
     #[prost(string, tag = "8")]
     pub state_cache: String,
+    /// The coordinator's batch this query came in (`skiff.batch_window_ms`);
+    /// 0 for none. The worker groups the pipelines of a batch's queries.
+    #[prost(uint64, tag = "9")]
+    pub batch_id: u64,
+    /// Queries in that batch, all sent to this worker.
+    #[prost(uint32, tag = "10")]
+    pub batch_size: u32,
 }
 
 /// Why a worker hands a query off.

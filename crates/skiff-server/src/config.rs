@@ -153,3 +153,15 @@ pub const ROUTES_WAIT: Duration = Duration::from_secs(5);
 /// pause between tries: past the failure detector's few seconds.
 pub const PRELOAD_TRIES: usize = 5;
 pub const PRELOAD_RETRY: Duration = Duration::from_secs(2);
+
+/// How long a worker waits for the rest of a batch's queries (sent at the
+/// same moment by the coordinator's batcher) before it groups the ones
+/// that came; a late one runs outside the groups.
+pub const BATCH_ASSEMBLY_WAIT: Duration = Duration::from_secs(1);
+
+/// Batches a worker remembers having closed short, so that their late
+/// queries run at once instead of waiting for a batch of their own.
+pub const CLOSED_BATCHES_KEPT: usize = 1024;
+
+/// Groups whose reports a worker keeps for `skiff.pipeline_groups`.
+pub const GROUP_REPORTS_KEPT: usize = 64;

@@ -11,6 +11,7 @@
 //! pipeline executor, a worker's distributed tasks), so plans on the wire
 //! stay plain DataFusion scans.
 
+mod group;
 mod pool;
 mod remote;
 mod scan;
@@ -19,13 +20,14 @@ pub mod system;
 use std::sync::Arc;
 
 use datafusion::common::Result;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
 use datafusion::datasource::physical_plan::{FileScanConfig, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
+pub use group::{GroupCache, GroupCounters, MemberId};
 pub use pool::{
     Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
     Owned, TableCache,
@@ -70,6 +72,18 @@ pub struct Tiers {
     pub remote: Option<RemoteTier>,
     /// Row groups fetched ahead from the remote tier (`skiff.prefetch_depth`).
     pub prefetch: usize,
+    /// The pipeline group whose cache the plan's scans read the remote
+    /// tier through, when the plan is a grouped pipeline.
+    pub group: Option<GroupScans>,
+}
+
+/// A grouped pipeline's scans in its group's cache.
+#[derive(Clone, Debug)]
+pub struct GroupScans {
+    pub cache: Arc<GroupCache>,
+    /// The member each Parquet scan of the pipeline's plan is registered
+    /// as (in [`parquet_scans`] order), `None` for a scan outside the group.
+    pub members: Vec<Option<MemberId>>,
 }
 
 impl Tiers {
@@ -84,6 +98,7 @@ impl Tiers {
                 .get_extension::<RemoteTier>()
                 .map(|r| r.as_ref().clone()),
             prefetch: prefetch_depth(config.options()),
+            group: None,
         }
     }
 }
@@ -132,15 +147,30 @@ pub fn wrap_scans(
         return Ok(plan);
     }
     let metadata = ctx.runtime_env().cache_manager.get_file_metadata_cache();
+    // Leaves come in the same order bottom-up as `parquet_scans` finds
+    // them top-down, so the nth scan here is the grouper's nth.
+    let mut nth = 0;
     plan.transform_up(|node| {
-        let Some(config) = node
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|exec| exec.data_source().downcast_ref::<FileScanConfig>())
-        else {
+        let Some((config, parquet)) = parquet_scan(&node) else {
             return Ok(Transformed::no(node));
         };
-        let Some(parquet) = config.file_source().downcast_ref::<ParquetSource>() else {
-            return Ok(Transformed::no(node));
+        let member = tiers
+            .group
+            .as_ref()
+            .and_then(|g| Some((g, (*g.members.get(nth)?)?)));
+        nth += 1;
+        let grouped;
+        let tiers = match member {
+            // A member dropped unused (the scan is not wrapped) ends, so
+            // that the group's entries stop waiting for it.
+            Some((group, id)) => {
+                grouped = Tiers {
+                    remote: Some(RemoteTier(group.cache.member(id))),
+                    ..tiers.clone()
+                };
+                &grouped
+            }
+            None => tiers,
         };
         let Some(source) = BufferedSource::wrap(parquet, config, tiers, Arc::clone(&metadata))
         else {
@@ -152,4 +182,25 @@ pub fn wrap_scans(
         Ok(Transformed::yes(wrapped))
     })
     .data()
+}
+
+/// The Parquet file scans of `plan`, leaves left to right.
+pub fn parquet_scans(plan: &Arc<dyn ExecutionPlan>) -> Vec<(FileScanConfig, ParquetSource)> {
+    let mut scans = Vec::new();
+    let _ = plan.apply(|node| {
+        if let Some((config, parquet)) = parquet_scan(node) {
+            scans.push((config.clone(), parquet.clone()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    scans
+}
+
+fn parquet_scan(node: &Arc<dyn ExecutionPlan>) -> Option<(&FileScanConfig, &ParquetSource)> {
+    let config = node
+        .downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()?;
+    let parquet = config.file_source().downcast_ref::<ParquetSource>()?;
+    Some((config, parquet))
 }

@@ -24,6 +24,8 @@ pub struct ChunkFetch {
     pub row_group: usize,
     /// Top-level column indices in the file's schema.
     pub columns: Vec<usize>,
+    /// Their names, aligned with `columns`.
+    pub names: Vec<Arc<str>>,
     /// Rows of the row group.
     pub rows: usize,
 }

@@ -783,11 +783,17 @@ impl ScanPlan {
         row_group: usize,
         columns: Vec<usize>,
     ) -> Option<SpawnedTask<Fetched>> {
+        let schema = open.reader.schema();
+        let names = columns
+            .iter()
+            .map(|&c| Arc::from(schema.field(c).name().as_str()))
+            .collect();
         let fetch = ChunkFetch {
             table: Arc::clone(&self.table),
             file: Arc::clone(&open.version),
             row_group,
             columns,
+            names,
             rows: row_count(open, row_group),
         };
         remote.fetch(fetch).map(SpawnedTask::spawn)

@@ -13,10 +13,11 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
-use skiff_engine::explain;
+use skiff_engine::{SkiffOptions, explain};
 use skiff_flight::protocol::{RunQuery, RunningQuery};
 use tracing::debug;
 
+use super::membership::Placement;
 use super::relay::{self, Relay};
 use super::{ClientSession, Inner, QueryEntry, QueryStatus};
 use crate::error::{Result, ServerError, SqlState};
@@ -61,7 +62,7 @@ pub(crate) async fn run_on_worker(
         .into_iter()
         .filter_map(|e| e.value.map(|v| (qualified(e.key), v)))
         .collect();
-    let ticket = RunQuery {
+    let mut ticket = RunQuery {
         query_id: entry.id,
         plan: bytes,
         options,
@@ -70,9 +71,45 @@ pub(crate) async fn run_on_worker(
         sql: entry.sql.clone(),
         ..RunQuery::default()
     };
-    let (relay, worker) = Relay::start(Arc::clone(inner), Arc::clone(entry), ticket).await?;
+    let placement = batch(inner, session, entry, &mut ticket).await?;
+    let (relay, worker) =
+        Relay::start(Arc::clone(inner), Arc::clone(entry), ticket, placement).await?;
     let stream = Box::pin(RecordBatchStreamAdapter::new(schema, relay::stream(relay)));
     Ok((stream, worker))
+}
+
+/// Wait for the query's batch to close when the session batches queries
+/// (`skiff.batch_window_ms`), and mark the ticket with it; where the query
+/// goes: the batch's worker, else any.
+async fn batch(
+    inner: &Arc<Inner>,
+    session: &ClientSession,
+    entry: &QueryEntry,
+    ticket: &mut RunQuery,
+) -> Result<Placement> {
+    let state = session.ctx.state();
+    let Some(options) = state.config_options().extensions.get::<SkiffOptions>() else {
+        return Ok(Placement::Any);
+    };
+    if options.batch_window_ms == 0 || options.batch_max_queries < 2 {
+        return Ok(Placement::Any);
+    }
+    let window = Duration::from_millis(options.batch_window_ms);
+    let membership = Arc::clone(&inner.membership);
+    let joined = inner
+        .batcher
+        .join(window, options.batch_max_queries, move || membership.pick());
+    let token = entry.token().clone();
+    let closed = tokio::select! {
+        () = token.cancelled() => return Err(entry.cancel_reason()),
+        closed = joined => closed,
+    };
+    if closed.size < 2 {
+        return Ok(Placement::Any);
+    }
+    ticket.batch_id = closed.id;
+    ticket.batch_size = u32::try_from(closed.size).unwrap_or(u32::MAX);
+    Ok(closed.worker.map_or(Placement::Any, Placement::Prefer))
 }
 
 /// A config entry's full key: extension entries come without their

@@ -182,6 +182,12 @@ impl Membership {
         Some((node.id, node.addr.clone()))
     }
 
+    /// The least loaded worker taking queries, without assigning it one.
+    pub fn pick(&self) -> Option<u64> {
+        let nodes = lock(&self.nodes);
+        least_loaded(nodes.values().filter(|n| Node::takes_queries(n)))
+    }
+
     /// The worker named by `name`: its node id or its address.
     pub fn resolve_worker(&self, name: &str) -> Option<u64> {
         let nodes = lock(&self.nodes);

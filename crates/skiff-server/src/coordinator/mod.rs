@@ -15,6 +15,7 @@
 //! partition map of [`partitions`] names); [`resize`] adds and removes
 //! workers.
 
+mod batcher;
 mod buffer_view;
 mod catalog_store;
 mod cluster_service;
@@ -140,6 +141,8 @@ pub(crate) struct Inner {
     pub(crate) scan_run: u64,
     /// Which memory node holds which file of the tables loaded into memory.
     pub(crate) memory_tables: memory_tables::MemoryTables,
+    /// Queries waiting for their batch to close (`skiff.batch_window_ms`).
+    pub(crate) batcher: Arc<batcher::Batcher>,
 }
 
 impl Coordinator {
@@ -187,6 +190,7 @@ impl Coordinator {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
                 memory_tables: memory_tables::MemoryTables::default(),
+                batcher: Arc::default(),
             }
         });
         let coordinator = Self { inner };

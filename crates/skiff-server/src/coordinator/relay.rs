@@ -48,13 +48,14 @@ impl Relay {
         inner: Arc<Inner>,
         entry: Arc<QueryEntry>,
         ticket: RunQuery,
+        placement: Placement,
     ) -> Result<(Self, (u64, String))> {
         let retry = ticket
             .options
             .get("skiff.retry_on_worker_loss")
             .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
         entry.update(|info| info.retry_on_loss = retry);
-        let attempt = dispatch(&inner, &entry, &ticket, Placement::Any).await?;
+        let attempt = dispatch(&inner, &entry, &ticket, placement).await?;
         let worker = (attempt.worker, address(&entry));
         let mut original = ticket;
         original.options = without_triggers(&original.options);

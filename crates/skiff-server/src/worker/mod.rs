@@ -4,6 +4,7 @@
 //! pipeline boundaries when asked ([`handoff`]) and continues queries handed
 //! off by others from their state.
 
+mod batch;
 mod handoff;
 mod matching;
 mod memory;
@@ -19,15 +20,17 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{Action, Ticket};
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::TaskContext;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion_distributed::DistributedExt;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
+use skiff_engine::buffer::RemoteTier;
 use skiff_engine::store::PipelineStatus;
 use skiff_engine::{
-    Engine, EngineConfig, PauseMode, QueryExecution, explain, memory_pool, pipeline,
+    Engine, EngineConfig, PauseMode, PipelineGraph, QueryExecution, explain, memory_pool, pipeline,
 };
 use skiff_flight::protocol::{
     BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, HeartbeatReply,
@@ -78,6 +81,7 @@ struct WorkerService {
     running: Mutex<HashMap<u64, Running>>,
     /// The scans of distributed queries' tasks this worker runs.
     scans: Arc<ScanTally>,
+    batches: batch::Batches,
 }
 
 /// How long a worker told to stop waits for its queries to move away.
@@ -114,6 +118,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         partitions,
         running: Mutex::new(HashMap::new()),
         scans: Arc::default(),
+        batches: batch::Batches::default(),
     });
     let identity = NodeIdentity {
         role: Role::Worker,
@@ -140,6 +145,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         remote: Some(remote),
         // Each task's session says (`ScanCountCodec`).
         prefetch: 0,
+        group: None,
     };
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
         task_session(ctx, Arc::clone(&scans), tiers.clone())
@@ -361,7 +367,10 @@ impl WorkerService {
         // Planned at the coordinator's or the source worker's parallelism.
         let plan = skiff_state::with_partitions(plan, self.partitions)?;
         let execution = if request.state_key.is_empty() {
-            QueryExecution::new(pipeline::split(plan)?, &task_ctx)?
+            let graph = pipeline::split(plan)?;
+            let placed = self.place_in_batch(&request, &graph, &task_ctx).await;
+            let groups = placed.as_ref().map(batch::Placed::assignment);
+            QueryExecution::grouped(graph, &task_ctx, groups)?
         } else {
             handoff::continue_from_state(&request, plan, &task_ctx).await?
         };
@@ -398,6 +407,38 @@ impl WorkerService {
             query_id,
         };
         Ok(handoff::serve(execution, rows, control, token, guard))
+    }
+
+    /// The query's place in its batch's pipeline groups, once its batch is
+    /// grouped; `None` outside a batch, or when no memory node holds a
+    /// table (nothing to share).
+    async fn place_in_batch(
+        &self,
+        request: &RunQuery,
+        graph: &PipelineGraph,
+        task_ctx: &TaskContext,
+    ) -> Option<batch::Placed> {
+        if request.batch_id == 0 || request.batch_size < 2 {
+            return None;
+        }
+        let RemoteTier(source) = task_ctx
+            .session_config()
+            .get_extension::<RemoteTier>()?
+            .as_ref()
+            .clone();
+        let budget = self.engine.buffer_pool().map_or_else(
+            || skiff_engine::buffer::default_budget(None, 1),
+            |pool| pool.budget(),
+        );
+        self.batches
+            .arrive(
+                request.batch_id,
+                request.batch_size as usize,
+                graph,
+                &source,
+                budget,
+            )
+            .await
     }
 
     /// Ask query `query_id` to stop at a boundary and hand itself off.

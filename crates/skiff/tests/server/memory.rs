@@ -42,6 +42,15 @@ async fn served(client: &tokio_postgres::Client, table: &str, column: &str) -> i
     .await
 }
 
+/// Chunks the memory nodes sent of each of `columns` of table `li`.
+async fn served_all(client: &tokio_postgres::Client, columns: &[&str]) -> Vec<i64> {
+    let mut now = Vec::new();
+    for column in columns {
+        now.push(served(client, "li", column).await);
+    }
+    now
+}
+
 /// TPC-H in hash partitions over two memory nodes, each holding half of
 /// every partitioned table, through small chunks and the emulated link:
 /// every answer matches DuckDB's with the workers' pools off (every column
@@ -384,4 +393,120 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(server.log_text().contains("preloaded"));
+}
+
+/// Queries sent at once in one batch (`skiff.batch_window_ms`) run on one
+/// worker with their pipelines grouped by the columns they share: each
+/// answer is the one it has alone, and each chunk of a column several of
+/// them read crosses from the memory node once for the batch (the node's
+/// own counters), where alone every query fetches it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_fetches_each_shared_chunk_once() {
+    let server = Server::start(
+        &dataset(Benchmark::Tpch, 0.01),
+        Options {
+            extra: ["--chunk-size", "64K"].map(String::from).to_vec(),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    for sql in [
+        "SET datafusion.execution.parquet.max_row_group_size = 2000",
+        "CREATE TABLE li AS SELECT l_orderkey, l_quantity, l_extendedprice, l_returnflag \
+         FROM lineitem",
+        "SELECT skiff.load_to_memory('li')",
+    ] {
+        client.simple_query(sql).await.expect(sql);
+    }
+    // Three read l_quantity, two l_extendedprice, one each of the others.
+    let queries = [
+        "SELECT l_returnflag, CAST(sum(l_quantity) AS BIGINT) FROM li GROUP BY 1 ORDER BY 1",
+        "SELECT count(*) FROM li WHERE l_quantity > 25",
+        "SELECT CAST(sum(l_extendedprice * l_quantity) AS BIGINT) FROM li",
+        "SELECT CAST(max(l_extendedprice) AS BIGINT), min(l_orderkey) FROM li",
+    ];
+    let columns = [
+        "l_orderkey",
+        "l_quantity",
+        "l_extendedprice",
+        "l_returnflag",
+    ];
+    let mut chunks = Vec::new();
+    for column in columns {
+        chunks.push(
+            number(
+                &client,
+                &format!(
+                    "SELECT sum(chunks) FROM skiff.memory_tables \
+                     WHERE \"table\" = 'li' AND \"column\" = '{column}'"
+                ),
+            )
+            .await,
+        );
+    }
+    assert!(
+        chunks.iter().all(|c| *c >= 20),
+        "row groups of 2000 rows: {chunks:?}"
+    );
+    let mut sessions = Vec::new();
+    for _ in &queries {
+        let session = server.pg().await;
+        for sql in [
+            "SET skiff.buffer_pool = false",
+            "SET skiff.distribute = off",
+            "SET skiff.batch_max_queries = 4",
+        ] {
+            session.simple_query(sql).await.expect(sql);
+        }
+        sessions.push(session);
+    }
+    // Alone: each query fetches what it reads.
+    let before = served_all(&client, &columns).await;
+    let mut alone = Vec::new();
+    for (session, sql) in sessions.iter().zip(queries) {
+        alone.push(simple_rows(session, sql).await.expect(sql));
+    }
+    let after = served_all(&client, &columns).await;
+    let readers = [1, 3, 2, 1];
+    for (at, column) in columns.iter().enumerate() {
+        assert_eq!(
+            after[at] - before[at],
+            readers[at] * chunks[at],
+            "{column} read by {} queries, one after another",
+            readers[at]
+        );
+    }
+    // In one batch: each chunk once, whatever the queries' pace.
+    for round in 0..3 {
+        for session in &sessions {
+            session
+                .simple_query("SET skiff.batch_window_ms = 10000")
+                .await
+                .expect("set");
+        }
+        let before = served_all(&client, &columns).await;
+        let runs = sessions
+            .iter()
+            .zip(queries)
+            .map(|(session, sql)| simple_rows(session, sql));
+        let answers = futures::future::join_all(runs).await;
+        for ((answer, expected), sql) in answers.into_iter().zip(&alone).zip(queries) {
+            assert_eq!(&answer.expect(sql), expected, "{sql}");
+        }
+        let after = served_all(&client, &columns).await;
+        for (at, column) in columns.iter().enumerate() {
+            assert_eq!(
+                after[at] - before[at],
+                chunks[at],
+                "round {round}: {column} once for the batch; log:\n{}",
+                server.log_text()
+            );
+        }
+    }
+    let log = server.log_text();
+    assert!(
+        log.contains("pipeline group") && log.contains("li.l_quantity"),
+        "the group and what it shares are logged:\n{log}"
+    );
 }
