@@ -439,6 +439,40 @@ pub(crate) async fn suite_matches_duckdb(
     );
 }
 
+/// Every query of `bench` matches its golden answers when the queries are
+/// sent a batch at a time, one per session of `sessions` (each of which
+/// batches: `skiff.batch_window_ms`, `skiff.batch_max_queries` at most
+/// their number), so that each batch's pipelines run grouped.
+pub(crate) async fn suite_in_batches_matches_duckdb(
+    server: &Server,
+    sessions: &[tokio_postgres::Client],
+    bench: &str,
+    how: &str,
+) {
+    let mut failures = Vec::new();
+    let all = queries(bench);
+    for batch in all.chunks(sessions.len()) {
+        let runs = batch
+            .iter()
+            .zip(sessions)
+            .map(|((_, sql), session)| run_pg(session, sql));
+        let results = futures::future::join_all(runs).await;
+        for ((query, _), result) in batch.iter().zip(results) {
+            if let Err(reason) = check_in(bench, query, result) {
+                failures.push(format!("{query}: {reason}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}/{} {bench} queries {how} differ from DuckDB:\n{}\nserver log:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n"),
+        server.log_text()
+    );
+}
+
 /// The same for TPC-DS, distributed over three workers (slow: run with
 /// `SKIFF_SLOW_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use skiff_gen::Benchmark;
 use skiff_testkit::dataset;
 
-use crate::golden::suite_matches_duckdb;
+use crate::golden::{suite_in_batches_matches_duckdb, suite_matches_duckdb};
 use crate::support::{
     Options, Server, partitioned_dataset, simple_rows, sqlstate, wait_for_workers,
 };
@@ -40,6 +40,26 @@ async fn served(client: &tokio_postgres::Client, table: &str, column: &str) -> i
         ),
     )
     .await
+}
+
+/// `n` sessions that send queries in batches of at most `n` (waiting at
+/// most 3 s for one another), run on one worker, reading every column
+/// from the memory nodes.
+async fn batching_sessions(server: &Server, n: usize) -> Vec<tokio_postgres::Client> {
+    let mut sessions = Vec::new();
+    for _ in 0..n {
+        let session = server.pg().await;
+        for sql in [
+            "SET skiff.buffer_pool = false".to_string(),
+            "SET skiff.distribute = off".to_string(),
+            "SET skiff.batch_window_ms = 3000".to_string(),
+            format!("SET skiff.batch_max_queries = {n}"),
+        ] {
+            session.simple_query(&sql).await.expect("set");
+        }
+        sessions.push(session);
+    }
+    sessions
 }
 
 /// Chunks the memory nodes sent of each of `columns` of table `li`.
@@ -186,6 +206,14 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
         .await
         .expect("set");
     suite_matches_duckdb(&server, &client, "tpch", "through memory nodes").await;
+    // Four at a time in batches, pipelines grouped.
+    let sessions = batching_sessions(&server, 4).await;
+    suite_in_batches_matches_duckdb(&server, &sessions, "tpch", "in batches").await;
+    let log = server.log_text();
+    assert!(
+        log.matches("pipeline group").count() >= 5,
+        "batches of TPC-H queries share columns; log:\n{log}"
+    );
     for table in TPCH_TABLES {
         let read = number(
             &client,
@@ -508,5 +536,37 @@ async fn a_batch_fetches_each_shared_chunk_once() {
     assert!(
         log.contains("pipeline group") && log.contains("li.l_quantity"),
         "the group and what it shares are logged:\n{log}"
+    );
+}
+
+/// TPC-DS with every table in a memory node, its 99 queries sent four at
+/// a time in batches whose pipelines run grouped: every answer matches
+/// DuckDB's (slow: run with `SKIFF_SLOW_TESTS=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpcds_in_grouped_batches_matches_duckdb() {
+    if !skiff_testkit::slow_tests("tpcds in grouped batches") {
+        return;
+    }
+    let server = Server::start(&dataset(Benchmark::Tpcds, 0.01), Options::default());
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    let tables = simple_rows(
+        &client,
+        "SELECT table_name FROM information_schema.tables \
+         WHERE table_schema = 'public' ORDER BY 1",
+    )
+    .await
+    .expect("tables");
+    assert!(tables.len() >= 24, "{tables:?}");
+    for table in tables.iter().filter_map(|r| r[0].as_deref()) {
+        let bytes = number(&client, &format!("SELECT skiff.load_to_memory('{table}')")).await;
+        assert!(bytes > 0, "{table}: {bytes} bytes loaded");
+    }
+    let sessions = batching_sessions(&server, 4).await;
+    suite_in_batches_matches_duckdb(&server, &sessions, "tpcds", "in batches").await;
+    let log = server.log_text();
+    assert!(
+        log.matches("pipeline group").count() >= 20,
+        "batches of TPC-DS queries share columns; log:\n{log}"
     );
 }
