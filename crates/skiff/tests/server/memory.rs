@@ -286,8 +286,8 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
 }
 
 /// A load that does not fit a memory node is refused whole (the table
-/// stays on storage); a memory node SIGKILLed while queries read from it
-/// costs no answer: reads fall back to storage, the coordinator takes its
+/// stays on storage); a memory node SIGKILLed while queries read from it,
+/// in grouped batches, costs no answer: reads fall back to storage, the coordinator takes its
 /// files out of the routes, and `serve`'s restarted node loads its
 /// `--preload` table again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,12 +364,22 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     .expect("skiff.workers")[0][0]
         .clone()
         .expect("pid");
-    // Queries from two clients while the node dies under them.
+    // Queries from two clients while the node dies under them, paired in
+    // batches whenever both are waiting (their scans share one group
+    // cache, whose fetches then fail together).
     let other = server.pg().await;
     other
         .simple_query("SET skiff.buffer_pool = false")
         .await
         .expect("set");
+    for session in [&client, &other] {
+        for sql in [
+            "SET skiff.batch_window_ms = 200",
+            "SET skiff.batch_max_queries = 2",
+        ] {
+            session.simple_query(sql).await.expect(sql);
+        }
+    }
     let reading = async {
         let until = Instant::now() + Duration::from_secs(4);
         let mut answers = 0;
@@ -396,6 +406,15 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     };
     let (read, after) = tokio::join!(reading, killing);
     assert!(read > 0 && after == 5);
+    assert!(
+        server.log_text().contains("pipeline group"),
+        "queries of the two clients ran grouped; log:\n{}",
+        server.log_text()
+    );
+    client
+        .simple_query("SET skiff.batch_window_ms = 0")
+        .await
+        .expect("set");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !server.log_text().contains("memory node lost") {
         assert!(Instant::now() < deadline, "log:\n{}", server.log_text());
