@@ -15,6 +15,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
 
+use crate::buffer::BufferedSource;
 use crate::materialized::{MaterializedExec, Source, estimate};
 use crate::pipeline::{Breaker, PipelineGraph};
 use crate::store::{OutputSize, PipelineStatus, QueryState};
@@ -176,8 +177,16 @@ fn scanned_table(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         [file, dir, ..] => format!("{dir}/{file}"),
         _ => first.to_string(),
     };
-    Some(match files.count() {
+    let files = match files.count() {
         0 => tail,
         more => format!("{tail} (+{more} files)"),
+    };
+    let group = config
+        .file_source()
+        .downcast_ref::<BufferedSource>()
+        .and_then(BufferedSource::group);
+    Some(match group {
+        Some(group) => format!("{files}, in pipeline group {group}"),
+        None => files,
     })
 }

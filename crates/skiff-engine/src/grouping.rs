@@ -35,6 +35,8 @@ pub type TableColumn = (Arc<str>, String);
 /// One pipeline group of a batch.
 #[derive(Clone)]
 pub struct Group {
+    /// `batch.n`: the n-th group of its batch.
+    pub label: String,
     /// (query's index in the batch, pipeline), in batch order.
     pub members: Vec<(usize, PipelineId)>,
     /// Columns two or more members read.
@@ -50,6 +52,7 @@ pub struct Group {
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Group")
+            .field("label", &self.label)
             .field("members", &self.members)
             .field("shared", &self.shared)
             .field("bytes", &self.bytes)
@@ -58,17 +61,6 @@ impl fmt::Debug for Group {
 }
 
 impl Group {
-    /// `q0.P1 q1.P1`: the members as `EXPLAIN PIPELINES` of a batch and
-    /// `skiff.pipeline_groups` name them.
-    pub fn member_names(&self) -> String {
-        let names: Vec<String> = self
-            .members
-            .iter()
-            .map(|(query, pipeline)| format!("q{query}.{pipeline}"))
-            .collect();
-        names.join(" ")
-    }
-
     /// `lineitem.l_orderkey, ...`: the shared columns, by the last part of
     /// the table's location.
     pub fn shared_names(&self) -> String {
@@ -115,7 +107,12 @@ struct ScanNeeds {
 
 /// Group the pipelines of `graphs` (a batch, in arrival order) whose scans
 /// read tables `source` holds, each group within `budget` bytes.
-pub fn group(graphs: &[&PipelineGraph], source: &Arc<dyn ChunkSource>, budget: usize) -> Grouping {
+pub fn group(
+    batch: u64,
+    graphs: &[&PipelineGraph],
+    source: &Arc<dyn ChunkSource>,
+    budget: usize,
+) -> Grouping {
     let needs: Vec<Needs> = graphs
         .iter()
         .enumerate()
@@ -193,6 +190,7 @@ pub fn group(graphs: &[&PipelineGraph], source: &Arc<dyn ChunkSource>, budget: u
                 })
                 .collect();
             let scans = GroupScans {
+                label: Arc::from(format!("{batch}.{}", grouping.groups.len())),
                 cache: Arc::clone(&cache),
                 members,
             };
@@ -202,6 +200,7 @@ pub fn group(graphs: &[&PipelineGraph], source: &Arc<dyn ChunkSource>, budget: u
         }
         let columns = columns_of(&set);
         grouping.groups.push(Group {
+            label: format!("{batch}.{}", grouping.groups.len()),
             members: set
                 .iter()
                 .map(|&i| (needs[i].query, needs[i].pipeline))

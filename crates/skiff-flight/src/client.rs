@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::protocol::{BufferCleared, BufferStats, action};
+use crate::protocol::{BufferCleared, BufferStats, PipelineGroups, action};
 
 /// How long establishing a connection to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -76,6 +76,12 @@ pub async fn do_action<Q: Message, R: Message + Default>(
 pub async fn buffer_stats(addr: &str) -> Result<BufferStats, tonic::Status> {
     let mut client = connect(addr).await?;
     do_action::<_, BufferStats>(&mut client, action::BUFFER_STATS, &()).await
+}
+
+/// The latest pipeline groups of the worker at `addr`.
+pub async fn pipeline_groups(addr: &str) -> Result<PipelineGroups, tonic::Status> {
+    let mut client = connect(addr).await?;
+    do_action::<_, PipelineGroups>(&mut client, action::PIPELINE_GROUPS, &()).await
 }
 
 /// Empty the buffer pool of the worker at `addr`; the bytes it freed.

@@ -15,7 +15,7 @@ pub mod client;
 pub mod codec;
 pub mod protocol;
 
-pub use client::{buffer_stats, clear_buffer, connect, do_action, server_builder};
+pub use client::{buffer_stats, clear_buffer, connect, do_action, pipeline_groups, server_builder};
 pub use codec::{SkiffCodec, decode_plan, encode_plan};
 pub mod service;
 pub mod state_cache;

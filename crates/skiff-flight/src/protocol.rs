@@ -51,6 +51,8 @@ pub mod action {
     pub const TABLE_UNLOAD: &str = "skiff.table.unload";
     /// Memory node: what its chunk store holds ([`super::MemoryStats`]).
     pub const TABLE_STATS: &str = "skiff.table.stats";
+    /// Worker: its latest pipeline groups ([`super::PipelineGroups`]).
+    pub const PIPELINE_GROUPS: &str = "skiff.groups.stats";
 }
 
 /// The kinds of node that register with a coordinator.
@@ -438,6 +440,9 @@ pub struct PipelineReport {
     /// Pipelines whose outputs this one reads (Definition 5's edges).
     #[prost(uint32, repeated, tag = "7")]
     pub inputs: Vec<u32>,
+    /// The pipeline group it runs in (`batch.n`); empty outside one.
+    #[prost(string, tag = "8")]
+    pub group: String,
 }
 
 /// The descriptor command of a state cache `DoPut`: where the state goes and
@@ -520,6 +525,41 @@ pub struct StateFrame {
     pub checksum: u32,
     #[prost(uint64, tag = "4")]
     pub rows: u64,
+}
+
+/// A worker's latest pipeline groups ([`action::PIPELINE_GROUPS`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PipelineGroups {
+    #[prost(message, repeated, tag = "1")]
+    pub groups: Vec<PipelineGroupReport>,
+}
+
+/// One pipeline group: who is in it, what it shares, what its fetches did.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PipelineGroupReport {
+    /// `batch.n`.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// `query.Pn` of each member pipeline.
+    #[prost(string, tag = "2")]
+    pub members: String,
+    /// `table.column` read by two or more members.
+    #[prost(string, tag = "3")]
+    pub shared: String,
+    /// Bytes of the columns the members read, as statistics give them.
+    #[prost(uint64, tag = "4")]
+    pub column_bytes: u64,
+    #[prost(uint64, tag = "5")]
+    pub chunks_fetched: u64,
+    #[prost(uint64, tag = "6")]
+    pub bytes_fetched: u64,
+    #[prost(uint64, tag = "7")]
+    pub chunks_shared: u64,
+    #[prost(uint64, tag = "8")]
+    pub wait_us: u64,
+    /// The most bytes the group's cache held at once.
+    #[prost(uint64, tag = "9")]
+    pub held_max_bytes: u64,
 }
 
 /// A worker's buffer pool ([`action::BUFFER_STATS`]).

@@ -80,6 +80,8 @@ pub struct Tiers {
 /// A grouped pipeline's scans in its group's cache.
 #[derive(Clone, Debug)]
 pub struct GroupScans {
+    /// The group's name (`batch.group`), shown on its scans in `EXPLAIN`.
+    pub label: Arc<str>,
     pub cache: Arc<GroupCache>,
     /// The member each Parquet scan of the pipeline's plan is registered
     /// as (in [`parquet_scans`] order), `None` for a scan outside the group.
@@ -150,6 +152,10 @@ pub fn wrap_scans(
     // Leaves come in the same order bottom-up as `parquet_scans` finds
     // them top-down, so the nth scan here is the grouper's nth.
     let mut nth = 0;
+    let plain = Tiers {
+        group: None,
+        ..tiers.clone()
+    };
     plan.transform_up(|node| {
         let Some((config, parquet)) = parquet_scan(&node) else {
             return Ok(Transformed::no(node));
@@ -166,11 +172,12 @@ pub fn wrap_scans(
             Some((group, id)) => {
                 grouped = Tiers {
                     remote: Some(RemoteTier(group.cache.member(id))),
-                    ..tiers.clone()
+                    group: Some(group.clone()),
+                    ..plain.clone()
                 };
                 &grouped
             }
-            None => tiers,
+            None => &plain,
         };
         let Some(source) = BufferedSource::wrap(parquet, config, tiers, Arc::clone(&metadata))
         else {

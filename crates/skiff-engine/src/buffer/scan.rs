@@ -71,6 +71,8 @@ pub struct BufferedSource {
     /// The table's location, as `skiff.cache` names it.
     table: Arc<str>,
     batch_size: Option<usize>,
+    /// The pipeline group whose cache the scan reads through.
+    group: Option<Arc<str>>,
 }
 
 impl BufferedSource {
@@ -114,7 +116,15 @@ impl BufferedSource {
             metadata,
             table,
             batch_size: None,
+            group: tiers.group.as_ref().map(|g| Arc::clone(&g.label)),
         })
+    }
+}
+
+impl BufferedSource {
+    /// The pipeline group whose cache the scan reads through.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 }
 
@@ -267,9 +277,14 @@ impl FileSource for BufferedSource {
     }
 
     /// Shown as the scan it wraps: plans read the same wherever they run
-    /// (`EXPLAIN ANALYZE` shows the pool's `block_hits` and `block_misses`).
+    /// (`EXPLAIN ANALYZE` shows the pool's `block_hits` and `block_misses`);
+    /// a grouped scan names its pipeline group.
     fn fmt_extra(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        self.inner.fmt_extra(t, f)
+        self.inner.fmt_extra(t, f)?;
+        match &self.group {
+            Some(group) => write!(f, ", pipeline_group={group}"),
+            None => Ok(()),
+        }
     }
 
     fn supports_repartitioning(&self) -> bool {

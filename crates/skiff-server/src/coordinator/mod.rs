@@ -23,6 +23,7 @@ mod copy;
 mod cost;
 mod dispatch;
 mod distributed;
+mod groups_view;
 mod matching;
 mod membership;
 mod memory_tables;

@@ -2,7 +2,8 @@
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
 //! `skiff.partitions`, the workers' buffer pools in `skiff.cache`, buffer
 //! matchings in `skiff.matchings`, what memory nodes hold in
-//! `skiff.memory_tables`), managed
+//! `skiff.memory_tables`, the workers' pipeline groups in
+//! `skiff.pipeline_groups`), managed
 //! tables' commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, `skiff.clear_cache()`, ...). Each scan
 //! snapshots the state at planning time. Everyone may cancel their own
@@ -32,13 +33,13 @@ use super::partitions::{PartitionedTable, partitioned_tables};
 use super::queries::QueryRegistry;
 use super::session::Caller;
 use super::vacate::{self, Vacate};
-use super::{Inner, buffer_view, matching, memory_view, relay, resize};
+use super::{Inner, buffer_view, groups_view, matching, memory_view, relay, resize};
 use crate::error::{ServerError, SqlState};
 
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 9] = [
     "queries",
     "pipelines",
     "workers",
@@ -46,6 +47,7 @@ const TABLES: [&str; 8] = [
     "cache",
     "matchings",
     "memory_tables",
+    "pipeline_groups",
     history::NAME,
 ];
 
@@ -109,6 +111,7 @@ impl SchemaProvider for SystemSchema {
             "cache" => buffer_view::cache_table(&inner).await?,
             "matchings" => matchings(&inner.matching.records())?,
             "memory_tables" => memory_view::memory_tables_table(&inner).await?,
+            "pipeline_groups" => groups_view::pipeline_groups_table(&inner).await?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),
         };
@@ -336,6 +339,7 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
         Field::new("output_rows", DataType::Int64, false),
         Field::new("output_bytes", DataType::Int64, false),
         Field::new("elapsed_ms", DataType::Int64, false),
+        Field::new("pipeline_group", DataType::Utf8, true),
     ]));
     let mut query = Int64Builder::new();
     let mut pipeline = Int32Builder::new();
@@ -344,6 +348,7 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
     let mut rows = Int64Builder::new();
     let mut bytes = Int64Builder::new();
     let mut elapsed = Int64Builder::new();
+    let mut group = StringBuilder::new();
     for entry in registry.live() {
         let Some(progress) = entry.info().progress else {
             continue;
@@ -356,6 +361,7 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
             rows.append_value(p.output_rows as i64);
             bytes.append_value(p.output_bytes as i64);
             elapsed.append_value(p.elapsed_ms as i64);
+            group.append_option(Some(p.group.as_str()).filter(|g| !g.is_empty()));
         }
     }
     let columns: Vec<ArrayRef> = vec![
@@ -366,6 +372,7 @@ fn pipelines(registry: &QueryRegistry) -> Result<RecordBatch> {
         Arc::new(rows.finish()),
         Arc::new(bytes.finish()),
         Arc::new(elapsed.finish()),
+        Arc::new(group.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

@@ -6,13 +6,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use skiff_engine::PipelineGraph;
-use skiff_engine::buffer::ChunkSource;
+use skiff_engine::buffer::{ChunkSource, GroupCache};
 use skiff_engine::grouping::{self, GroupAssignment, Grouping};
+use skiff_engine::{PipelineGraph, PipelineId};
+use skiff_flight::protocol::{PipelineGroupReport, PipelineGroups};
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::config::{BATCH_ASSEMBLY_WAIT, CLOSED_BATCHES_KEPT};
+use crate::config::{BATCH_ASSEMBLY_WAIT, CLOSED_BATCHES_KEPT, GROUP_REPORTS_KEPT};
 
 /// Batches being assembled, and those closed short.
 #[derive(Default)]
@@ -24,12 +25,24 @@ pub(crate) struct Batches {
 struct State {
     open: HashMap<u64, Open>,
     closed: VecDeque<u64>,
+    /// The latest groups, newest last.
+    reports: VecDeque<Report>,
 }
 
 struct Open {
     size: usize,
     graphs: Vec<PipelineGraph>,
+    queries: Vec<u64>,
     grouped: watch::Sender<Option<Arc<Grouping>>>,
+}
+
+/// A group as `skiff.pipeline_groups` shows it.
+struct Report {
+    label: String,
+    members: String,
+    shared: String,
+    column_bytes: usize,
+    cache: Arc<GroupCache>,
 }
 
 /// One query's place in its batch once grouped.
@@ -42,6 +55,15 @@ impl Placed {
     pub(crate) fn assignment(&self) -> &GroupAssignment {
         &self.grouping.assignments[self.index]
     }
+
+    /// The group of each of the query's grouped pipelines.
+    pub(crate) fn labels(&self) -> HashMap<PipelineId, String> {
+        self.assignment()
+            .0
+            .iter()
+            .map(|(id, scans)| (*id, scans.label.to_string()))
+            .collect()
+    }
 }
 
 impl Batches {
@@ -49,6 +71,7 @@ impl Batches {
     /// batch's grouping; `None` when the batch was closed before it came.
     pub(crate) async fn arrive(
         &self,
+        query: u64,
         batch: u64,
         size: usize,
         graph: &PipelineGraph,
@@ -63,9 +86,11 @@ impl Batches {
             let open = state.open.entry(batch).or_insert_with(|| Open {
                 size,
                 graphs: Vec::new(),
+                queries: Vec::new(),
                 grouped: watch::channel(None).0,
             });
             open.graphs.push(graph.clone());
+            open.queries.push(query);
             let index = open.graphs.len() - 1;
             let grouped = open.grouped.subscribe();
             if open.graphs.len() >= open.size {
@@ -90,6 +115,30 @@ impl Batches {
         Some(Placed { grouping, index })
     }
 
+    /// The latest groups and what their fetches did.
+    pub(crate) fn reports(&self) -> PipelineGroups {
+        let state = self.lock();
+        let groups = state
+            .reports
+            .iter()
+            .map(|r| {
+                let counters = r.cache.counters();
+                PipelineGroupReport {
+                    group: r.label.clone(),
+                    members: r.members.clone(),
+                    shared: r.shared.clone(),
+                    column_bytes: r.column_bytes as u64,
+                    chunks_fetched: counters.chunks_fetched,
+                    bytes_fetched: counters.bytes_fetched,
+                    chunks_shared: counters.chunks_shared,
+                    wait_us: counters.wait_ns / 1000,
+                    held_max_bytes: r.cache.held().1 as u64,
+                }
+            })
+            .collect();
+        PipelineGroups { groups }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -102,7 +151,7 @@ fn close(state: &mut State, batch: u64, source: &Arc<dyn ChunkSource>, budget: u
         return;
     };
     let graphs: Vec<&PipelineGraph> = open.graphs.iter().collect();
-    let grouping = grouping::group(&graphs, source, budget);
+    let grouping = grouping::group(batch, &graphs, source, budget);
     info!(
         batch,
         queries = graphs.len(),
@@ -110,15 +159,30 @@ fn close(state: &mut State, batch: u64, source: &Arc<dyn ChunkSource>, budget: u
         groups = grouping.groups.len(),
         "batch grouped"
     );
-    for (nth, group) in grouping.groups.iter().enumerate() {
+    for group in &grouping.groups {
+        let members: Vec<String> = group
+            .members
+            .iter()
+            .map(|(at, pipeline)| format!("{}.{pipeline}", open.queries[*at]))
+            .collect();
+        let report = Report {
+            label: group.label.clone(),
+            members: members.join(" "),
+            shared: group.shared_names(),
+            column_bytes: group.bytes,
+            cache: Arc::clone(&group.cache),
+        };
         info!(
-            batch,
-            group = nth,
-            members = %group.member_names(),
-            shared = %group.shared_names(),
-            bytes = group.bytes,
+            group = %report.label,
+            members = %report.members,
+            shared = %report.shared,
+            bytes = report.column_bytes,
             "pipeline group"
         );
+        state.reports.push_back(report);
+        if state.reports.len() > GROUP_REPORTS_KEPT {
+            state.reports.pop_front();
+        }
     }
     open.grouped.send_replace(Some(Arc::new(grouping)));
 }

@@ -30,7 +30,8 @@ use prost::Message;
 use skiff_engine::buffer::RemoteTier;
 use skiff_engine::store::PipelineStatus;
 use skiff_engine::{
-    Engine, EngineConfig, PauseMode, PipelineGraph, QueryExecution, explain, memory_pool, pipeline,
+    Engine, EngineConfig, PauseMode, PipelineGraph, PipelineId, QueryExecution, explain,
+    memory_pool, pipeline,
 };
 use skiff_flight::protocol::{
     BufferCleared, BufferStats, BufferTable, CancelQuery, HandoffReason, Heartbeat, HeartbeatReply,
@@ -71,6 +72,8 @@ struct Running {
     execution: Arc<QueryExecution>,
     token: CancellationToken,
     control: Arc<handoff::Control>,
+    /// The pipeline group of each grouped pipeline.
+    groups: HashMap<PipelineId, String>,
 }
 
 struct WorkerService {
@@ -320,6 +323,7 @@ impl WorkerService {
                                 .iter()
                                 .map(|p| p.0 as u32)
                                 .collect(),
+                            group: r.groups.get(&PipelineId(i)).cloned().unwrap_or_default(),
                         }
                     })
                     .collect();
@@ -366,10 +370,15 @@ impl WorkerService {
         let plan = skiff_flight::decode_plan(&request.plan, &task_ctx)?;
         // Planned at the coordinator's or the source worker's parallelism.
         let plan = skiff_state::with_partitions(plan, self.partitions)?;
+        let mut labels = HashMap::new();
         let execution = if request.state_key.is_empty() {
             let graph = pipeline::split(plan)?;
             let placed = self.place_in_batch(&request, &graph, &task_ctx).await;
             let groups = placed.as_ref().map(batch::Placed::assignment);
+            labels = placed
+                .as_ref()
+                .map(batch::Placed::labels)
+                .unwrap_or_default();
             QueryExecution::grouped(graph, &task_ctx, groups)?
         } else {
             handoff::continue_from_state(&request, plan, &task_ctx).await?
@@ -387,6 +396,7 @@ impl WorkerService {
                 execution: Arc::clone(&execution),
                 token: token.clone(),
                 control: Arc::clone(&control),
+                groups: labels,
             },
         );
         info!(
@@ -432,6 +442,7 @@ impl WorkerService {
         );
         self.batches
             .arrive(
+                request.query_id,
                 request.batch_id,
                 request.batch_size as usize,
                 graph,
@@ -577,6 +588,7 @@ impl Handler for WorkerHandle {
                 Ok(self.0.pause(&request).encode_to_vec().into())
             }
             action::BUFFER_STATS => Ok(self.0.buffer_stats().encode_to_vec().into()),
+            action::PIPELINE_GROUPS => Ok(self.0.batches.reports().encode_to_vec().into()),
             action::BUFFER_SHIP => {
                 let request = ShipBlocks::decode(action.body)
                     .map_err(|e| Status::invalid_argument(format!("bad ship: {e}")))?;

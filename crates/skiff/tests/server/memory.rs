@@ -556,6 +556,45 @@ async fn a_batch_fetches_each_shared_chunk_once() {
         log.contains("pipeline group") && log.contains("li.l_quantity"),
         "the group and what it shares are logged:\n{log}"
     );
+    // The worker's own counters: the last batch's one group fetched each
+    // row group's column once (a row group's column is one 64 KiB chunk
+    // here) and served the other readers from its cache.
+    assert!(chunks.iter().all(|c| *c == chunks[0]), "{chunks:?}");
+    let groups = simple_rows(
+        &client,
+        "SELECT pipeline_group, members, shared, chunks_fetched, chunks_shared, \
+         bytes_fetched FROM skiff.pipeline_groups ORDER BY pipeline_group",
+    )
+    .await
+    .expect("skiff.pipeline_groups");
+    assert_eq!(groups.len(), 3, "one group a round: {groups:?}");
+    let last = &groups[2];
+    let field = |at: usize| last[at].clone().unwrap_or_default();
+    let count = |at: usize| field(at).parse::<i64>().unwrap_or(-1);
+    assert_eq!(field(1).split(' ').count(), 4, "{last:?}");
+    assert_eq!(field(2), "li.l_extendedprice, li.l_quantity", "{last:?}");
+    assert_eq!(count(3), 4 * chunks[0], "{last:?}");
+    // l_quantity read by three (two from the cache), l_extendedprice by two.
+    assert_eq!(count(4), 3 * chunks[0], "{last:?}");
+    assert!(count(5) > 0);
+    // EXPLAIN ANALYZE of queries sent in one batch names their group.
+    for session in &sessions[..2] {
+        session
+            .simple_query("SET skiff.batch_max_queries = 2")
+            .await
+            .expect("set");
+    }
+    let explain = "EXPLAIN ANALYZE PIPELINES SELECT count(*) FROM li WHERE l_quantity > 25";
+    let explained = futures::future::join_all(
+        sessions[..2]
+            .iter()
+            .map(|session| simple_rows(session, explain)),
+    )
+    .await;
+    for rows in explained {
+        let text = format!("{:?}", rows.expect(explain));
+        assert!(text.contains(", in pipeline group "), "{text}");
+    }
 }
 
 /// TPC-DS with every table in a memory node, its 99 queries sent four at
