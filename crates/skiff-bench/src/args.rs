@@ -38,9 +38,20 @@ pub enum BenchTarget {
     Tpcds,
     /// Loading TPC-H's lineitem from CSV (`COPY`).
     Load,
-    /// Tables in memory nodes (pipeline groups): the paper's Figure 4, one
-    /// pipeline over a remote column (TPC-H's data).
+    /// Tables in memory nodes and pipeline groups (TPC-H's data): the
+    /// paper's Figures 4 and 5 and concurrent TPC-H streams (`--parts`).
     Groups,
+}
+
+/// The parts of `skiff bench groups`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupsPart {
+    /// Figure 4: one pipeline over a remote column, by fetch size.
+    Fetch,
+    /// Figure 5: four pipelines of three columns, by overlap.
+    Overlap,
+    /// Concurrent TPC-H streams, grouped and not.
+    Streams,
 }
 
 impl BenchArgs {
@@ -173,6 +184,14 @@ pub struct BenchArgs {
     /// RESULTS/tpch-<data>-matching-*.
     #[arg(long, conflicts_with_all = ["via", "migration", "state_sizes", "scale"])]
     pub matching: bool,
+    /// With `groups`: which parts to run (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fetch,overlap,streams"
+    )]
+    pub parts: Vec<GroupsPart>,
 }
 
 const BENCH_HELP: &str = "\
@@ -211,14 +230,26 @@ load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
   table; DuckDB does the same into a database file and checkpoints. Output:
   RESULTS/load-<data>-latest.csv/.png.
 
-groups (tables in memory nodes, pipeline groups; `skiff serve` children):
-  Figure 4 of the paper: one pipeline (one worker, one partition) summing an
+groups (tables in memory nodes, pipeline groups; `skiff serve` children;
+  --parts fetch,overlap,streams picks):
+  fetch: Figure 4 of the paper: one pipeline (one worker, one partition) summing an
   expression over a copy of lineitem's l_orderkey written in row groups of 64
   KiB to 64 MiB (the bytes one fetch moves), read from storage (pool off),
   from a memory node on demand (skiff.prefetch_depth = 0) and prefetching 2
   row groups ahead, and from the worker's warm buffer pool (local); with the
   memory node's emulated link off, at 10 Gbit and at 1 Gbit. Median of --runs
   after the first. Output: RESULTS/tpch-<data>-groups-latest.csv/.png.
+  overlap: Figure 5: four pipelines (one partition each) of three BIGINT
+  columns of a 12-column copy of lineitem, sharing 0 to 3 of them: local (the
+  pool warm) one after another and at once; from the memory node one
+  alone, one after another, at once, and at once in one batch (grouped);
+  link off and 10 Gbit; bytes the memory node sent. Output:
+  RESULTS/tpch-<data>-groups-overlap-latest.csv/.png.
+  streams: --clients concurrent TPC-H streams (each the queries in a rotated
+  order) over one worker with every table in a memory node behind a 10 Gbit
+  link and the pool off, grouped (skiff.batch_window_ms = 20) and not:
+  throughput, latency p50/p99, bytes the memory node sent. Output:
+  RESULTS/tpch-<data>-groups-streams-latest.csv/.png.
 
 Examples:
   skiff bench tpch --sf 1

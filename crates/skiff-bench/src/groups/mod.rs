@@ -1,14 +1,20 @@
-//! `skiff bench groups`: tables in memory nodes (pipeline groups,
-//! `../shared/papers/pipeline-groups-disaggregated.txt`, issue 18). For now
-//! the paper's Figure 4: one pipeline (one worker, one partition, no
-//! distribution) scanning and aggregating one remote column, against the
-//! bytes each fetch moves, asked for on demand (`skiff.prefetch_depth =
-//! 0`) and ahead ([`PREFETCH`] row groups), against the column in the
-//! worker's own memory (its buffer pool, warm) and read from storage (the
-//! pool off, the table not loaded). A fetch moves one row group's column:
-//! the sweep writes copies of lineitem's `l_orderkey` (8 bytes a row) in
-//! row groups of [`FETCH_BYTES`] each. Each setting of the memory node's
-//! emulated link ([`LINKS`]) runs on a cluster of its own.
+//! `skiff bench groups`: tables in memory nodes and pipeline groups
+//! (`../shared/papers/pipeline-groups-disaggregated.txt`, issue 18), in
+//! three parts (`--parts`): the paper's Figure 4 (here), Figure 5
+//! ([`overlap`]) and concurrent TPC-H streams ([`streams`]).
+//!
+//! Figure 4: one pipeline (one worker, one partition, no distribution)
+//! scanning and aggregating one remote column, against the bytes each
+//! fetch moves, asked for on demand (`skiff.prefetch_depth = 0`) and ahead
+//! ([`PREFETCH`] row groups), against the column in the worker's own
+//! memory (its buffer pool, warm) and read from storage (the pool off, the
+//! table not loaded). A fetch moves one row group's column: the sweep
+//! writes copies of lineitem's `l_orderkey` (8 bytes a row) in row groups
+//! of [`FETCH_BYTES`] each. Each setting of the memory node's emulated
+//! link ([`LINKS`]) runs on a cluster of its own.
+
+mod overlap;
+mod streams;
 
 use std::io::Write;
 use std::path::Path;
@@ -19,7 +25,7 @@ use plotters::prelude::*;
 use super::launch::{self, Coordinator, START_TIMEOUT};
 use super::scale::{PALETTE, own_state};
 use super::{BenchError, data_tag, default_data_dir, ensure_data, publish};
-use crate::args::{BenchArgs, BenchmarkName};
+use crate::args::{BenchArgs, BenchmarkName, GroupsPart};
 use crate::client::{Credentials, PgConn};
 
 /// Bytes one fetch moves (the row group's column), 64 KiB to 64 MiB.
@@ -89,6 +95,88 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         .unwrap_or_else(|| default_data_dir(BenchmarkName::Tpch, args.sf));
     ensure_data(&data, BenchmarkName::Tpch, args.sf, None)?;
     let title = format!("Pipeline groups, TPC-H {}", data_tag(args));
+    if args.parts.contains(&GroupsPart::Fetch) {
+        figure4_all(args, &data, &title).await?;
+    }
+    if args.parts.contains(&GroupsPart::Overlap) {
+        overlap::run(args, &data, &title).await?;
+    }
+    if args.parts.contains(&GroupsPart::Streams) {
+        streams::run(args, &data, &title).await?;
+    }
+    Ok(())
+}
+
+/// A `skiff serve` with one worker of `partitions` and one memory node
+/// behind `link`, and a session on it.
+async fn cluster(
+    data: &Path,
+    link: Option<&str>,
+    partitions: usize,
+) -> Result<(Coordinator, tempfile::TempDir, PgConn), BenchError> {
+    let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
+    let state = own_state(data)?;
+    let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+    let mut command = launch::serve(&exe, state.path(), 1, partitions);
+    command.args(["--memory-nodes", "1"]);
+    if let Some(link) = link {
+        command.args(["--link-bandwidth", link]);
+    }
+    let server = Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)?;
+    let conn = session(&server).await?;
+    Ok((server, state, conn))
+}
+
+/// Another session on `server`.
+async fn session(server: &Coordinator) -> Result<PgConn, BenchError> {
+    let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
+    PgConn::connect(server.pg().map_err(fail)?, &Credentials::default())
+        .await
+        .map_err(fail)
+}
+
+/// Run `sql` on `conn`; a failure names the statement.
+async fn exec(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
+    conn.query(sql)
+        .await
+        .map_err(|e| BenchError::Data(format!("{sql}: {e}")))
+}
+
+/// The one number `sql` answers (0 for NULL).
+async fn number(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
+    let rows = conn
+        .rows(sql)
+        .await
+        .map_err(|e| BenchError::Data(format!("{sql}: {e}")))?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.first().cloned().flatten())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64)
+}
+
+/// Bytes the memory nodes have sent of `table` (all tables: `None`).
+async fn served_bytes(conn: &PgConn, table: Option<&str>) -> Result<u64, BenchError> {
+    let filter = table.map_or_else(String::new, |t| format!(" WHERE \"table\" = '{t}'"));
+    number(
+        conn,
+        &format!("SELECT coalesce(sum(served_bytes), 0) FROM skiff.memory_tables{filter}"),
+    )
+    .await
+}
+
+/// The median of `ms` after the first (the warm-up; all when one).
+fn median_after_warm_up(ms: &[f64]) -> Option<f64> {
+    let mut counted: Vec<f64> = if ms.len() > 1 {
+        ms[1..].to_vec()
+    } else {
+        ms.to_vec()
+    };
+    counted.sort_by(f64::total_cmp);
+    counted.get(counted.len() / 2).copied()
+}
+
+async fn figure4_all(args: &BenchArgs, data: &Path, title: &str) -> Result<(), BenchError> {
     eprintln!(
         "{title}: Figure 4, one pipeline over l_orderkey in row groups of {} KiB to {} MiB, \
          {} runs each (the first a warm-up), links {}",
@@ -99,15 +187,15 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     );
     let mut runs = Vec::new();
     for link in LINKS {
-        runs.extend(figure4(&data, link, args.runs).await?);
+        runs.extend(figure4(data, link, args.runs).await?);
     }
-    let text = summary(&title, &runs);
+    let text = summary(title, &runs);
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let stem = format!("tpch-{}-groups", data_tag(args));
     let csv = csv(&runs);
     let files = publish(&args.results, &stem, args.archive, csv.as_bytes(), |png| {
-        plot(png, &title, &runs)
+        plot(png, title, &runs)
     })?;
     let _ = writeln!(out, "\nwrote {}", files.join(", "));
     Ok(())
@@ -119,18 +207,7 @@ async fn figure4(
     link: Option<&'static str>,
     runs: u32,
 ) -> Result<Vec<Run>, BenchError> {
-    let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
-    let state = own_state(data)?;
-    let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
-    let mut command = launch::serve(&exe, state.path(), 1, 1);
-    command.args(["--memory-nodes", "1"]);
-    if let Some(link) = link {
-        command.args(["--link-bandwidth", link]);
-    }
-    let _server: Coordinator = Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)?;
-    let conn = PgConn::connect(_server.pg().map_err(fail)?, &Credentials::default())
-        .await
-        .map_err(fail)?;
+    let (_server, _state, conn) = cluster(data, link, 1).await?;
     let sql = |s: String| {
         let conn = &conn;
         async move {
