@@ -60,14 +60,31 @@ pub struct GroupCounters {
     pub chunks_shared: u64,
     /// Time scans waited for columns another scan's fetch was bringing.
     pub wait_ns: u64,
+    /// The most bytes the cache's fetched entries held at once.
+    pub held_max_bytes: u64,
 }
 
-#[derive(Default)]
-struct Counters {
+/// A group's counters, kept apart from its cache so that a report can
+/// outlive the cache (whose entries go when its last scan does).
+#[derive(Debug, Default)]
+pub struct GroupStats {
     chunks_fetched: AtomicU64,
     bytes_fetched: AtomicU64,
     chunks_shared: AtomicU64,
     wait_ns: AtomicU64,
+    held_max_bytes: AtomicU64,
+}
+
+impl GroupStats {
+    pub fn counters(&self) -> GroupCounters {
+        GroupCounters {
+            chunks_fetched: self.chunks_fetched.load(Ordering::Relaxed),
+            bytes_fetched: self.bytes_fetched.load(Ordering::Relaxed),
+            chunks_shared: self.chunks_shared.load(Ordering::Relaxed),
+            wait_ns: self.wait_ns.load(Ordering::Relaxed),
+            held_max_bytes: self.held_max_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -79,14 +96,13 @@ struct State {
     entries: HashMap<Key, Entry>,
     /// Bytes the entries hold (of fetches that ended).
     held: usize,
-    held_max: usize,
 }
 
 /// The chunk cache one pipeline group's scans share.
 pub struct GroupCache {
     source: Arc<dyn ChunkSource>,
     state: Mutex<State>,
-    counters: Counters,
+    stats: Arc<GroupStats>,
 }
 
 impl fmt::Debug for GroupCache {
@@ -103,7 +119,7 @@ impl GroupCache {
         Arc::new(Self {
             source,
             state: Mutex::new(State::default()),
-            counters: Counters::default(),
+            stats: Arc::default(),
         })
     }
 
@@ -154,20 +170,17 @@ impl GroupCache {
     }
 
     pub fn counters(&self) -> GroupCounters {
-        let c = &self.counters;
-        GroupCounters {
-            chunks_fetched: c.chunks_fetched.load(Ordering::Relaxed),
-            bytes_fetched: c.bytes_fetched.load(Ordering::Relaxed),
-            chunks_shared: c.chunks_shared.load(Ordering::Relaxed),
-            wait_ns: c.wait_ns.load(Ordering::Relaxed),
-        }
+        self.stats.counters()
     }
 
-    /// Entries held now (fetched or under way), and the most bytes the
-    /// fetched ones held at once.
-    pub fn held(&self) -> (usize, usize) {
-        let state = self.lock();
-        (state.entries.len(), state.held_max)
+    /// The counters, to read after the cache is gone.
+    pub fn stats(&self) -> Arc<GroupStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Entries held now (fetched or under way).
+    pub fn held(&self) -> usize {
+        self.lock().entries.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -258,7 +271,7 @@ impl GroupCache {
             }
         }
         drop(state);
-        self.counters
+        self.stats
             .chunks_shared
             .fetch_add(shared, Ordering::Relaxed);
         let cache = Arc::clone(self);
@@ -275,7 +288,7 @@ impl GroupCache {
                 }
                 if all_shared {
                     let waited = started.elapsed().as_nanos() as u64;
-                    cache.counters.wait_ns.fetch_add(waited, Ordering::Relaxed);
+                    cache.stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
                 }
                 Ok(out)
             }
@@ -286,7 +299,7 @@ impl GroupCache {
     /// A fetch of `keys` ended with `got`: count it, and the bytes of the
     /// entries still held for other scans.
     fn admit(&self, keys: &[Key], got: &[Option<ArrayRef>]) {
-        let c = &self.counters;
+        let c = &self.stats;
         let arrays = got.iter().flatten();
         let bytes: usize = arrays.clone().map(|a| a.get_array_memory_size()).sum();
         c.chunks_fetched
@@ -301,7 +314,8 @@ impl GroupCache {
             }
         }
         state.held += held;
-        state.held_max = state.held_max.max(state.held);
+        c.held_max_bytes
+            .fetch_max(state.held as u64, Ordering::Relaxed);
     }
 }
 
@@ -437,12 +451,12 @@ mod tests {
         let b = cache.member(cache.register(&files, &names(&[1])));
         assert_eq!(values(&a, 0, &[0, 1]).await, vec![Some(0), Some(1)]);
         assert_eq!(
-            cache.held().0,
+            cache.held(),
             1,
             "column 1 kept for b, column 0 read by a alone"
         );
         assert_eq!(values(&b, 0, &[1]).await, vec![Some(1)]);
-        assert_eq!(cache.held().0, 0, "every reader passed");
+        assert_eq!(cache.held(), 0, "every reader passed");
         assert_eq!(node.asked.load(Ordering::SeqCst), 2);
         let counters = cache.counters();
         assert_eq!((counters.chunks_fetched, counters.chunks_shared), (2, 1));
@@ -452,9 +466,9 @@ mod tests {
         );
         // Past what the group shares, b fetches for itself.
         assert_eq!(values(&b, 1, &[1]).await, vec![Some(11)]);
-        assert_eq!(cache.held().0, 1, "row group 1's column 1 waits for a");
+        assert_eq!(cache.held(), 1, "row group 1's column 1 waits for a");
         drop(a);
-        assert_eq!(cache.held().0, 0, "a ended: nothing waits for it");
+        assert_eq!(cache.held(), 0, "a ended: nothing waits for it");
         assert_eq!(node.asked.load(Ordering::SeqCst), 3);
     }
 
@@ -486,7 +500,7 @@ mod tests {
             );
         }
         assert_eq!(node.asked.load(Ordering::SeqCst), 2);
-        assert_eq!(cache.held().0, 0);
+        assert_eq!(cache.held(), 0);
         assert_eq!(cache.counters().chunks_shared, 4);
     }
 
@@ -497,6 +511,6 @@ mod tests {
         let a = cache.member(cache.register(&["other.parquet".into()], &names(&[0])));
         let _b = cache.member(cache.register(&["other.parquet".into()], &names(&[0])));
         assert_eq!(values(&a, 0, &[0]).await, vec![Some(0)]);
-        assert_eq!(cache.held().0, 0, "nobody registered for this file");
+        assert_eq!(cache.held(), 0, "nobody registered for this file");
     }
 }

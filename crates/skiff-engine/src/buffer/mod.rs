@@ -27,7 +27,7 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 
-pub use group::{GroupCache, GroupCounters, MemberId};
+pub use group::{GroupCache, GroupCounters, GroupStats, MemberId};
 pub use pool::{
     Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
     Owned, TableCache,

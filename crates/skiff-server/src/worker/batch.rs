@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use skiff_engine::buffer::{ChunkSource, GroupCache};
+use skiff_engine::buffer::{ChunkSource, GroupStats};
 use skiff_engine::grouping::{self, GroupAssignment, Grouping};
 use skiff_engine::{PipelineGraph, PipelineId};
 use skiff_flight::protocol::{PipelineGroupReport, PipelineGroups};
@@ -42,7 +42,8 @@ struct Report {
     members: String,
     shared: String,
     column_bytes: usize,
-    cache: Arc<GroupCache>,
+    /// The group's counters (not its cache: that goes with its last scan).
+    stats: Arc<GroupStats>,
 }
 
 /// One query's place in its batch once grouped.
@@ -122,7 +123,7 @@ impl Batches {
             .reports
             .iter()
             .map(|r| {
-                let counters = r.cache.counters();
+                let counters = r.stats.counters();
                 PipelineGroupReport {
                     group: r.label.clone(),
                     members: r.members.clone(),
@@ -132,7 +133,7 @@ impl Batches {
                     bytes_fetched: counters.bytes_fetched,
                     chunks_shared: counters.chunks_shared,
                     wait_us: counters.wait_ns / 1000,
-                    held_max_bytes: r.cache.held().1 as u64,
+                    held_max_bytes: counters.held_max_bytes,
                 }
             })
             .collect();
@@ -170,7 +171,7 @@ fn close(state: &mut State, batch: u64, source: &Arc<dyn ChunkSource>, budget: u
             members: members.join(" "),
             shared: group.shared_names(),
             column_bytes: group.bytes,
-            cache: Arc::clone(&group.cache),
+            stats: group.cache.stats(),
         };
         info!(
             group = %report.label,
