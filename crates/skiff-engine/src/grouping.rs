@@ -13,7 +13,7 @@
 //! as if there were no batch.
 //!
 //! The budget is counted on whole columns (the statistics' byte sizes of
-//! the scanned files): a group's cache keeps a column's row groups only
+//! the scanned files, or their rows times the type's width): a group's cache keeps a column's row groups only
 //! until every scan of the group has passed them, but nothing makes the
 //! scans keep pace, so whole columns are what the cache could hold.
 
@@ -21,6 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
+use datafusion::common::Statistics;
 use datafusion::common::stats::Precision;
 use datafusion::datasource::physical_plan::FileSource;
 use datafusion::datasource::source::DataSource;
@@ -245,12 +247,7 @@ fn needs_of(
                 }
                 let bytes = statistics
                     .as_ref()
-                    .and_then(|s| s.column_statistics.get(at))
-                    .and_then(|c| match c.byte_size {
-                        Precision::Exact(b) | Precision::Inexact(b) => Some(b),
-                        Precision::Absent => None,
-                    })
-                    .unwrap_or(0);
+                    .map_or(0, |s| column_bytes(s, at, field.data_type()));
                 names.push(field.name().clone());
                 columns.insert((Arc::clone(&table), field.name().clone()), bytes);
             }
@@ -277,6 +274,28 @@ fn needs_of(
         scans,
         columns,
     })
+}
+
+/// Bytes assumed per value of a type of no fixed width (strings, lists).
+const VARIABLE_WIDTH_BYTES: usize = 32;
+
+/// A scanned column's bytes: its statistics' byte size when they give
+/// one (Parquet listing tables), else its rows times its type's width
+/// (Delta's statistics give rows only); 0 when neither is known.
+fn column_bytes(statistics: &Statistics, at: usize, data_type: &DataType) -> usize {
+    let known = |p: &Precision<usize>| match p {
+        Precision::Exact(n) | Precision::Inexact(n) => Some(*n),
+        Precision::Absent => None,
+    };
+    if let Some(bytes) = statistics
+        .column_statistics
+        .get(at)
+        .and_then(|c| known(&c.byte_size))
+    {
+        return bytes;
+    }
+    let width = data_type.primitive_width().unwrap_or(VARIABLE_WIDTH_BYTES);
+    known(&statistics.num_rows).map_or(0, |rows| rows.saturating_mul(width))
 }
 
 /// For each pipeline, every pipeline it depends on, directly or not.

@@ -2,6 +2,7 @@
 
 mod buffer;
 mod golden;
+mod grouping;
 mod invariants;
 mod slt;
 mod splitting;
