@@ -13,9 +13,10 @@
 //! as if there were no batch.
 //!
 //! The budget is counted on whole columns (the statistics' byte sizes of
-//! the scanned files, or their rows times the type's width): a group's cache keeps a column's row groups only
-//! until every scan of the group has passed them, but nothing makes the
-//! scans keep pace, so whole columns are what the cache could hold.
+//! the scanned files, or their rows times the type's width): a group's
+//! cache keeps a column's row groups only until every scan of the group
+//! has passed them, but nothing makes the scans keep pace, so whole
+//! columns are what the cache could hold.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
