@@ -192,6 +192,9 @@ pub struct BenchArgs {
         default_value = "fetch,overlap,streams"
     )]
     pub parts: Vec<GroupsPart>,
+    /// With `groups`: the batch windows (ms) of the grouped stream runs.
+    #[arg(long, value_delimiter = ',', default_value = "20,500")]
+    pub batch_windows: Vec<u64>,
 }
 
 const BENCH_HELP: &str = "\
@@ -247,7 +250,8 @@ groups (tables in memory nodes, pipeline groups; `skiff serve` children;
   RESULTS/tpch-<data>-groups-overlap-latest.csv/.png.
   streams: --clients concurrent TPC-H streams (each the queries in a rotated
   order) over one worker with every table in a memory node behind a 10 Gbit
-  link and the pool off, grouped (skiff.batch_window_ms = 20) and not:
+  link and the pool off, ungrouped and batched in each of --batch-windows
+  (skiff.batch_window_ms, default 20,500):
   throughput, latency p50/p99, bytes the memory node sent. Output:
   RESULTS/tpch-<data>-groups-streams-latest.csv/.png.
 
