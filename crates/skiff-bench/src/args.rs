@@ -195,6 +195,10 @@ pub struct BenchArgs {
     /// With `groups`: the batch windows (ms) of the grouped stream runs.
     #[arg(long, value_delimiter = ',', default_value = "20,500")]
     pub batch_windows: Vec<u64>,
+    /// With `groups`: the memory node's emulated link in the stream runs
+    /// (`10Gbit`, `1Gbit`, ...; `off` for none).
+    #[arg(long, default_value = "10Gbit")]
+    pub stream_link: String,
 }
 
 const BENCH_HELP: &str = "\
@@ -249,11 +253,11 @@ groups (tables in memory nodes, pipeline groups; `skiff serve` children;
   link off and 10 Gbit; bytes the memory node sent. Output:
   RESULTS/tpch-<data>-groups-overlap-latest.csv/.png.
   streams: --clients concurrent TPC-H streams (each the queries in a rotated
-  order) over one worker with every table in a memory node behind a 10 Gbit
-  link and the pool off, ungrouped and batched in each of --batch-windows
+  order) over one worker with every table in a memory node behind a link of
+  --stream-link (default 10Gbit) and the pool off, ungrouped and batched in each of --batch-windows
   (skiff.batch_window_ms, default 20,500):
   throughput, latency p50/p99, bytes the memory node sent. Output:
-  RESULTS/tpch-<data>-groups-streams-latest.csv/.png.
+  RESULTS/tpch-<data>-groups-streams-<link>-latest.csv/.png.
 
 Examples:
   skiff bench tpch --sf 1

@@ -2,7 +2,7 @@
 //! sessions each run the queries once, in the order rotated by its place
 //! (TPC-H's throughput test runs permutations; a rotation keeps the
 //! streams out of step), over one worker whose pool is off, with every
-//! table loaded into a memory node behind a [`LINK`] link. Grouped runs
+//! table loaded into a memory node behind `--stream-link`. Grouped runs
 //! batch the queries that arrive within each of `--batch-windows` (at most
 //! one per stream); ungrouped runs send each on its own. Throughput,
 //! latency p50 and p99 (of every query, batch wait included) and the bytes
@@ -20,7 +20,6 @@ use super::{cluster, exec, served_bytes, session};
 use crate::args::BenchArgs;
 use crate::client::PgConn;
 
-const LINK: Option<&str> = Some("10Gbit");
 const TPCH_TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
 ];
@@ -61,9 +60,10 @@ pub(super) async fn run(args: &BenchArgs, data: &Path, title: &str) -> Result<()
          batched in windows of {:?} ms, link {}",
         queries.len(),
         &windows[1..],
-        LINK.unwrap_or("off")
+        args.stream_link
     );
-    let (server, _state, admin) = cluster(data, LINK, super::super::cores()).await?;
+    let link = Some(args.stream_link.as_str()).filter(|l| *l != "off");
+    let (server, _state, admin) = cluster(data, link, super::super::cores()).await?;
     for table in TPCH_TABLES {
         exec(&admin, &format!("SELECT skiff.load_to_memory('{table}')")).await?;
     }
@@ -107,16 +107,20 @@ pub(super) async fn run(args: &BenchArgs, data: &Path, title: &str) -> Result<()
             points.push(point);
         }
     }
-    let text = summary(title, &points);
+    let text = summary(title, &args.stream_link, &points);
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
-    let stem = format!("tpch-{}-groups-streams", data_tag(args));
+    let stem = format!(
+        "tpch-{}-groups-streams-{}",
+        data_tag(args),
+        args.stream_link
+    );
     let files = publish(
         &args.results,
         &stem,
         args.archive,
         csv(&points).as_bytes(),
-        |png| plot(png, title, &points),
+        |png| plot(png, title, &args.stream_link, &points),
     )?;
     let _ = writeln!(out, "\nwrote {}", files.join(", "));
     Ok(())
@@ -178,13 +182,12 @@ fn windows(points: &[Point]) -> Vec<u64> {
     windows
 }
 
-fn summary(title: &str, points: &[Point]) -> String {
+fn summary(title: &str, link: &str, points: &[Point]) -> String {
     let windows = windows(points);
     let mut text = format!(
         "{title}: concurrent TPC-H streams, link {}, pool off; queries/s, latency p50/p99 \
          ms, MiB the memory node sent; then throughput and bytes against ungrouped\n\n{:>7}",
-        LINK.unwrap_or("off"),
-        "streams",
+        link, "streams",
     );
     for w in &windows {
         text.push_str(&format!(" {:>30}", label(*w)));
@@ -250,7 +253,7 @@ fn csv(points: &[Point]) -> String {
 type Measure = fn(&Point) -> f64;
 
 /// Throughput and bytes sent against the streams, a line per window.
-fn plot(path: &Path, title: &str, points: &[Point]) -> Result<(), String> {
+fn plot(path: &Path, title: &str, link: &str, points: &[Point]) -> Result<(), String> {
     super::super::plot::fonts()?;
     let root = BitMapBackend::new(path, (1000, 960)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -265,10 +268,7 @@ fn plot(path: &Path, title: &str, points: &[Point]) -> Result<(), String> {
         let top = points.iter().map(value).fold(1.0, f64::max);
         let mut chart = ChartBuilder::on(panel)
             .caption(
-                format!(
-                    "{title}: TPC-H streams, link {}: {what}",
-                    LINK.unwrap_or("off")
-                ),
+                format!("{title}: TPC-H streams, link {}: {what}", link),
                 ("sans-serif", 20),
             )
             .margin(10)
@@ -321,7 +321,7 @@ mod tests {
             bytes,
         };
         let points = [point(0, 22.0, 400 << 20), point(250, 11.0, 100 << 20)];
-        let text = summary("t", &points);
+        let text = summary("t", "10Gbit", &points);
         assert!(text.contains("2.00x, 0.25x"), "{text}");
         assert!(text.contains("batched 250 ms"), "{text}");
         assert_eq!(csv(&points).lines().count(), 3);
