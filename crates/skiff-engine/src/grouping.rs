@@ -132,48 +132,15 @@ pub fn group(
             && (ancestors[a.query][a.pipeline.0].contains(&b.pipeline)
                 || ancestors[b.query][b.pipeline.0].contains(&a.pipeline))
     };
-    // Indices into `needs`, a set per group; merged greedily.
-    let mut sets: Vec<Vec<usize>> = (0..needs.len()).map(|i| vec![i]).collect();
+    let sets = merge_greedily(&needs, budget, &related);
+    let mut grouping = Grouping {
+        groups: Vec::new(),
+        assignments: vec![GroupAssignment::default(); graphs.len()],
+    };
     let columns_of = |set: &[usize]| -> BTreeMap<TableColumn, usize> {
         set.iter()
             .flat_map(|&i| needs[i].columns.iter().map(|(c, b)| (c.clone(), *b)))
             .collect()
-    };
-    loop {
-        let mut best: Option<(usize, usize, usize)> = None;
-        let columns: Vec<BTreeMap<TableColumn, usize>> =
-            sets.iter().map(|s| columns_of(s)).collect();
-        for (a, columns_a) in columns.iter().enumerate() {
-            for (b, columns_b) in columns.iter().enumerate().skip(a + 1) {
-                let overlap = columns_a
-                    .keys()
-                    .filter(|c| columns_b.contains_key(*c))
-                    .count();
-                if overlap == 0 || best.is_some_and(|(_, _, o)| o >= overlap) {
-                    continue;
-                }
-                let bytes: usize = columns_a
-                    .iter()
-                    .chain(columns_b)
-                    .collect::<BTreeMap<_, _>>()
-                    .values()
-                    .copied()
-                    .sum();
-                let independent = sets[a]
-                    .iter()
-                    .all(|&i| sets[b].iter().all(|&j| !related(&needs[i], &needs[j])));
-                if bytes <= budget && independent {
-                    best = Some((a, b, overlap));
-                }
-            }
-        }
-        let Some((a, b, _)) = best else { break };
-        let merged = sets.remove(b);
-        sets[a].extend(merged);
-    }
-    let mut grouping = Grouping {
-        groups: Vec::new(),
-        assignments: vec![GroupAssignment::default(); graphs.len()],
     };
     for mut set in sets.into_iter().filter(|s| s.len() > 1) {
         set.sort_by_key(|&i| (needs[i].query, needs[i].pipeline));
@@ -219,6 +186,77 @@ pub fn group(
         });
     }
     grouping
+}
+
+/// Sets of indices into `needs`: one per pipeline at first, then the two
+/// sets sharing the most columns merged while their union fits `budget`
+/// and no two of its pipelines are `related`. Overlaps are kept in a
+/// matrix, a row recomputed per merge: a batch's pipelines are grouped in
+/// about n³ integer comparisons, not n³ set intersections. A pair found
+/// unable to merge never can (unions only grow), so it is struck out.
+fn merge_greedily(
+    needs: &[Needs],
+    budget: usize,
+    related: &dyn Fn(&Needs, &Needs) -> bool,
+) -> Vec<Vec<usize>> {
+    let n = needs.len();
+    let mut sets: Vec<Option<Vec<usize>>> = (0..n).map(|i| Some(vec![i])).collect();
+    let mut columns: Vec<BTreeMap<TableColumn, usize>> =
+        needs.iter().map(|need| need.columns.clone()).collect();
+    let shared = |a: &BTreeMap<TableColumn, usize>, b: &BTreeMap<TableColumn, usize>| {
+        a.keys().filter(|c| b.contains_key(*c)).count()
+    };
+    let mut overlap = vec![vec![0; n]; n];
+    for a in 0..n {
+        for b in a + 1..n {
+            overlap[a][b] = shared(&columns[a], &columns[b]);
+        }
+    }
+    loop {
+        let mut best: Option<(usize, usize)> = None;
+        let mut most = 0;
+        for a in 0..n {
+            for b in a + 1..n {
+                if overlap[a][b] <= most {
+                    continue;
+                }
+                let (Some(set_a), Some(set_b)) = (&sets[a], &sets[b]) else {
+                    continue;
+                };
+                let bytes: usize = columns[a]
+                    .iter()
+                    .chain(&columns[b])
+                    .collect::<BTreeMap<_, _>>()
+                    .values()
+                    .copied()
+                    .sum();
+                let independent = set_a
+                    .iter()
+                    .all(|&i| set_b.iter().all(|&j| !related(&needs[i], &needs[j])));
+                if bytes <= budget && independent {
+                    best = Some((a, b));
+                    most = overlap[a][b];
+                } else {
+                    overlap[a][b] = 0;
+                }
+            }
+        }
+        let Some((a, b)) = best else { break };
+        let merged = sets[b].take().unwrap_or_default();
+        if let Some(set) = sets[a].as_mut() {
+            set.extend(merged);
+        }
+        let gone = std::mem::take(&mut columns[b]);
+        columns[a].extend(gone);
+        for k in 0..n {
+            overlap[b.min(k)][b.max(k)] = 0;
+            if k == a || sets[k].is_none() {
+                continue;
+            }
+            overlap[a.min(k)][a.max(k)] = shared(&columns[a], &columns[k]);
+        }
+    }
+    sets.into_iter().flatten().collect()
 }
 
 /// What pipeline `pipeline` of query `query` reads from tables `source`

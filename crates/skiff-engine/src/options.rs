@@ -76,7 +76,8 @@ extensions_options! {
         /// run on one worker with their pipelines in pipeline groups
         /// (`grouping`); 0 (the default) sends each query on its own.
         pub batch_window_ms: u64, default = 0
-        /// A batch closes once it has this many queries, window or not.
+        /// A batch closes once it has this many queries, window or not
+        /// (at most 64, the server's `BATCH_MAX_QUERIES_MAX`).
         pub batch_max_queries: usize, default = 16
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto

@@ -159,6 +159,11 @@ pub const PRELOAD_RETRY: Duration = Duration::from_secs(2);
 /// that came; a late one runs outside the groups.
 pub const BATCH_ASSEMBLY_WAIT: Duration = Duration::from_secs(1);
 
+/// Most queries one batch holds, whatever a session sets
+/// (`skiff.batch_max_queries`): the worker groups a batch's pipelines in
+/// time cubic in their number.
+pub const BATCH_MAX_QUERIES_MAX: usize = 64;
+
 /// Batches a worker remembers having closed short, so that their late
 /// queries run at once instead of waiting for a batch of their own.
 pub const CLOSED_BATCHES_KEPT: usize = 1024;

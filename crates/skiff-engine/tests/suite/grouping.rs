@@ -110,4 +110,18 @@ async fn pipelines_sharing_columns_are_grouped_within_the_budget() {
         1,
         "one side of the join: {members:?}"
     );
+
+    // A full batch of queries over the same columns is one group however
+    // many: the budget counts the union of their columns, two columns; a
+    // budget below those groups none.
+    let same: Vec<&str> = vec!["SELECT sum(a) + max(b) FROM t"; 64];
+    let batch = graphs(&engine, &same).await;
+    let all = grouped(&batch, usize::MAX);
+    assert_eq!(all.groups.len(), 1);
+    assert_eq!(all.groups[0].members.len(), 64);
+    let tight = grouped(&batch, all.groups[0].bytes);
+    assert_eq!(tight.groups.len(), 1);
+    assert_eq!(tight.groups[0].members.len(), 64);
+    let few = grouped(&batch, all.groups[0].bytes - 1);
+    assert!(few.groups.is_empty(), "two columns do not fit");
 }

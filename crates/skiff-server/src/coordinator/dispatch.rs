@@ -20,6 +20,7 @@ use tracing::debug;
 use super::membership::Placement;
 use super::relay::{self, Relay};
 use super::{ClientSession, Inner, QueryEntry, QueryStatus};
+use crate::config::BATCH_MAX_QUERIES_MAX;
 use crate::error::{Result, ServerError, SqlState};
 
 /// What the worker returns.
@@ -96,9 +97,8 @@ async fn batch(
     }
     let window = Duration::from_millis(options.batch_window_ms);
     let membership = Arc::clone(&inner.membership);
-    let joined = inner
-        .batcher
-        .join(window, options.batch_max_queries, move || membership.pick());
+    let most = options.batch_max_queries.min(BATCH_MAX_QUERIES_MAX);
+    let joined = inner.batcher.join(window, most, move || membership.pick());
     let token = entry.token().clone();
     let closed = tokio::select! {
         () = token.cancelled() => return Err(entry.cancel_reason()),
