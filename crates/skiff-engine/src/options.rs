@@ -74,7 +74,8 @@ extensions_options! {
         pub test_matching_pause_ms: u64, default = 0
         /// Collect arriving queries this many milliseconds into one batch,
         /// run on one worker with their pipelines in pipeline groups
-        /// (`grouping`); 0 (the default) sends each query on its own.
+        /// (`grouping`); 0 (the default) sends each query on its own; at
+        /// most 10 s (the server's `BATCH_WINDOW_MAX`).
         pub batch_window_ms: u64, default = 0
         /// A batch closes once it has this many queries, window or not
         /// (at most 64, the server's `BATCH_MAX_QUERIES_MAX`).

@@ -164,6 +164,11 @@ pub const BATCH_ASSEMBLY_WAIT: Duration = Duration::from_secs(1);
 /// time cubic in their number.
 pub const BATCH_MAX_QUERIES_MAX: usize = 64;
 
+/// Longest a query waits for its batch, whatever a session sets
+/// (`skiff.batch_window_ms`): the wait comes before the statement's
+/// timeout starts counting.
+pub const BATCH_WINDOW_MAX: Duration = Duration::from_secs(10);
+
 /// Batches a worker remembers having closed short, so that their late
 /// queries run at once instead of waiting for a batch of their own.
 pub const CLOSED_BATCHES_KEPT: usize = 1024;

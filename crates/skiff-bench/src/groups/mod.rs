@@ -165,6 +165,23 @@ async fn served_bytes(conn: &PgConn, table: Option<&str>) -> Result<u64, BenchEr
     .await
 }
 
+/// Print a part's summary, write its CSV and plot as
+/// RESULTS/tpch-<data>-`part`-latest.* and say where.
+fn report(
+    args: &BenchArgs,
+    part: &str,
+    summary: &str,
+    csv: &str,
+    draw: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), BenchError> {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(summary.as_bytes());
+    let stem = format!("tpch-{}-{part}", data_tag(args));
+    let files = publish(&args.results, &stem, args.archive, csv.as_bytes(), draw)?;
+    let _ = writeln!(out, "\nwrote {}", files.join(", "));
+    Ok(())
+}
+
 /// The median of `ms` after the first (the warm-up; all when one).
 fn median_after_warm_up(ms: &[f64]) -> Option<f64> {
     let mut counted: Vec<f64> = if ms.len() > 1 {
@@ -189,16 +206,9 @@ async fn figure4_all(args: &BenchArgs, data: &Path, title: &str) -> Result<(), B
     for link in LINKS {
         runs.extend(figure4(data, link, args.runs).await?);
     }
-    let text = summary(title, &runs);
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let stem = format!("tpch-{}-groups", data_tag(args));
-    let csv = csv(&runs);
-    let files = publish(&args.results, &stem, args.archive, csv.as_bytes(), |png| {
+    report(args, "groups", &summary(title, &runs), &csv(&runs), |png| {
         plot(png, title, &runs)
-    })?;
-    let _ = writeln!(out, "\nwrote {}", files.join(", "));
-    Ok(())
+    })
 }
 
 /// Every point of Figure 4 with the link at `link`, on a cluster of its own.

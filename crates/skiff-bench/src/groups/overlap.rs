@@ -7,15 +7,14 @@
 //! one after another, at once, and at once in one batch, where they run
 //! as one pipeline group and each shared chunk crosses once.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 use plotters::prelude::*;
 
+use super::super::BenchError;
 use super::super::scale::PALETTE;
-use super::super::{BenchError, data_tag, publish};
-use super::{cluster, exec, median_after_warm_up, served_bytes, session};
+use super::{cluster, exec, median_after_warm_up, report, served_bytes, session};
 use crate::args::BenchArgs;
 
 const PIPELINES: usize = 4;
@@ -121,19 +120,13 @@ pub(super) async fn run(args: &BenchArgs, data: &Path, title: &str) -> Result<()
     for link in LINKS {
         runs.extend(on_link(data, link, args.runs).await?);
     }
-    let text = summary(title, &runs);
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let stem = format!("tpch-{}-groups-overlap", data_tag(args));
-    let files = publish(
-        &args.results,
-        &stem,
-        args.archive,
-        csv(&runs).as_bytes(),
+    report(
+        args,
+        "groups-overlap",
+        &summary(title, &runs),
+        &csv(&runs),
         |png| plot(png, title, &runs),
-    )?;
-    let _ = writeln!(out, "\nwrote {}", files.join(", "));
-    Ok(())
+    )
 }
 
 async fn on_link(

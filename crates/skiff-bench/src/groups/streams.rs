@@ -8,15 +8,14 @@
 //! latency p50 and p99 (of every query, batch wait included) and the bytes
 //! the memory node sent.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 use plotters::prelude::*;
 
 use super::super::scale::PALETTE;
-use super::super::{BenchError, data_tag, find_queries, publish, read_scripts, select_queries};
-use super::{cluster, exec, served_bytes, session};
+use super::super::{BenchError, find_queries, read_scripts, select_queries};
+use super::{cluster, exec, report, served_bytes, session};
 use crate::args::BenchArgs;
 use crate::client::PgConn;
 
@@ -107,23 +106,14 @@ pub(super) async fn run(args: &BenchArgs, data: &Path, title: &str) -> Result<()
             points.push(point);
         }
     }
-    let text = summary(title, &args.stream_link, &points);
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let stem = format!(
-        "tpch-{}-groups-streams-{}",
-        data_tag(args),
-        args.stream_link
-    );
-    let files = publish(
-        &args.results,
-        &stem,
-        args.archive,
-        csv(&points).as_bytes(),
-        |png| plot(png, title, &args.stream_link, &points),
-    )?;
-    let _ = writeln!(out, "\nwrote {}", files.join(", "));
-    Ok(())
+    let link = &args.stream_link;
+    report(
+        args,
+        &format!("groups-streams-{link}"),
+        &summary(title, link, &points),
+        &csv(&points),
+        |png| plot(png, title, link, &points),
+    )
 }
 
 /// Run one stream per session at once; the wall time in seconds and every

@@ -156,39 +156,47 @@ pub fn wrap_scans(
         group: None,
         ..tiers.clone()
     };
-    plan.transform_up(|node| {
-        let Some((config, parquet)) = parquet_scan(&node) else {
-            return Ok(Transformed::no(node));
-        };
-        let member = tiers
-            .group
-            .as_ref()
-            .and_then(|g| Some((g, (*g.members.get(nth)?)?)));
-        nth += 1;
-        let grouped;
-        let tiers = match member {
-            // A member dropped unused (the scan is not wrapped) ends, so
-            // that the group's entries stop waiting for it.
-            Some((group, id)) => {
-                grouped = Tiers {
-                    remote: Some(RemoteTier(group.cache.member(id))),
-                    group: Some(group.clone()),
-                    ..plain.clone()
-                };
-                &grouped
-            }
-            None => &plain,
-        };
-        let Some(source) = BufferedSource::wrap(parquet, config, tiers, Arc::clone(&metadata))
-        else {
-            return Ok(Transformed::no(node));
-        };
-        let mut config = config.clone();
-        config.file_source = Arc::new(source);
-        let wrapped: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
-        Ok(Transformed::yes(wrapped))
-    })
-    .data()
+    let plan = plan
+        .transform_up(|node| {
+            let Some((config, parquet)) = parquet_scan(&node) else {
+                return Ok(Transformed::no(node));
+            };
+            let member = tiers
+                .group
+                .as_ref()
+                .and_then(|g| Some((g, (*g.members.get(nth)?)?)));
+            nth += 1;
+            let grouped;
+            let tiers = match member {
+                // A member dropped unused (the scan is not wrapped) ends, so
+                // that the group's entries stop waiting for it.
+                Some((group, id)) => {
+                    grouped = Tiers {
+                        remote: Some(RemoteTier(group.cache.member(id))),
+                        group: Some(group.clone()),
+                        ..plain.clone()
+                    };
+                    &grouped
+                }
+                None => &plain,
+            };
+            let Some(source) = BufferedSource::wrap(parquet, config, tiers, Arc::clone(&metadata))
+            else {
+                return Ok(Transformed::no(node));
+            };
+            let mut config = config.clone();
+            config.file_source = Arc::new(source);
+            let wrapped: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+            Ok(Transformed::yes(wrapped))
+        })
+        .data()?;
+    // Else some registered scan never ends and its group's entries wait
+    // for it until the group's last scan is gone.
+    debug_assert!(
+        tiers.group.as_ref().is_none_or(|g| g.members.len() == nth),
+        "the grouper saw the pipeline's scans as they are"
+    );
+    Ok(plan)
 }
 
 /// The Parquet file scans of `plan`, leaves left to right.

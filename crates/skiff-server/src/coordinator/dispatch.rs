@@ -20,7 +20,7 @@ use tracing::debug;
 use super::membership::Placement;
 use super::relay::{self, Relay};
 use super::{ClientSession, Inner, QueryEntry, QueryStatus};
-use crate::config::BATCH_MAX_QUERIES_MAX;
+use crate::config::{BATCH_MAX_QUERIES_MAX, BATCH_WINDOW_MAX};
 use crate::error::{Result, ServerError, SqlState};
 
 /// What the worker returns.
@@ -95,7 +95,7 @@ async fn batch(
     if options.batch_window_ms == 0 || options.batch_max_queries < 2 {
         return Ok(Placement::Any);
     }
-    let window = Duration::from_millis(options.batch_window_ms);
+    let window = Duration::from_millis(options.batch_window_ms).min(BATCH_WINDOW_MAX);
     let membership = Arc::clone(&inner.membership);
     let most = options.batch_max_queries.min(BATCH_MAX_QUERIES_MAX);
     let joined = inner.batcher.join(window, most, move || membership.pick());

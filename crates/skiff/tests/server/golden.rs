@@ -422,27 +422,14 @@ pub(crate) async fn suite_matches_duckdb(
     bench: &str,
     how: &str,
 ) {
-    let mut failures = Vec::new();
-    let all = queries(bench);
-    for (query, sql) in &all {
-        if let Err(reason) = check_in(bench, query, run_pg(client, sql).await) {
-            failures.push(format!("{query}: {reason}"));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{}/{} {bench} queries {how} differ from DuckDB:\n{}\nserver log:\n{}",
-        failures.len(),
-        all.len(),
-        failures.join("\n"),
-        server.log_text()
-    );
+    // One session: one query at a time.
+    suite_in_batches_matches_duckdb(server, std::slice::from_ref(client), bench, how).await;
 }
 
 /// Every query of `bench` matches its golden answers when the queries are
-/// sent a batch at a time, one per session of `sessions` (each of which
-/// batches: `skiff.batch_window_ms`, `skiff.batch_max_queries` at most
-/// their number), so that each batch's pipelines run grouped.
+/// sent as many at a time as there are `sessions`, one per session (when
+/// the sessions batch, `skiff.batch_window_ms` and `skiff.batch_max_queries`
+/// at most their number, each batch's pipelines run grouped).
 pub(crate) async fn suite_in_batches_matches_duckdb(
     server: &Server,
     sessions: &[tokio_postgres::Client],
