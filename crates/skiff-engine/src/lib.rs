@@ -7,8 +7,10 @@
 //! later pipelines, here or after a migration ([`materialized`]), batches
 //! ready for IPC
 //! ([`batch`]), mid-pipeline cut points ([`morsel`]), the process's buffer
-//! pool of decoded blocks that Parquet scans read through ([`buffer`]), and
-//! the embedded session
+//! pool of decoded blocks that Parquet scans read through, with the remote
+//! tier of memory nodes and pipeline groups' shared chunk caches
+//! ([`buffer`]), grouping a batch's pipelines by the columns they share
+//! ([`grouping`]), and the embedded session
 //! ([`Engine`]), which registers a data directory's tables ([`catalog`]) and
 //! hands managed-table DDL and `COPY` to `skiff-tables`. Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive

@@ -13,13 +13,16 @@
 //!   partitions' owners and their progress counted on every node
 //!   (`scan_progress`), the partition map, workers joining and leaving
 //!   online, and buffer matching (old owners send moved partitions' blocks
-//!   to new owners);
+//!   to new owners), tables loaded into memory nodes and their routes,
+//!   and the query batcher (`skiff.batch_window_ms`);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   (scans through its buffer pool) and hands queries off at pipeline
 //!   boundaries, serves the tasks of distributed queries, with the session
-//!   settings their query carried ([`carried`]), and sends and keeps
-//!   matched blocks;
-//! - the **memory node** ([`memnode`]): the state cache.
+//!   settings their query carried ([`carried`]), sends and keeps matched
+//!   blocks, reads held tables from the memory nodes, and groups the
+//!   pipelines of each batch it is sent;
+//! - the **memory node** ([`memnode`]): the state cache, and tables'
+//!   columns held as chunks behind an optionally emulated link.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs
 //! pipelines itself beyond asking `skiff-engine` to; it must not reach into
