@@ -64,6 +64,11 @@ extensions_options! {
         /// the one it reads (their transfer overlaps its work); 0 asks for
         /// each when it is read; at most `buffer::PREFETCH_DEPTH_MAX`.
         pub prefetch_depth: usize, default = 2
+        /// Scans of tables in memory nodes, reading around the buffer pool
+        /// and outside pipeline groups, send their predicates along: a
+        /// node sends only the rows its chunks' min/max do not rule out.
+        /// Off for comparisons; also off with `mid_pipeline_cuts`.
+        pub chunk_pruning: bool, default = true
         /// Send a resize's moved partitions' buffered blocks to their new
         /// owners (buffer matching); read by `skiff.add_workers` and
         /// `skiff.remove_worker`, off for comparisons.

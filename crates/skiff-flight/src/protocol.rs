@@ -392,7 +392,8 @@ pub struct MemoryColumn {
 /// chunk's first row) and its frame, columns in the asked order and each
 /// column's chunks in row order; a column the node does not hold is left
 /// out (the worker reads it from storage). A file version the node does
-/// not hold fails the call.
+/// not hold fails the call. With `prune`, the stream starts with one
+/// [`ChunkSelection`] message and holds only the chunks that meet its rows.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ChunkRequest {
     #[prost(message, optional, tag = "1")]
@@ -401,9 +402,44 @@ pub struct ChunkRequest {
     pub row_group: u64,
     #[prost(uint64, repeated, tag = "3")]
     pub columns: Vec<u64>,
+    #[prost(message, optional, tag = "4")]
+    pub prune: Option<ChunkPrune>,
     /// Always true: tells a chunk ticket from a [`StateKey`] one.
     #[prost(bool, tag = "15")]
     pub chunks: bool,
+}
+
+/// The scan's predicate, for the memory node to prune chunks with: the
+/// rows of a row group that the min/max of its held chunks of the
+/// predicate's columns rule out are not sent.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ChunkPrune {
+    /// The schema the predicate's columns index (the table's), as an
+    /// Arrow IPC schema message.
+    #[prost(bytes = "vec", tag = "1")]
+    pub schema: Vec<u8>,
+    /// The predicate, a DataFusion `PhysicalExprNode`.
+    #[prost(bytes = "vec", tag = "2")]
+    pub predicate: Vec<u8>,
+    /// The predicate's columns, by name, and the top-level index of each
+    /// in the file's schema (aligned).
+    #[prost(string, repeated, tag = "3")]
+    pub names: Vec<String>,
+    #[prost(uint64, repeated, tag = "4")]
+    pub roots: Vec<u64>,
+    /// The row group's rows (from the file's footer).
+    #[prost(uint64, tag = "5")]
+    pub rows: u64,
+}
+
+/// The first message of an answer to a pruning [`ChunkRequest`] (its
+/// `app_metadata`; no body): the rows of the row group that are sent, as
+/// sorted, disjoint `[start, end)` pairs flattened. Every column is sent
+/// for exactly these rows, by the chunks that meet them.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ChunkSelection {
+    #[prost(uint64, repeated, tag = "1")]
+    pub ranges: Vec<u64>,
 }
 
 /// A query running on a worker, as of the heartbeat.

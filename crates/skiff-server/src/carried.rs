@@ -14,7 +14,7 @@ use skiff_engine::SkiffOptions;
 use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The settings that matter while a task runs, each by its full name.
-pub(crate) const CARRIED: [&str; 11] = [
+pub(crate) const CARRIED: [&str; 12] = [
     "datafusion.execution.batch_size",
     "datafusion.execution.coalesce_batches",
     "datafusion.execution.enforce_batch_size_in_joins",
@@ -27,6 +27,7 @@ pub(crate) const CARRIED: [&str; 11] = [
     // Read where a task's scans are wrapped (`buffer::wrap_scans`).
     "skiff.buffer_pool",
     "skiff.prefetch_depth",
+    "skiff.chunk_pruning",
 ];
 
 /// What each carried setting's header is named after; the library's own

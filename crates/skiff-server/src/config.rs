@@ -133,6 +133,11 @@ pub const SCAN_TALLY_FORGET_AFTER: Duration = Duration::from_secs(60);
 /// theirs that starts after they were forgotten.
 pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;
 
+/// Rows a memory node keeps one min/max for, at most (each chunk is cut
+/// into zones of this many rows): a narrow column's 4 MiB chunk holds half
+/// a million rows, too many for its bounds to rule any out.
+pub const ZONE_ROWS: usize = 1024;
+
 /// How long a worker waits for a memory node's chunks of one row group
 /// before it reads them from storage.
 pub const CHUNK_FETCH_DEADLINE: Duration = Duration::from_secs(30);

@@ -446,6 +446,7 @@ impl PhysicalExtensionCodec for ScanCountCodec {
             tiers.pool = None;
         }
         tiers.prefetch = buffer::prefetch_depth(ctx.session_config().options());
+        tiers.prune_chunks = buffer::prune_chunks(ctx.session_config().options());
         let input = buffer::wrap_scans(Arc::clone(input), &tiers, ctx)?;
         let node = CountedScanNode::decode(buf)
             .map_err(|e| internal_datafusion_err!("bad CountedScanExec node: {e}"))?;

@@ -32,7 +32,7 @@ pub use pool::{
     Block, BlockKey, BufferPool, CONSUMER, CacheScope, FileVersion, OTHER_CHANCES, OWNED_CHANCES,
     Owned, TableCache,
 };
-pub use remote::{ChunkFetch, ChunkSource, Fetched, RemoteTier};
+pub use remote::{ChunkFetch, ChunkSource, Fetched, Prune, Pruned, RemoteTier, every_row};
 pub use scan::{BufferedSource, table_location};
 
 use crate::options::SkiffOptions;
@@ -75,6 +75,11 @@ pub struct Tiers {
     /// The pipeline group whose cache the plan's scans read the remote
     /// tier through, when the plan is a grouped pipeline.
     pub group: Option<GroupScans>,
+    /// Scans send their predicates to the remote tier, which leaves out
+    /// rows that its chunks' min/max rule out (`skiff.chunk_pruning`, and
+    /// no cut points: a scan so pruned emits rows that depend on where it
+    /// reads, which a morsel gate's positions must not).
+    pub prune_chunks: bool,
 }
 
 /// A grouped pipeline's scans in its group's cache.
@@ -101,6 +106,7 @@ impl Tiers {
                 .map(|r| r.as_ref().clone()),
             prefetch: prefetch_depth(config.options()),
             group: None,
+            prune_chunks: prune_chunks(config.options()),
         }
     }
 }
@@ -117,6 +123,15 @@ pub fn prefetch_depth(options: &ConfigOptions) -> usize {
         |o| o.prefetch_depth,
     );
     depth.min(PREFETCH_DEPTH_MAX)
+}
+
+/// Whether scans send their predicates to the remote tier
+/// (`skiff.chunk_pruning`, and no cut points: see [`Tiers::prune_chunks`]).
+pub fn prune_chunks(options: &ConfigOptions) -> bool {
+    options
+        .extensions
+        .get::<SkiffOptions>()
+        .is_none_or(|o| o.chunk_pruning && !o.mid_pipeline_cuts)
 }
 
 /// `plan` with each Parquet scan that [`BufferedSource`] can read wrapped

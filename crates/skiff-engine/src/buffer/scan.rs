@@ -11,7 +11,11 @@
 //! morsel gate's positions (`crate::morsel`) name the same rows on every
 //! node that reads through a pool. Page-index and bloom-filter pruning are
 //! not applied on this path: they save I/O and decoding of a cold read,
-//! and a hit has neither.
+//! and a hit has neither. The one exception is a scan that reads a memory
+//! node around the pool with `Tiers::prune_chunks` (never with cut points):
+//! it sends its predicate, and the node leaves out the rows its chunks'
+//! min/max rule out; what the node did not send of other columns is read
+//! from storage and cut to the same rows.
 //!
 //! A file this path cannot read exactly as DataFusion would (its schema
 //! differs from the table's beyond the string/binary view coercions
@@ -20,6 +24,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
@@ -42,6 +47,8 @@ use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::projection::ProjectionExprs;
+use datafusion::physical_expr::utils::collect_columns;
+use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 use datafusion::physical_optimizer::pruning::build_pruning_predicate;
 use datafusion::physical_plan::DisplayFormatType;
 use datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation;
@@ -55,7 +62,7 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 
 use super::pool::{BlockKey, BufferPool, FileVersion};
-use super::remote::{ChunkFetch, ChunkSource, Fetched};
+use super::remote::{ChunkFetch, ChunkSource, Prune, Pruned, every_row};
 use super::{RemoteTier, Tiers};
 
 /// A `ParquetSource` whose files are read through a [`BufferPool`].
@@ -73,6 +80,9 @@ pub struct BufferedSource {
     batch_size: Option<usize>,
     /// The pipeline group whose cache the scan reads through.
     group: Option<Arc<str>>,
+    /// Send the predicate to the memory nodes (`Tiers::prune_chunks`,
+    /// reading around the pool, outside a group).
+    prune_chunks: bool,
 }
 
 impl BufferedSource {
@@ -117,6 +127,7 @@ impl BufferedSource {
             table,
             batch_size: None,
             group: tiers.group.as_ref().map(|g| Arc::clone(&g.label)),
+            prune_chunks: tiers.prune_chunks && tiers.pool.is_none() && tiers.group.is_none(),
         })
     }
 }
@@ -239,7 +250,10 @@ impl FileSource for BufferedSource {
             remote_prefetched: MetricBuilder::new(&metrics)
                 .counter("memory_node_prefetched", partition),
             remote_wait: MetricBuilder::new(&metrics).subset_time("memory_node_wait", partition),
+            remote_pruned: MetricBuilder::new(&metrics)
+                .counter("memory_node_rows_pruned", partition),
             prefetch: self.prefetch,
+            prune_chunks: self.prune_chunks,
             metrics,
         }))))
     }
@@ -356,8 +370,12 @@ struct ScanPlan {
     /// time spent waiting for fetches.
     remote_prefetched: Count,
     remote_wait: Time,
+    /// Rows of row groups read that the memory nodes' min/max ruled out.
+    remote_pruned: Count,
     /// Row groups fetched ahead.
     prefetch: usize,
+    /// Send the predicate along to the memory nodes.
+    prune_chunks: bool,
 }
 
 #[derive(Debug)]
@@ -406,14 +424,19 @@ struct OpenFile {
     /// The projected file columns of the first of `row_groups` found so
     /// far (`None`: to decode), once looked up.
     ready: Option<Vec<Option<ArrayRef>>>,
+    /// The rows of the first of `row_groups` that `ready` holds, when a
+    /// memory node left some out (`None`: every row).
+    kept: Option<Vec<Range<usize>>>,
     /// Fetches from a memory node under way for row groups still to come.
     prefetched: HashMap<usize, Prefetch>,
+    /// The predicate sent to the memory nodes, when the scan prunes.
+    prune: Option<Arc<Prune>>,
 }
 
 /// A fetch of `columns` of a row group ahead of its turn.
 struct Prefetch {
     columns: Vec<usize>,
-    task: SpawnedTask<Fetched>,
+    task: SpawnedTask<Pruned>,
 }
 
 impl fmt::Debug for Prefetch {
@@ -448,7 +471,11 @@ impl MorselPlanner for FilePlanner {
         }
         let columns = found.into_iter().flatten().collect();
         open.row_groups.pop_front();
-        let morsel = self.scan.morsel(&self.file, open, row_group, columns)?;
+        let rows = match open.kept.take() {
+            Some(kept) => kept.iter().map(|r| r.len()).sum(),
+            None => row_count(open, row_group),
+        };
+        let morsel = self.scan.morsel(&self.file, open, rows, columns)?;
         let rest: Vec<Box<dyn MorselPlanner>> = if open.row_groups.is_empty() {
             Vec::new()
         } else {
@@ -492,15 +519,15 @@ impl ScanPlan {
             .collect()
     }
 
-    /// The row group's rows in the scan's schema, a batch at a time.
+    /// The row group's `rows` rows (all, or those a memory node left) in
+    /// the scan's schema, a batch at a time.
     fn morsel(
         &self,
         file: &PartitionedFile,
         open: &OpenFile,
-        row_group: usize,
+        rows: usize,
         columns: Vec<ArrayRef>,
     ) -> Result<Batches> {
-        let rows = row_count(open, row_group);
         let mut file_columns = columns.into_iter();
         let mut arrays = Vec::with_capacity(self.projection.len());
         for (&index, root) in self.projection.iter().zip(&open.roots) {
@@ -590,6 +617,12 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
         return scan.fallback.plan_file(file);
     };
     let version = Arc::new(FileVersion::of(&file.object_meta));
+    let prune = match (&scan.predicate, &scan.remote) {
+        (Some(predicate), Some(_)) if scan.prune_chunks => {
+            chunk_prune(predicate, &scan.table_schema, &read_schema)
+        }
+        _ => None,
+    };
     Ok(Box::new(FilePlanner {
         scan,
         file,
@@ -599,8 +632,35 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
             roots,
             row_groups,
             ready: None,
+            kept: None,
             prefetched: HashMap::new(),
+            prune,
         }),
+    }))
+}
+
+/// The predicate as the memory nodes get it: dynamic filters as they stand
+/// now, and the file columns it reads; `None` when it reads none (a
+/// dynamic filter not yet set, a predicate on partition columns).
+fn chunk_prune(
+    predicate: &Arc<dyn PhysicalExpr>,
+    table_schema: &SchemaRef,
+    read_schema: &Schema,
+) -> Option<Arc<Prune>> {
+    let predicate = snapshot_physical_expr(Arc::clone(predicate)).ok()?;
+    let mut columns: Vec<(Arc<str>, usize)> = collect_columns(&predicate)
+        .iter()
+        .filter_map(|c| Some((Arc::from(c.name()), read_schema.index_of(c.name()).ok()?)))
+        .collect();
+    columns.sort();
+    columns.dedup();
+    if columns.is_empty() {
+        return None;
+    }
+    Some(Arc::new(Prune {
+        predicate,
+        schema: Arc::clone(table_schema),
+        columns,
     }))
 }
 
@@ -658,12 +718,17 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
-    let rows = row_count(open, row_group);
+    let all = row_count(open, row_group);
     let mut decoded: Vec<Option<ArrayRef>> = vec![None; wanted.len()];
+    let mut kept = None;
     if let Some(remote) = &scan.remote {
-        scan.fetch_remote(remote.as_ref(), open, row_group, &wanted, &mut decoded)
+        kept = scan
+            .fetch_remote(remote.as_ref(), open, row_group, &wanted, &mut decoded)
             .await;
     }
+    let rows = kept
+        .as_ref()
+        .map_or(all, |k: &Vec<Range<usize>>| k.iter().map(|r| r.len()).sum());
     let from_storage: Vec<usize> = wanted
         .iter()
         .zip(&decoded)
@@ -671,10 +736,22 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         .map(|(root, _)| *root)
         .collect();
     if !from_storage.is_empty() {
-        let read = read_columns(&scan, &planner.file, open, row_group, &from_storage).await?;
+        let read = if rows == 0 {
+            // Every row ruled out: nothing to read.
+            let schema = open.reader.schema();
+            from_storage
+                .iter()
+                .map(|root| arrow::array::new_empty_array(schema.field(*root).data_type()))
+                .collect()
+        } else {
+            read_columns(&scan, &planner.file, open, row_group, &from_storage).await?
+        };
         for (root, array) in from_storage.iter().zip(read) {
             if let Ok(at) = wanted.binary_search(root) {
-                decoded[at] = Some(array);
+                decoded[at] = Some(match &kept {
+                    Some(kept) if array.len() == all => take_ranges(&array, kept)?,
+                    _ => array,
+                });
             }
         }
     }
@@ -684,16 +761,25 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         if array.len() != rows {
             return internal_err!("buffered scan: row group {row_group} decoded short");
         }
-        if let Some(pool) = &scan.pool {
+        // Only whole columns are kept.
+        if let Some(pool) = scan.pool.as_ref().filter(|_| kept.is_none()) {
             let key = scan.key(open, row_group, *root);
             pool.admit(&scan.table, key, Arc::clone(array));
         }
     }
     for (root, slot) in projected.iter().zip(found.iter_mut()) {
-        if slot.is_none()
-            && let Ok(at) = wanted.binary_search(root)
-        {
-            *slot = Some(Arc::clone(&decoded[at]));
+        match slot {
+            None => {
+                if let Ok(at) = wanted.binary_search(root) {
+                    *slot = Some(Arc::clone(&decoded[at]));
+                }
+            }
+            // A column the pool held, cut to the rows the others have.
+            Some(array) => {
+                if let Some(kept) = &kept {
+                    *array = take_ranges(array, kept)?;
+                }
+            }
         }
     }
     assert!(
@@ -701,12 +787,32 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         "every missing column decoded"
     );
     open.ready = Some(found);
+    open.kept = kept;
     Ok(planner)
+}
+
+/// The rows of `array` in `ranges` (sorted, disjoint), in order.
+fn take_ranges(array: &ArrayRef, ranges: &[Range<usize>]) -> Result<ArrayRef> {
+    match ranges {
+        [one] => Ok(array.slice(one.start, one.len())),
+        _ => {
+            let slices: Vec<ArrayRef> = ranges
+                .iter()
+                .map(|r| array.slice(r.start, r.len()))
+                .collect();
+            let parts: Vec<&dyn arrow::array::Array> = slices.iter().map(|a| a.as_ref()).collect();
+            if parts.is_empty() {
+                return Ok(array.slice(0, 0));
+            }
+            Ok(arrow::compute::concat(&parts)?)
+        }
+    }
 }
 
 impl ScanPlan {
     /// Fill `decoded` (aligned with `wanted`) with the columns a memory
     /// node sends, in the scan's types; a failure leaves them to storage.
+    /// The rows sent, when the node pruned some (`None`: all of them).
     async fn fetch_remote(
         &self,
         remote: &dyn ChunkSource,
@@ -714,7 +820,7 @@ impl ScanPlan {
         row_group: usize,
         wanted: &[usize],
         decoded: &mut [Option<ArrayRef>],
-    ) {
+    ) -> Option<Vec<Range<usize>>> {
         let ahead = open
             .prefetched
             .remove(&row_group)
@@ -730,9 +836,7 @@ impl ScanPlan {
         };
         // The next row groups travel while this one is worked on.
         self.prefetch(remote, open, row_group);
-        let Some((columns, task)) = fetching else {
-            return;
-        };
+        let (columns, task) = fetching?;
         let fail = |error: String| {
             let first = !self
                 .remote_failed
@@ -746,13 +850,14 @@ impl ScanPlan {
                     "memory node read failed; reading storage"
                 );
             }
+            None
         };
         let waited = self.remote_wait.timer();
         let joined = task.join().await;
         waited.done();
-        let fetched = match joined {
-            Ok(Ok(fetched)) if fetched.len() == columns.len() => fetched,
-            Ok(Ok(fetched)) => {
+        let (kept, fetched) = match joined {
+            Ok(Ok((kept, fetched))) if fetched.len() == columns.len() => (kept, fetched),
+            Ok(Ok((_, fetched))) => {
                 return fail(format!(
                     "{} columns for {} asked",
                     fetched.len(),
@@ -762,9 +867,11 @@ impl ScanPlan {
             Ok(Err(error)) => return fail(error),
             Err(error) => return fail(error.to_string()),
         };
-        let rows = row_count(open, row_group);
-        for (root, got) in columns.iter().zip(fetched) {
-            let Some(array) = got else { continue };
+        let all = row_count(open, row_group);
+        let rows: usize = kept.iter().map(|r| r.len()).sum();
+        let mut got = Vec::with_capacity(wanted.len());
+        for (root, array) in columns.iter().zip(fetched) {
+            let Some(array) = array else { continue };
             // A prefetch may bring more columns than are missing now.
             let Some(at) = wanted.iter().position(|w| w == root) else {
                 continue;
@@ -783,35 +890,54 @@ impl ScanPlan {
             if array.len() != rows {
                 return fail(format!("column {root}: {} rows, not {rows}", array.len()));
             }
+            got.push((at, array));
+        }
+        for (at, array) in got {
             self.remote_columns.add(1);
             self.remote_bytes.add(array.get_array_memory_size());
             decoded[at] = Some(array);
         }
+        if rows == all {
+            return None;
+        }
+        self.remote_pruned.add(all - rows);
+        Some(kept)
     }
 
     /// `columns` of `row_group` asked of the memory node holding the file,
-    /// running on its own task; `None` when no node holds it.
+    /// with the scan's predicate when it prunes, running on its own task;
+    /// `None` when no node holds it.
     fn remote_fetch(
         &self,
         remote: &dyn ChunkSource,
         open: &OpenFile,
         row_group: usize,
         columns: Vec<usize>,
-    ) -> Option<SpawnedTask<Fetched>> {
+    ) -> Option<SpawnedTask<Pruned>> {
         let schema = open.reader.schema();
         let names = columns
             .iter()
             .map(|&c| Arc::from(schema.field(c).name().as_str()))
             .collect();
+        let rows = row_count(open, row_group);
         let fetch = ChunkFetch {
             table: Arc::clone(&self.table),
             file: Arc::clone(&open.version),
             row_group,
             columns,
             names,
-            rows: row_count(open, row_group),
+            rows,
         };
-        remote.fetch(fetch).map(SpawnedTask::spawn)
+        if let Some(prune) = &open.prune
+            && let Some(pruned) = remote.fetch_pruned(fetch.clone(), Arc::clone(prune))
+        {
+            return Some(SpawnedTask::spawn(pruned));
+        }
+        let whole = remote.fetch(fetch)?;
+        Some(SpawnedTask::spawn(async move {
+            let columns = whole.await?;
+            Ok((every_row(rows), columns))
+        }))
     }
 
     /// Ask for the missing columns of the [`ScanPlan::prefetch`] row

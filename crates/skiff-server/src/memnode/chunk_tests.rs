@@ -207,23 +207,25 @@ async fn a_row_group_comes_back_as_the_file_has_it_and_corruption_is_refetched()
     for group in 0..5 {
         let rows = if group == 4 { 500 } else { GROUP_ROWS };
         // Column 2 (score) was not loaded: left to storage.
-        let got = fetch_chunks(&mut client, &file, group, &[1, 2, 0], rows, deadline)
+        let got = fetch_chunks(&mut client, &file, group, &[1, 2, 0], rows, None, deadline)
             .await
-            .unwrap();
+            .unwrap()
+            .1;
         assert_eq!(got[0].as_deref(), Some(from_file(&a, group, 1).as_ref()));
         assert!(got[1].is_none());
         assert_eq!(got[2].as_deref(), Some(from_file(&a, group, 0).as_ref()));
     }
     // One corrupted chunk: asked again, and the second answer is whole.
     node.corrupt.store(1, std::sync::atomic::Ordering::SeqCst);
-    let got = fetch_chunks(&mut client, &file, 0, &[0], GROUP_ROWS, deadline)
+    let got = fetch_chunks(&mut client, &file, 0, &[0], GROUP_ROWS, None, deadline)
         .await
-        .unwrap();
+        .unwrap()
+        .1;
     assert_eq!(got[0].as_deref(), Some(from_file(&a, 0, 0).as_ref()));
     assert_eq!(node.corrupt.load(std::sync::atomic::Ordering::SeqCst), 0);
     // Corrupt again on the second try: refused, never passed on.
     node.corrupt.store(100, std::sync::atomic::Ordering::SeqCst);
-    let error = fetch_chunks(&mut client, &file, 0, &[0], GROUP_ROWS, deadline)
+    let error = fetch_chunks(&mut client, &file, 0, &[0], GROUP_ROWS, None, deadline)
         .await
         .unwrap_err();
     assert_eq!(error.code(), Code::DataLoss, "{error}");
@@ -234,7 +236,7 @@ async fn a_row_group_comes_back_as_the_file_has_it_and_corruption_is_refetched()
         modified: file.modified + 1,
         ..file.clone()
     };
-    let error = fetch_chunks(&mut client, &other, 0, &[0], GROUP_ROWS, deadline)
+    let error = fetch_chunks(&mut client, &other, 0, &[0], GROUP_ROWS, None, deadline)
         .await
         .unwrap_err();
     assert_eq!(error.code(), Code::NotFound, "{error}");
@@ -245,4 +247,104 @@ async fn a_row_group_comes_back_as_the_file_has_it_and_corruption_is_refetched()
         .unwrap();
     let id = stats.columns.iter().find(|c| c.column == "id").unwrap();
     assert!(id.served_chunks >= id.chunks, "{id:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pruned_request_gets_the_rows_the_chunks_min_max_leave() {
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, lit};
+
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.parquet");
+    write_file(&a, 0);
+    let file = version(&a).await;
+    // 1 KiB chunks: id (8 bytes a row) in chunks of 125 rows.
+    let store = ChunkStore::new(10 << 20, 1 << 10);
+    store
+        .load(&load_request(std::slice::from_ref(&file), &["id", "name"]))
+        .await
+        .unwrap();
+    let node = served(store).await;
+    let mut client = skiff_flight::connect(&node.addr).await.unwrap();
+    let deadline = Duration::from_secs(10);
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("score", DataType::Float64, false),
+    ]);
+    let id = || Arc::new(Column::new("id", 0));
+    // 1100 <= id < 1200: rows 100..200 of row group 1, in id's chunks
+    // 0..125 and 125..250.
+    let expr = Arc::new(BinaryExpr::new(
+        Arc::new(BinaryExpr::new(id(), Operator::GtEq, lit(1100i64))),
+        Operator::And,
+        Arc::new(BinaryExpr::new(id(), Operator::Lt, lit(1200i64))),
+    ));
+    let mut prune = super::zones::tests::encoded(&schema, expr, &[("id", 0)]);
+    prune.rows = GROUP_ROWS as u64;
+    let before = skiff_flight::chunks::memory_stats(&node.addr)
+        .await
+        .unwrap();
+    let (kept, got) = fetch_chunks(
+        &mut client,
+        &file,
+        1,
+        &[0, 1, 2],
+        GROUP_ROWS,
+        Some(prune.clone()),
+        deadline,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept, vec![0..250]);
+    assert_eq!(
+        got[0].as_deref(),
+        Some(from_file(&a, 1, 0).slice(0, 250).as_ref())
+    );
+    assert_eq!(
+        got[1].as_deref(),
+        Some(from_file(&a, 1, 1).slice(0, 250).as_ref())
+    );
+    assert!(got[2].is_none(), "score is not held");
+    // Fewer chunks sent than the two columns of the row group have.
+    let after = skiff_flight::chunks::memory_stats(&node.addr)
+        .await
+        .unwrap();
+    let served = |stats: &skiff_flight::protocol::MemoryStats| -> u64 {
+        stats.columns.iter().map(|c| c.served_chunks).sum()
+    };
+    let whole: u64 = after.columns.iter().map(|c| c.chunks).sum::<u64>() / 5;
+    let sent = served(&after) - served(&before);
+    assert!(sent > 0 && sent * 2 < whole, "{sent} of {whole}");
+
+    // Row group 0 (ids 0..999) has none of the rows: nothing is sent.
+    let (kept, got) = fetch_chunks(
+        &mut client,
+        &file,
+        0,
+        &[0, 1],
+        GROUP_ROWS,
+        Some(prune.clone()),
+        deadline,
+    )
+    .await
+    .unwrap();
+    assert!(kept.is_empty());
+    assert!(got.iter().all(Option::is_none));
+
+    // A predicate the node cannot read prunes nothing.
+    prune.predicate = vec![7; 16];
+    let (kept, got) = fetch_chunks(
+        &mut client,
+        &file,
+        1,
+        &[0],
+        GROUP_ROWS,
+        Some(prune),
+        deadline,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kept, vec![0..GROUP_ROWS]);
+    assert_eq!(got[0].as_deref(), Some(from_file(&a, 1, 0).as_ref()));
 }

@@ -12,6 +12,7 @@
 //! within a byte capacity; a load that would pass it stores nothing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow::array::{Array, ArrayRef};
@@ -20,22 +21,26 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::{
     DefaultParquetFileReaderFactory, ParquetFileReaderFactory,
 };
+use datafusion::execution::TaskContext;
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use skiff_engine::buffer::{Block, BlockKey};
-use skiff_flight::chunks::{chunk_messages, file_version};
+use skiff_engine::buffer::{Block, BlockKey, every_row};
+use skiff_flight::chunks::{chunk_cuts, chunk_messages, file_version, selection_message};
 use skiff_flight::protocol::{
     ChunkFile, ChunkRequest, LoadTable, MemoryColumn, MemoryStats, TableLoaded,
 };
 use skiff_tables::location::Stores;
 use tonic::Status;
-use tracing::info;
+use tracing::{debug, info};
+
+use super::zones::{ColumnZones, Prune, Zone, zone_cuts, zones};
 
 /// What names a column of a row group of a file version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +75,12 @@ struct Held {
     table: String,
     column: String,
     messages: Vec<FlightData>,
+    /// Each chunk's first row and rows, aligned with `messages`.
+    cuts: Vec<(usize, usize)>,
+    /// The zones of the chunks ([`super::zones`]): first row and rows,
+    /// and their bounds (`None` for a type without min/max).
+    zone_cuts: Vec<(usize, usize)>,
+    zones: Option<Vec<Zone>>,
     bytes: u64,
     rows: u64,
 }
@@ -104,12 +115,22 @@ struct Inner {
 }
 
 /// The chunk store.
-#[derive(Debug)]
 pub struct ChunkStore {
     capacity: u64,
     chunk_size: usize,
     stores: Stores,
     inner: Mutex<Inner>,
+    /// DataFusion's functions, to decode the predicates scans send.
+    functions: Arc<TaskContext>,
+}
+
+impl std::fmt::Debug for ChunkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStore")
+            .field("capacity", &self.capacity)
+            .field("chunk_size", &self.chunk_size)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A load's byte reservation, given back if the load does not finish.
@@ -135,6 +156,7 @@ impl ChunkStore {
             chunk_size,
             stores: Stores::default(),
             inner: Mutex::default(),
+            functions: SessionContext::new().task_ctx(),
         }
     }
 
@@ -329,8 +351,11 @@ impl ChunkStore {
                     },
                     array,
                 };
-                let messages = chunk_messages(&block, self.chunk_size)
+                let cuts = chunk_cuts(&block, self.chunk_size);
+                let messages = chunk_messages(&block, &cuts)
                     .map_err(|e| Status::internal(format!("{}: {e}", file.path)))?;
+                let zone_cuts = zone_cuts(&cuts);
+                let zones = zones(&block.array, &zone_cuts);
                 let bytes = messages
                     .iter()
                     .map(|m| (m.data_body.len() + m.app_metadata.len()) as u64)
@@ -346,6 +371,9 @@ impl ChunkStore {
                         table: request.table.clone(),
                         column: schema.field(root).name().clone(),
                         messages,
+                        cuts,
+                        zone_cuts,
+                        zones,
                         bytes,
                         rows: rows as u64,
                     },
@@ -365,7 +393,10 @@ impl ChunkStore {
         freed
     }
 
-    /// The messages of the asked columns of a row group, counted as served.
+    /// The messages of the asked columns of a row group, counted as served:
+    /// every chunk of each, or, for a request with its scan's predicate, a
+    /// [`ChunkSelection`](skiff_flight::protocol::ChunkSelection) message
+    /// and the chunks that meet the rows it names.
     pub fn chunks(&self, request: &ChunkRequest) -> Result<Vec<FlightData>, Status> {
         let Some(file) = &request.file else {
             return Err(Status::invalid_argument("a chunk request names no file"));
@@ -373,6 +404,18 @@ impl ChunkStore {
         let file = FileKey::of(file);
         let row_group = usize::try_from(request.row_group)
             .map_err(|_| Status::invalid_argument("bad row group"))?;
+        let columns = request
+            .columns
+            .iter()
+            .map(|&c| usize::try_from(c).map_err(|_| Status::invalid_argument("bad column")))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Decoded before the lock; a predicate that cannot be read (another
+        // version's encoding, a function this node lacks) prunes nothing.
+        let prune = request.prune.as_ref().and_then(|p| {
+            Prune::decode(p, &self.functions)
+                .map_err(|e| debug!(error = %e, "chunk request: predicate not used"))
+                .ok()
+        });
         let mut inner = self.lock();
         if !inner.files.contains_key(&file) {
             return Err(Status::not_found(format!(
@@ -380,28 +423,65 @@ impl ChunkStore {
                 file.path, file.size, file.modified
             )));
         }
-        let mut messages = Vec::new();
-        let mut served = Vec::new();
-        for &column in &request.columns {
-            let key = ColumnKey {
-                file: file.clone(),
-                row_group,
-                column: usize::try_from(column)
-                    .map_err(|_| Status::invalid_argument("bad column"))?,
-            };
-            if let Some(held) = inner.columns.get(&key) {
-                messages.extend(held.messages.iter().cloned());
-                served.push(Arc::clone(held));
+        let key = |column| ColumnKey {
+            file: file.clone(),
+            row_group,
+            column,
+        };
+        let held: Vec<Arc<Held>> = columns
+            .iter()
+            .filter_map(|&c| inner.columns.get(&key(c)).cloned())
+            .collect();
+        let kept: Option<Vec<Range<usize>>> = match &request.prune {
+            None => None,
+            Some(asked) => {
+                let rows = usize::try_from(asked.rows)
+                    .map_err(|_| Status::invalid_argument("bad row count"))?;
+                if let Some(other) = held.iter().find(|h| h.rows != asked.rows) {
+                    return Err(Status::invalid_argument(format!(
+                        "row group {row_group} of {} has {} rows, not {rows}",
+                        file.path, other.rows
+                    )));
+                }
+                Some(match &prune {
+                    Some(prune) => kept(prune, &inner, &key, rows),
+                    None => every_row(rows),
+                })
             }
+        };
+        let mut messages = Vec::new();
+        if let Some(kept) = &kept {
+            messages.push(selection_message(kept));
         }
-        for held in served {
+        let mut served = Vec::new();
+        for held in held {
+            let sent: Vec<&FlightData> = match &kept {
+                None => held.messages.iter().collect(),
+                Some(kept) => held
+                    .messages
+                    .iter()
+                    .zip(&held.cuts)
+                    .filter(|&(_, &(first, rows))| {
+                        kept.iter().any(|r| r.start < first + rows && first < r.end)
+                    })
+                    .map(|(m, _)| m)
+                    .collect(),
+            };
+            let bytes: u64 = sent
+                .iter()
+                .map(|m| (m.data_body.len() + m.app_metadata.len()) as u64)
+                .sum();
+            served.push((held.table.clone(), held.column.clone(), sent.len(), bytes));
+            messages.extend(sent.into_iter().cloned());
+        }
+        for (table, column, chunks, bytes) in served {
             if let Some(counts) = inner
                 .tables
-                .get_mut(&held.table)
-                .and_then(|t| t.columns.get_mut(&held.column))
+                .get_mut(&table)
+                .and_then(|t| t.columns.get_mut(&column))
             {
-                counts.served_chunks += held.messages.len() as u64;
-                counts.served_bytes += held.bytes;
+                counts.served_chunks += chunks as u64;
+                counts.served_bytes += bytes;
             }
         }
         Ok(messages)
@@ -432,6 +512,30 @@ impl ChunkStore {
             columns,
         }
     }
+}
+
+/// The rows of a row group of `rows` rows that `prune` may keep, judged by
+/// the bounds of its columns held here (those of `key`'s row group).
+fn kept(
+    prune: &Prune,
+    inner: &Inner,
+    key: &dyn Fn(usize) -> ColumnKey,
+    rows: usize,
+) -> Vec<Range<usize>> {
+    let bounds: HashMap<String, ColumnZones<'_>> = prune
+        .columns
+        .iter()
+        .filter_map(|(name, root)| {
+            let held = inner.columns.get(&key(*root))?;
+            let zones = ColumnZones {
+                cuts: &held.zone_cuts,
+                zones: held.zones.as_deref()?,
+                data_type: prune.data_type(name)?,
+            };
+            (held.rows == rows as u64).then(|| (name.clone(), zones))
+        })
+        .collect();
+    prune.kept(&bounds, rows)
 }
 
 /// Take table `name` out of `inner`; what it held.

@@ -5,12 +5,14 @@
 //!
 //! [`cache`] is the state store (memory, capacity, spill, TTL, read-once,
 //! durability, checksums; no network), [`chunks`] the chunk store,
-//! [`link`] the emulated network link, [`service`] the Flight service.
+//! [`link`] the emulated network link, [`service`] the Flight service,
+//! [`zones`] the min/max per chunk that prunes what a scan is sent.
 
 pub mod cache;
 pub mod chunks;
 pub mod link;
 pub mod service;
+mod zones;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

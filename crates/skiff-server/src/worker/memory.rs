@@ -1,7 +1,8 @@
 //! The worker's side of tables in memory nodes: which node holds which
 //! file version (the routes the coordinator's heartbeat replies carry) and
 //! the fetch of a row group's columns from it over Flight, as the engine's
-//! remote tier ([`ChunkSource`]). A node that fails a fetch is left alone
+//! remote tier ([`ChunkSource`]), with the scan's predicate when it prunes.
+//! A node that fails a fetch is left alone
 //! for [`MEMORY_NODE_BACKOFF`]; its scans read storage meanwhile.
 
 use std::collections::{HashMap, HashSet};
@@ -9,12 +10,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
+use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched};
-use skiff_flight::protocol::{ChunkFile, MemoryRoutes};
+use prost::Message;
+use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched, Prune, Pruned};
+use skiff_flight::protocol::{ChunkFile, ChunkPrune, MemoryRoutes};
 use tonic::transport::Channel;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{CHUNK_FETCH_DEADLINE, MEMORY_NODE_BACKOFF};
 
@@ -111,49 +115,91 @@ impl Inner {
     }
 }
 
+impl MemoryTier {
+    /// The address of the node holding `file`'s version, when one does and
+    /// is not left alone after a failure.
+    fn route(&self, file: &skiff_engine::buffer::FileVersion) -> Option<String> {
+        let addr = {
+            let routes = read(&self.inner.routes);
+            let (held, addr) = routes.files.get(&file.path)?;
+            // Another version of the file: the node's chunks are not it.
+            if held.size != file.size || held.modified != file.modified {
+                return None;
+            }
+            addr.clone()
+        };
+        (!self.inner.is_down(&addr)).then_some(addr)
+    }
+
+    /// `fetch` from the node at `addr`, pruned by `prune` when given.
+    fn fetch_from(
+        &self,
+        addr: String,
+        fetch: ChunkFetch,
+        prune: Option<ChunkPrune>,
+    ) -> BoxFuture<'static, Pruned> {
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let fetched = async {
+                let mut client = inner.client(&addr).await?;
+                skiff_flight::chunks::fetch_chunks(
+                    &mut client,
+                    &fetch.file,
+                    fetch.row_group,
+                    &fetch.columns,
+                    fetch.rows,
+                    prune,
+                    CHUNK_FETCH_DEADLINE,
+                )
+                .await
+            }
+            .await;
+            fetched.map_err(|e| {
+                // A file the node does not hold is not the node's fault.
+                if e.code() != tonic::Code::NotFound {
+                    inner.failed(&addr, &e);
+                }
+                format!("memory node {addr}: {}", e.message())
+            })
+        }
+        .boxed()
+    }
+}
+
+/// `prune` as a memory node reads it; `None` when it cannot be encoded
+/// (the fetch then asks for whole columns).
+fn encode_prune(prune: &Prune, rows: usize) -> Option<ChunkPrune> {
+    let schema = datafusion_proto::protobuf::Schema::try_from(prune.schema.as_ref()).ok()?;
+    let predicate = serialize_physical_expr(&prune.predicate, &DefaultPhysicalExtensionCodec {})
+        .map_err(|e| debug!(error = %e, "predicate not sent to the memory node"))
+        .ok()?;
+    Some(ChunkPrune {
+        schema: schema.encode_to_vec(),
+        predicate: predicate.encode_to_vec(),
+        names: prune.columns.iter().map(|(n, _)| n.to_string()).collect(),
+        roots: prune.columns.iter().map(|(_, r)| *r as u64).collect(),
+        rows: rows as u64,
+    })
+}
+
 impl ChunkSource for MemoryTier {
     fn holds(&self, table: &str) -> bool {
         read(&self.inner.routes).locations.contains(table)
     }
 
     fn fetch(&self, fetch: ChunkFetch) -> Option<BoxFuture<'static, Fetched>> {
-        let addr = {
-            let routes = read(&self.inner.routes);
-            let (held, addr) = routes.files.get(&fetch.file.path)?;
-            // Another version of the file: the node's chunks are not it.
-            if held.size != fetch.file.size || held.modified != fetch.file.modified {
-                return None;
-            }
-            addr.clone()
-        };
-        if self.inner.is_down(&addr) {
-            return None;
-        }
-        let inner = Arc::clone(&self.inner);
-        Some(
-            async move {
-                let fetched = async {
-                    let mut client = inner.client(&addr).await?;
-                    skiff_flight::chunks::fetch_chunks(
-                        &mut client,
-                        &fetch.file,
-                        fetch.row_group,
-                        &fetch.columns,
-                        fetch.rows,
-                        CHUNK_FETCH_DEADLINE,
-                    )
-                    .await
-                }
-                .await;
-                fetched.map_err(|e| {
-                    // A file the node does not hold is not the node's fault.
-                    if e.code() != tonic::Code::NotFound {
-                        inner.failed(&addr, &e);
-                    }
-                    format!("memory node {addr}: {}", e.message())
-                })
-            }
-            .boxed(),
-        )
+        let addr = self.route(&fetch.file)?;
+        let whole = self.fetch_from(addr, fetch, None);
+        Some(async move { whole.await.map(|(_, columns)| columns) }.boxed())
+    }
+
+    fn fetch_pruned(
+        &self,
+        fetch: ChunkFetch,
+        prune: Arc<Prune>,
+    ) -> Option<BoxFuture<'static, Pruned>> {
+        let addr = self.route(&fetch.file)?;
+        let prune = encode_prune(&prune, fetch.rows)?;
+        Some(self.fetch_from(addr, fetch, Some(prune)))
     }
 }

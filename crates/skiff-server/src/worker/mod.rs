@@ -146,9 +146,10 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     let tiers = skiff_engine::buffer::Tiers {
         pool: service.engine.buffer_pool().cloned(),
         remote: Some(remote),
-        // Each task's session says (`ScanCountCodec`).
+        // Each task's session says (`ScanCountCodec`), of these two.
         prefetch: 0,
         group: None,
+        prune_chunks: false,
     };
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
         task_session(ctx, Arc::clone(&scans), tiers.clone())

@@ -2,7 +2,8 @@
 //! `skiff.load_to_memory`, read by the workers' scans from the memory
 //! nodes instead of storage, with the same answers as DuckDB's; a memory
 //! node too small refuses a load whole, one that dies leaves its tables to
-//! storage without a wrong answer.
+//! storage without a wrong answer; a selective scan is sent only the chunks
+//! its predicate does not rule out.
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,15 @@ async fn batching_sessions(server: &Server, n: usize) -> Vec<tokio_postgres::Cli
         sessions.push(session);
     }
     sessions
+}
+
+/// Chunks the memory nodes sent of `columns` of `table` so far, together.
+async fn served_all_of(client: &tokio_postgres::Client, table: &str, columns: &[&str]) -> i64 {
+    let mut sum = 0;
+    for column in columns {
+        sum += served(client, table, column).await;
+    }
+    sum
 }
 
 /// Chunks the memory nodes sent of each of `columns` of table `li`.
@@ -205,6 +215,55 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
         .simple_query("SET skiff.prefetch_depth = 2")
         .await
         .expect("set");
+
+    // A selective predicate on a column in order within each file: the
+    // memory nodes send only the chunks whose min/max it does not rule
+    // out, and the answer is the one read whole.
+    let low = number(&client, "SELECT max(l_orderkey) / 10 FROM lineitem").await;
+    let selective = format!(
+        "SELECT count(*), CAST(sum(l_quantity) AS BIGINT), min(l_comment) FROM lineitem \
+         WHERE l_orderkey BETWEEN {low} AND {low} + 100"
+    );
+    let mut answers = Vec::new();
+    let mut sent = Vec::new();
+    for pruning in [true, false] {
+        client
+            .simple_query(&format!("SET skiff.chunk_pruning = {pruning}"))
+            .await
+            .expect("set");
+        let before = served_all_of(&client, "lineitem", &["l_quantity", "l_comment"]).await;
+        answers.push(simple_rows(&client, &selective).await.expect("selective"));
+        let after = served_all_of(&client, "lineitem", &["l_quantity", "l_comment"]).await;
+        sent.push(after - before);
+    }
+    assert_eq!(answers[0], answers[1], "pruned and whole answers differ");
+    assert!(
+        answers[0][0][0].as_deref().is_some_and(|n| n != "0"),
+        "the range holds rows: {answers:?}"
+    );
+    assert!(
+        sent[0] * 2 <= sent[1],
+        "chunks sent pruned {} against whole {}; log:\n{}",
+        sent[0],
+        sent[1],
+        server.log_text()
+    );
+    client
+        .simple_query("SET skiff.chunk_pruning = true")
+        .await
+        .expect("set");
+    let explained = simple_rows(&client, &format!("EXPLAIN ANALYZE {selective}"))
+        .await
+        .expect("explain analyze");
+    let text = format!("{explained:?}");
+    let pruned: u64 = text
+        .split("memory_node_rows_pruned=")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    assert!(pruned > 0, "no rows pruned: {text}");
+
     suite_matches_duckdb(&server, &client, "tpch", "through memory nodes").await;
     // Four at a time in batches, pipelines grouped.
     let sessions = batching_sessions(&server, 4).await;
