@@ -52,6 +52,8 @@ pub enum GroupsPart {
     Overlap,
     /// Concurrent TPC-H streams, grouped and not.
     Streams,
+    /// A selective scan, its chunks pruned by min/max or sent whole.
+    Prune,
 }
 
 impl BenchArgs {
@@ -238,7 +240,7 @@ load (COPY lineitem FROM its TPC-H CSV; Skiff and DuckDB, each in a child):
   RESULTS/load-<data>-latest.csv/.png.
 
 groups (tables in memory nodes, pipeline groups; `skiff serve` children;
-  --parts fetch,overlap,streams picks):
+  --parts fetch,overlap,streams,prune picks; prune is not run by default):
   fetch: Figure 4 of the paper: one pipeline (one worker, one partition) summing an
   expression over a copy of lineitem's l_orderkey written in row groups of 64
   KiB to 64 MiB (the bytes one fetch moves), read from storage (pool off),
@@ -258,6 +260,11 @@ groups (tables in memory nodes, pipeline groups; `skiff serve` children;
   (skiff.batch_window_ms, default 20,500):
   throughput, latency p50/p99, bytes the memory node sent. Output:
   RESULTS/tpch-<data>-groups-streams-<link>-latest.csv/.png.
+  prune: one scan of lineitem over a range of l_orderkey (0.1% to 100% of the
+  keys) with four of its columns in a memory node, the pool off, its chunks
+  sent whole (skiff.chunk_pruning = false) or pruned by the node's min/max;
+  link off and 10 Gbit; answers checked equal. Output:
+  RESULTS/tpch-<data>-groups-prune-latest.csv/.png.
 
 Examples:
   skiff bench tpch --sf 1

@@ -1,7 +1,8 @@
 //! `skiff bench groups`: tables in memory nodes and pipeline groups
 //! (`../shared/papers/pipeline-groups-disaggregated.txt`, issue 18), in
-//! three parts (`--parts`): the paper's Figure 4 (here), Figure 5
-//! ([`overlap`]) and concurrent TPC-H streams ([`streams`]).
+//! four parts (`--parts`): the paper's Figure 4 (here), Figure 5
+//! ([`overlap`]), concurrent TPC-H streams ([`streams`]) and min/max
+//! pruning in the memory node ([`prune`]).
 //!
 //! Figure 4: one pipeline (one worker, one partition, no distribution)
 //! scanning and aggregating one remote column, against the bytes each
@@ -14,6 +15,7 @@
 //! link ([`LINKS`]) runs on a cluster of its own.
 
 mod overlap;
+mod prune;
 mod streams;
 
 use std::io::Write;
@@ -103,6 +105,9 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.parts.contains(&GroupsPart::Streams) {
         streams::run(args, &data, &title).await?;
+    }
+    if args.parts.contains(&GroupsPart::Prune) {
+        prune::run(args, &data, &title).await?;
     }
     Ok(())
 }
