@@ -90,6 +90,48 @@ pub fn chunk_messages(block: &Block, cuts: &[(usize, usize)]) -> Result<Vec<Flig
         .collect()
 }
 
+/// What of chunk `message` (rows `first..first + rows` of its row group)
+/// a pruned answer sends for the rows `kept`: the message itself when it
+/// holds only kept rows, nothing when none, else a message per kept range
+/// it meets, cut from it (decoded and encoded again: a node's 4 MiB chunk
+/// of a narrow column holds half a million rows, and a selective range
+/// needs few of them).
+pub fn trim(
+    message: &FlightData,
+    (first, rows): (usize, usize),
+    kept: &[Range<usize>],
+) -> Result<Vec<FlightData>, String> {
+    let end = first + rows;
+    let meets: Vec<Range<usize>> = kept
+        .iter()
+        .filter(|r| r.start < end && first < r.end)
+        .map(|r| r.start.max(first)..r.end.min(end))
+        .collect();
+    match meets.as_slice() {
+        [] => return Ok(Vec::new()),
+        [all] if *all == (first..end) => return Ok(vec![message.clone()]),
+        _ => {}
+    }
+    let (block, at) = read_piece(message)?;
+    if at != first as u64 || block.array.len() != rows {
+        return Err(format!(
+            "a chunk of rows {at}.. ({} rows), not {first}.. ({rows} rows)",
+            block.array.len()
+        ));
+    }
+    meets
+        .iter()
+        .map(|r| {
+            let piece = Block {
+                table: block.table.clone(),
+                key: block.key.clone(),
+                array: block.array.slice(r.start - first, r.len()),
+            };
+            piece_message(&piece, r.start as u64)
+        })
+        .collect()
+}
+
 /// Columns put together again from a memory node's chunk messages: for each
 /// of `columns` (as asked), the column's rows in `kept` (sorted, disjoint
 /// row ranges of the row group; all its rows for an answer that was not
@@ -408,6 +450,26 @@ mod tests {
         let want =
             arrow::compute::concat(&[&array.slice(100, 200), &array.slice(600, 10)]).unwrap();
         assert_eq!(got[0].as_deref().unwrap(), want.as_ref());
+        // Cut to the kept rows, the same rows in fewer bytes.
+        let trimmed: Vec<FlightData> = all
+            .iter()
+            .zip(&cuts)
+            .flat_map(|(m, cut)| trim(m, *cut, &kept).unwrap())
+            .collect();
+        let size = |ms: &[FlightData]| ms.iter().map(|m| m.data_body.len()).sum::<usize>();
+        assert!(
+            size(&trimmed) < size(&messages),
+            "{} of {}",
+            size(&trimmed),
+            size(&messages)
+        );
+        let got = assemble(&trimmed, &file, 1, &[2], &kept).unwrap();
+        assert_eq!(got[0].as_deref().unwrap(), want.as_ref());
+        // A chunk wholly kept goes as it is.
+        assert_eq!(
+            trim(&all[1], cuts[1], &every_row(1000)).unwrap(),
+            vec![all[1].clone()]
+        );
         // A chunk that a kept range needs, missing, is refused.
         let error = assemble(&messages[1..], &file, 1, &[2], &kept).unwrap_err();
         assert!(

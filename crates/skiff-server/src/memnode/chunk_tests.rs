@@ -306,16 +306,24 @@ async fn a_pruned_request_gets_the_rows_the_chunks_min_max_leave() {
         Some(from_file(&a, 1, 1).slice(0, 250).as_ref())
     );
     assert!(got[2].is_none(), "score is not held");
-    // Fewer chunks sent than the two columns of the row group have.
+    // Fewer chunks sent than the two columns of the row group have, and
+    // those cut to the rows kept.
     let after = skiff_flight::chunks::memory_stats(&node.addr)
         .await
         .unwrap();
-    let served = |stats: &skiff_flight::protocol::MemoryStats| -> u64 {
-        stats.columns.iter().map(|c| c.served_chunks).sum()
+    let served = |stats: &skiff_flight::protocol::MemoryStats| -> (u64, u64) {
+        let chunks = stats.columns.iter().map(|c| c.served_chunks).sum();
+        (chunks, stats.columns.iter().map(|c| c.served_bytes).sum())
     };
     let whole: u64 = after.columns.iter().map(|c| c.chunks).sum::<u64>() / 5;
-    let sent = served(&after) - served(&before);
+    let whole_bytes: u64 = after.columns.iter().map(|c| c.bytes).sum::<u64>() / 5;
+    let sent = served(&after).0 - served(&before).0;
+    let sent_bytes = served(&after).1 - served(&before).1;
     assert!(sent > 0 && sent * 2 < whole, "{sent} of {whole}");
+    assert!(
+        sent_bytes * 3 < whole_bytes,
+        "{sent_bytes} of {whole_bytes}"
+    );
 
     // Row group 0 (ids 0..999) has none of the rows: nothing is sent.
     let (kept, got) = fetch_chunks(

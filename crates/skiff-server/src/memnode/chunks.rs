@@ -32,7 +32,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use skiff_engine::buffer::{Block, BlockKey, every_row};
-use skiff_flight::chunks::{chunk_cuts, chunk_messages, file_version, selection_message};
+use skiff_flight::chunks::{chunk_cuts, chunk_messages, file_version, selection_message, trim};
 use skiff_flight::protocol::{
     ChunkFile, ChunkRequest, LoadTable, MemoryColumn, MemoryStats, TableLoaded,
 };
@@ -396,7 +396,7 @@ impl ChunkStore {
     /// The messages of the asked columns of a row group, counted as served:
     /// every chunk of each, or, for a request with its scan's predicate, a
     /// [`ChunkSelection`](skiff_flight::protocol::ChunkSelection) message
-    /// and the chunks that meet the rows it names.
+    /// and the chunks that meet the rows it names, each cut to those rows.
     pub fn chunks(&self, request: &ChunkRequest) -> Result<Vec<FlightData>, Status> {
         let Some(file) = &request.file else {
             return Err(Status::invalid_argument("a chunk request names no file"));
@@ -416,7 +416,7 @@ impl ChunkStore {
                 .map_err(|e| debug!(error = %e, "chunk request: predicate not used"))
                 .ok()
         });
-        let mut inner = self.lock();
+        let inner = self.lock();
         if !inner.files.contains_key(&file) {
             return Err(Status::not_found(format!(
                 "{} (size {}, modified {}) is not held here",
@@ -449,31 +449,34 @@ impl ChunkStore {
                 })
             }
         };
+        drop(inner);
+        // Cut outside the lock: a trimmed chunk is decoded and encoded.
         let mut messages = Vec::new();
         if let Some(kept) = &kept {
             messages.push(selection_message(kept));
         }
-        let mut served = Vec::new();
+        let mut served = Vec::with_capacity(held.len());
         for held in held {
-            let sent: Vec<&FlightData> = match &kept {
-                None => held.messages.iter().collect(),
-                Some(kept) => held
-                    .messages
-                    .iter()
-                    .zip(&held.cuts)
-                    .filter(|&(_, &(first, rows))| {
-                        kept.iter().any(|r| r.start < first + rows && first < r.end)
-                    })
-                    .map(|(m, _)| m)
-                    .collect(),
+            let sent: Vec<FlightData> = match &kept {
+                None => held.messages.clone(),
+                Some(kept) => {
+                    let mut sent = Vec::new();
+                    for (message, cut) in held.messages.iter().zip(&held.cuts) {
+                        let part = trim(message, *cut, kept)
+                            .map_err(|e| Status::internal(format!("{}: {e}", file.path)))?;
+                        sent.extend(part);
+                    }
+                    sent
+                }
             };
             let bytes: u64 = sent
                 .iter()
                 .map(|m| (m.data_body.len() + m.app_metadata.len()) as u64)
                 .sum();
             served.push((held.table.clone(), held.column.clone(), sent.len(), bytes));
-            messages.extend(sent.into_iter().cloned());
+            messages.extend(sent);
         }
+        let mut inner = self.lock();
         for (table, column, chunks, bytes) in served {
             if let Some(counts) = inner
                 .tables
