@@ -22,7 +22,9 @@
 //!   blocks, reads held tables from the memory nodes, and groups the
 //!   pipelines of each batch it is sent;
 //! - the **memory node** ([`memnode`]): the state cache, and tables'
-//!   columns held as chunks behind an optionally emulated link.
+//!   columns held as chunks (with min/max per zone, so that a scan is sent
+//!   only the rows its predicate may keep) behind an optionally emulated
+//!   link.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs
 //! pipelines itself beyond asking `skiff-engine` to; it must not reach into
