@@ -35,7 +35,11 @@ pub fn s3s_fs() -> PathBuf {
         return binary;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // CI lints Skiff's crates as it builds them (`.ci/run` names clippy as
+    // the workspace's compiler); the install builds someone else's crate.
     run(Command::new(cargo)
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS")
         .args(["install", "--quiet", "--debug", "--features", "binary"])
         .args(["--version", &format!("={S3S_FS_VERSION}"), "--root"])
         .arg(&dir)
