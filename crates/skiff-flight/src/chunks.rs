@@ -79,15 +79,24 @@ pub fn chunk_cuts(block: &Block, chunk_size: usize) -> Vec<(usize, usize)> {
 /// `block` cut at `cuts` ([`chunk_cuts`]), a message per chunk.
 pub fn chunk_messages(block: &Block, cuts: &[(usize, usize)]) -> Result<Vec<FlightData>, String> {
     cuts.iter()
-        .map(|&(at, len)| {
-            let piece = Block {
-                table: block.table.clone(),
-                key: block.key.clone(),
-                array: block.array.slice(at, len),
-            };
-            piece_message(&piece, at as u64)
-        })
+        .map(|&(at, len)| slice_message(block, at, len, at))
         .collect()
+}
+
+/// Rows `at..at + len` of `block`'s column, as a chunk starting at row
+/// `first_row` of its row group.
+fn slice_message(
+    block: &Block,
+    at: usize,
+    len: usize,
+    first_row: usize,
+) -> Result<FlightData, String> {
+    let piece = Block {
+        table: block.table.clone(),
+        key: block.key.clone(),
+        array: block.array.slice(at, len),
+    };
+    piece_message(&piece, first_row as u64)
 }
 
 /// What of chunk `message` (rows `first..first + rows` of its row group)
@@ -121,14 +130,7 @@ pub fn trim(
     }
     meets
         .iter()
-        .map(|r| {
-            let piece = Block {
-                table: block.table.clone(),
-                key: block.key.clone(),
-                array: block.array.slice(r.start - first, r.len()),
-            };
-            piece_message(&piece, r.start as u64)
-        })
+        .map(|r| slice_message(&block, r.start - first, r.len(), r.start))
         .collect()
 }
 

@@ -14,8 +14,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
-use arrow::datatypes::SchemaRef;
-use datafusion::physical_expr::PhysicalExpr;
 use futures::future::BoxFuture;
 
 use super::pool::FileVersion;
@@ -38,13 +36,16 @@ pub struct ChunkFetch {
 /// Columns of one row group, each whole or `None` (not held there).
 pub type Fetched = Result<Vec<Option<ArrayRef>>, String>;
 
-/// A scan's predicate, for the remote tier to leave out rows with.
+/// A scan's predicate, for the remote tier to leave out rows with;
+/// encoded once per file, as every row group's request carries it.
 #[derive(Clone, Debug)]
 pub struct Prune {
-    /// Without dynamic parts (a snapshot as of the file's opening).
-    pub predicate: Arc<dyn PhysicalExpr>,
-    /// The schema `predicate`'s columns index (the table's).
-    pub schema: SchemaRef,
+    /// A DataFusion `PhysicalExprNode`, without dynamic parts (a snapshot
+    /// as of the file's opening).
+    pub predicate: Vec<u8>,
+    /// The schema its columns index (the table's), a DataFusion protobuf
+    /// `Schema`.
+    pub schema: Vec<u8>,
     /// The predicate's columns held in the file: name and top-level index
     /// in the file's schema.
     pub columns: Vec<(Arc<str>, usize)>,

@@ -54,12 +54,15 @@ use datafusion::physical_plan::DisplayFormatType;
 use datafusion::physical_plan::filter_pushdown::FilterPushdownPropagation;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, Time};
 use datafusion_datasource::morsel::{Morsel, MorselPlan, MorselPlanner, Morselizer};
+use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::ObjectStore;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use prost::Message;
 
 use super::pool::{BlockKey, BufferPool, FileVersion};
 use super::remote::{ChunkFetch, ChunkSource, Prune, Pruned, every_row};
@@ -640,8 +643,9 @@ async fn open_file(scan: Arc<ScanPlan>, file: PartitionedFile) -> Result<Box<dyn
 }
 
 /// The predicate as the memory nodes get it: dynamic filters as they stand
-/// now, and the file columns it reads; `None` when it reads none (a
-/// dynamic filter not yet set, a predicate on partition columns).
+/// now, encoded, and the file columns it reads; `None` when it reads none
+/// (a dynamic filter not yet set, a predicate on partition columns) or
+/// cannot be encoded (the scan then asks for whole row groups).
 fn chunk_prune(
     predicate: &Arc<dyn PhysicalExpr>,
     table_schema: &SchemaRef,
@@ -657,9 +661,13 @@ fn chunk_prune(
     if columns.is_empty() {
         return None;
     }
+    let schema = datafusion_proto::protobuf::Schema::try_from(table_schema.as_ref()).ok()?;
+    let predicate = serialize_physical_expr(&predicate, &DefaultPhysicalExtensionCodec {})
+        .map_err(|e| tracing::debug!(error = %e, "predicate not sent to the memory nodes"))
+        .ok()?;
     Some(Arc::new(Prune {
-        predicate,
-        schema: Arc::clone(table_schema),
+        predicate: predicate.encode_to_vec(),
+        schema: schema.encode_to_vec(),
         columns,
     }))
 }
@@ -729,6 +737,12 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
     let rows = kept
         .as_ref()
         .map_or(all, |k: &Vec<Range<usize>>| k.iter().map(|r| r.len()).sum());
+    // Only a scan around the pool prunes: the pool keeps whole columns, and
+    // none of this row group's came from it.
+    assert!(
+        kept.is_none() || scan.pool.is_none(),
+        "a pruned scan reads around the pool"
+    );
     let from_storage: Vec<usize> = wanted
         .iter()
         .zip(&decoded)
@@ -761,25 +775,16 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
         if array.len() != rows {
             return internal_err!("buffered scan: row group {row_group} decoded short");
         }
-        // Only whole columns are kept.
-        if let Some(pool) = scan.pool.as_ref().filter(|_| kept.is_none()) {
+        if let Some(pool) = &scan.pool {
             let key = scan.key(open, row_group, *root);
             pool.admit(&scan.table, key, Arc::clone(array));
         }
     }
     for (root, slot) in projected.iter().zip(found.iter_mut()) {
-        match slot {
-            None => {
-                if let Ok(at) = wanted.binary_search(root) {
-                    *slot = Some(Arc::clone(&decoded[at]));
-                }
-            }
-            // A column the pool held, cut to the rows the others have.
-            Some(array) => {
-                if let Some(kept) = &kept {
-                    *array = take_ranges(array, kept)?;
-                }
-            }
+        if slot.is_none()
+            && let Ok(at) = wanted.binary_search(root)
+        {
+            *slot = Some(Arc::clone(&decoded[at]));
         }
     }
     assert!(
@@ -794,6 +799,7 @@ async fn decode_row_group(mut planner: Box<FilePlanner>) -> Result<Box<dyn Morse
 /// The rows of `array` in `ranges` (sorted, disjoint), in order.
 fn take_ranges(array: &ArrayRef, ranges: &[Range<usize>]) -> Result<ArrayRef> {
     match ranges {
+        [] => Ok(array.slice(0, 0)),
         [one] => Ok(array.slice(one.start, one.len())),
         _ => {
             let slices: Vec<ArrayRef> = ranges
@@ -801,9 +807,6 @@ fn take_ranges(array: &ArrayRef, ranges: &[Range<usize>]) -> Result<ArrayRef> {
                 .map(|r| array.slice(r.start, r.len()))
                 .collect();
             let parts: Vec<&dyn arrow::array::Array> = slices.iter().map(|a| a.as_ref()).collect();
-            if parts.is_empty() {
-                return Ok(array.slice(0, 0));
-            }
             Ok(arrow::compute::concat(&parts)?)
         }
     }

@@ -40,7 +40,7 @@ use skiff_tables::location::Stores;
 use tonic::Status;
 use tracing::{debug, info};
 
-use super::zones::{ColumnZones, Prune, Zone, zone_cuts, zones};
+use super::zones::{ColumnZones, Prune, Zone, zones};
 
 /// What names a column of a row group of a file version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -77,9 +77,8 @@ struct Held {
     messages: Vec<FlightData>,
     /// Each chunk's first row and rows, aligned with `messages`.
     cuts: Vec<(usize, usize)>,
-    /// The zones of the chunks ([`super::zones`]): first row and rows,
-    /// and their bounds (`None` for a type without min/max).
-    zone_cuts: Vec<(usize, usize)>,
+    /// The zones of the chunks ([`super::zones`]; `None` for a type
+    /// without min/max).
     zones: Option<Vec<Zone>>,
     bytes: u64,
     rows: u64,
@@ -354,8 +353,7 @@ impl ChunkStore {
                 let cuts = chunk_cuts(&block, self.chunk_size);
                 let messages = chunk_messages(&block, &cuts)
                     .map_err(|e| Status::internal(format!("{}: {e}", file.path)))?;
-                let zone_cuts = zone_cuts(&cuts);
-                let zones = zones(&block.array, &zone_cuts);
+                let zones = zones(&block.array, &cuts);
                 let bytes = messages
                     .iter()
                     .map(|m| (m.data_body.len() + m.app_metadata.len()) as u64)
@@ -372,7 +370,6 @@ impl ChunkStore {
                         column: schema.field(root).name().clone(),
                         messages,
                         cuts,
-                        zone_cuts,
                         zones,
                         bytes,
                         rows: rows as u64,
@@ -531,7 +528,6 @@ fn kept(
         .filter_map(|(name, root)| {
             let held = inner.columns.get(&key(*root))?;
             let zones = ColumnZones {
-                cuts: &held.zone_cuts,
                 zones: held.zones.as_deref()?,
                 data_type: prune.data_type(name)?,
             };

@@ -34,16 +34,18 @@ use skiff_flight::protocol::ChunkPrune;
 
 use crate::config::ZONE_ROWS;
 
-/// The bounds of one zone's values (nulls aside).
+/// One zone: its first row in the row group, and the bounds of its values
+/// (nulls aside).
 #[derive(Clone, Debug)]
 pub(super) struct Zone {
+    pub first: usize,
     pub min: ScalarValue,
     pub max: ScalarValue,
 }
 
 /// The zones of a column cut into chunks at `chunks`: each chunk's rows
 /// [`ZONE_ROWS`] at a time (first row and rows).
-pub(super) fn zone_cuts(chunks: &[(usize, usize)]) -> Vec<(usize, usize)> {
+fn zone_cuts(chunks: &[(usize, usize)]) -> Vec<(usize, usize)> {
     chunks
         .iter()
         .flat_map(|&(first, rows)| {
@@ -54,18 +56,20 @@ pub(super) fn zone_cuts(chunks: &[(usize, usize)]) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// The bounds of each zone of `array` cut at `cuts`, or `None` when the
-/// type has none.
-pub(super) fn zones(array: &ArrayRef, cuts: &[(usize, usize)]) -> Option<Vec<Zone>> {
+/// The zones of `array` cut into chunks at `chunks`, or `None` when its
+/// type has no bounds.
+pub(super) fn zones(array: &ArrayRef, chunks: &[(usize, usize)]) -> Option<Vec<Zone>> {
     let data_type = array.data_type();
-    cuts.iter()
-        .map(|&(first, rows)| {
+    zone_cuts(chunks)
+        .into_iter()
+        .map(|(first, rows)| {
             let slice = array.slice(first, rows);
             let mut min = MinAccumulator::try_new(data_type).ok()?;
             let mut max = MaxAccumulator::try_new(data_type).ok()?;
             min.update_batch(std::slice::from_ref(&slice)).ok()?;
             max.update_batch(&[slice]).ok()?;
             Some(Zone {
+                first,
                 min: min.evaluate().ok()?,
                 max: max.evaluate().ok()?,
             })
@@ -73,10 +77,9 @@ pub(super) fn zones(array: &ArrayRef, cuts: &[(usize, usize)]) -> Option<Vec<Zon
         .collect()
 }
 
-/// One column of the row group as the predicate sees it: its zones' cuts
-/// and bounds, and the type the predicate reads it as.
+/// One column of the row group as the predicate sees it: its zones, and
+/// the type the predicate reads it as.
 pub(super) struct ColumnZones<'a> {
-    pub cuts: &'a [(usize, usize)],
     pub zones: &'a [Zone],
     pub data_type: DataType,
 }
@@ -148,7 +151,7 @@ impl Prune {
         let everything = || every_row(rows);
         let mut starts: Vec<usize> = columns
             .values()
-            .flat_map(|c| c.cuts.iter().map(|&(first, _)| first))
+            .flat_map(|c| c.zones.iter().map(|z| z.first))
             .filter(|&first| first < rows)
             .collect();
         starts.push(0);
@@ -193,7 +196,7 @@ impl Segments<'_> {
         let zones = self.columns.get(column.name())?;
         let values = self.starts.iter().map(|&start| {
             // The last zone that starts at or before the segment.
-            let at = zones.cuts.partition_point(|&(first, _)| first <= start);
+            let at = zones.zones.partition_point(|z| z.first <= start);
             at.checked_sub(1)
                 .and_then(|at| zones.zones.get(at))
                 .map_or(ScalarValue::Null, |z| bound(z).clone())
@@ -304,6 +307,7 @@ pub(super) mod tests {
         ));
         let (k_cuts, s_cuts) = (cuts(1000, 100), cuts(1000, 150));
         let (k_zones, s_zones) = (zones(&k, &k_cuts).unwrap(), zones(&s, &s_cuts).unwrap());
+        assert_eq!(k_zones[3].first, 300);
         assert_eq!(k_zones[3].min, ScalarValue::Int64(Some(300)));
         assert_eq!(s_zones[1].max, ScalarValue::Utf8(Some("0299".into())));
         let column = |name: &str, index| Arc::new(ColumnExpr::new(name, index));
@@ -311,7 +315,6 @@ pub(super) mod tests {
         held.insert(
             "k".to_string(),
             ColumnZones {
-                cuts: &k_cuts,
                 zones: &k_zones,
                 data_type: DataType::Int64,
             },
@@ -331,7 +334,6 @@ pub(super) mod tests {
         held.insert(
             "s".to_string(),
             ColumnZones {
-                cuts: &s_cuts,
                 zones: &s_zones,
                 data_type: DataType::Utf8,
             },

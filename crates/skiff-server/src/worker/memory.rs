@@ -10,15 +10,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
-use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
-use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use prost::Message;
 use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched, Prune, Pruned};
 use skiff_flight::protocol::{ChunkFile, ChunkPrune, MemoryRoutes};
 use tonic::transport::Channel;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::config::{CHUNK_FETCH_DEADLINE, MEMORY_NODE_BACKOFF};
 
@@ -166,20 +163,15 @@ impl MemoryTier {
     }
 }
 
-/// `prune` as a memory node reads it; `None` when it cannot be encoded
-/// (the fetch then asks for whole columns).
-fn encode_prune(prune: &Prune, rows: usize) -> Option<ChunkPrune> {
-    let schema = datafusion_proto::protobuf::Schema::try_from(prune.schema.as_ref()).ok()?;
-    let predicate = serialize_physical_expr(&prune.predicate, &DefaultPhysicalExtensionCodec {})
-        .map_err(|e| debug!(error = %e, "predicate not sent to the memory node"))
-        .ok()?;
-    Some(ChunkPrune {
-        schema: schema.encode_to_vec(),
-        predicate: predicate.encode_to_vec(),
+/// `prune` on the wire, for a row group of `rows` rows.
+fn chunk_prune(prune: &Prune, rows: usize) -> ChunkPrune {
+    ChunkPrune {
+        schema: prune.schema.clone(),
+        predicate: prune.predicate.clone(),
         names: prune.columns.iter().map(|(n, _)| n.to_string()).collect(),
         roots: prune.columns.iter().map(|(_, r)| *r as u64).collect(),
         rows: rows as u64,
-    })
+    }
 }
 
 impl ChunkSource for MemoryTier {
@@ -199,7 +191,7 @@ impl ChunkSource for MemoryTier {
         prune: Arc<Prune>,
     ) -> Option<BoxFuture<'static, Pruned>> {
         let addr = self.route(&fetch.file)?;
-        let prune = encode_prune(&prune, fetch.rows)?;
+        let prune = chunk_prune(&prune, fetch.rows);
         Some(self.fetch_from(addr, fetch, Some(prune)))
     }
 }
