@@ -10,7 +10,8 @@
 //! pool of decoded blocks that Parquet scans read through, with the remote
 //! tier of memory nodes and pipeline groups' shared chunk caches
 //! ([`buffer`]), grouping a batch's pipelines by the columns they share
-//! ([`grouping`]), and the embedded session
+//! ([`grouping`]), the plan node that offers a fragment to the memory node
+//! holding its data ([`offload`]), and the embedded session
 //! ([`Engine`]), which registers a data directory's tables ([`catalog`]) and
 //! hands managed-table DDL and `COPY` to `skiff-tables`. Knows nothing of
 //! networks, workers or clients: callers on the coordinator or a worker drive
@@ -26,6 +27,7 @@ pub mod grouping;
 pub mod materialized;
 pub mod migrated;
 pub mod morsel;
+pub mod offload;
 pub mod options;
 pub mod pipeline;
 pub mod statement;

@@ -87,6 +87,10 @@ extensions_options! {
         pub batch_max_queries: usize, default = 16
         /// Whether queries run across the workers (`Distribute`).
         pub distribute: Distribute, default = Distribute::Auto
+        /// Whether scans of tables in memory nodes, with their filters and
+        /// projections, are offered to the node holding them to run there
+        /// (`Offload`, `offload`).
+        pub offload: Offload, default = Offload::Never
     }
 }
 
@@ -175,6 +179,15 @@ choice_setting!(
     /// worker), `off` never. A query on one worker keeps every state
     /// separation feature; a distributed one has none of them.
     Distribute, "skiff.distribute", { Auto = "auto", On = "on", Off = "off" }
+);
+
+choice_setting!(
+    /// Whether a query's fragments run in the memory nodes holding their
+    /// data (`skiff.offload`, see `offload`): `never` reads the raw chunks
+    /// and runs everything on the worker; `always` has the node run each
+    /// fragment it can (a fragment it cannot run, or a node lost, falls
+    /// back to the worker).
+    Offload, "skiff.offload", { Never = "never", Always = "always" }
 );
 
 /// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.

@@ -31,12 +31,15 @@ use prost::Message;
 use skiff_engine::PipelineId;
 use skiff_engine::materialized::{MaterializedExec, Source};
 use skiff_engine::morsel::MorselGateExec;
+use skiff_engine::offload::{Fragment, OffloadExec};
 
 /// Extension codec for Skiff's own plan nodes. Plans shipped whole (before
-/// splitting) contain none; state separation adds migrated
-/// [`MaterializedExec`] leaves, which read migrated state, and the rest of a pipeline cut in the
-/// middle reads its input through a [`MorselGateExec`] that skips what the
-/// source consumed. The two are told apart by their inputs (none or one).
+/// splitting) contain only [`OffloadExec`]s (fragments a memory node may
+/// run); state separation adds migrated [`MaterializedExec`] leaves, which
+/// read migrated state, and the rest of a pipeline cut in the middle reads
+/// its input through a [`MorselGateExec`] that skips what the source
+/// consumed. A leaf is told by having no input; the two with one input by
+/// a flag only an [`OffloadNode`] sets.
 #[derive(Debug, Default)]
 pub struct SkiffCodec;
 
@@ -73,6 +76,22 @@ struct MorselGateNode {
     skip: Vec<u64>,
 }
 
+/// An [`OffloadExec`] on the wire (its child, the fragment planned to run
+/// on the worker, travels as the node's input).
+#[derive(Clone, PartialEq, Message)]
+struct OffloadNode {
+    /// The Substrait plan.
+    #[prost(bytes = "vec", tag = "1")]
+    plan: Vec<u8>,
+    /// The columns the fragment reads, an Arrow IPC schema message.
+    #[prost(bytes = "vec", tag = "2")]
+    input_schema: Vec<u8>,
+    /// Always true: tells this node from a [`MorselGateNode`], the other
+    /// node with one input.
+    #[prost(bool, tag = "15")]
+    offload: bool,
+}
+
 #[derive(Clone, PartialEq, Message)]
 struct ConstantNode {
     #[prost(message, optional, tag = "1")]
@@ -102,6 +121,20 @@ impl PhysicalExtensionCodec for SkiffCodec {
         match inputs {
             [] => {}
             [input] => {
+                if let Ok(node) = OffloadNode::decode(buf)
+                    && node.offload
+                {
+                    let input_schema = crate::state_cache::decode_schema(&node.input_schema)
+                        .map_err(|e| internal_datafusion_err!("bad OffloadExec node: {e}"))?;
+                    let fragment = Fragment {
+                        plan: node.plan,
+                        input_schema,
+                    };
+                    return Ok(Arc::new(OffloadExec::new(
+                        Arc::new(fragment),
+                        Arc::clone(input),
+                    )));
+                }
                 let node = MorselGateNode::decode(buf)
                     .map_err(|e| internal_datafusion_err!("bad MorselGateExec node: {e}"))?;
                 return Ok(Arc::new(MorselGateExec::new(Arc::clone(input), node.skip)));
@@ -183,6 +216,18 @@ impl PhysicalExtensionCodec for SkiffCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        if let Some(offload) = node.downcast_ref::<OffloadExec>() {
+            let fragment = offload.fragment();
+            let message = OffloadNode {
+                plan: fragment.plan.clone(),
+                input_schema: crate::state_cache::encode_schema(&fragment.input_schema)
+                    .map_err(|e| internal_datafusion_err!("encoding OffloadExec: {e}"))?,
+                offload: true,
+            };
+            return message
+                .encode(buf)
+                .map_err(|e| internal_datafusion_err!("encoding OffloadExec: {e}"));
+        }
         if let Some(gate) = node.downcast_ref::<MorselGateExec>() {
             let message = MorselGateNode {
                 skip: gate.skip().to_vec(),

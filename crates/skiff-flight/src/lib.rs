@@ -6,13 +6,15 @@
 //! plan nodes), thin client helpers ([`client`]), the state cache's wire
 //! encoding and client calls ([`state_cache`]) and buffered blocks moving
 //! to a partition's new owner ([`blocks`]), tables' chunks between memory
-//! nodes and workers ([`chunks`]). It runs no queries and
+//! nodes and workers ([`chunks`]), query fragments a worker offers a
+//! memory node and their answers ([`fragments`]). It runs no queries and
 //! keeps no cluster state; the roles in `skiff-server` do.
 
 pub mod blocks;
 pub mod chunks;
 pub mod client;
 pub mod codec;
+pub mod fragments;
 pub mod protocol;
 
 pub use client::{buffer_stats, clear_buffer, connect, do_action, pipeline_groups, server_builder};

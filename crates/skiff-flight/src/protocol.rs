@@ -384,6 +384,10 @@ pub struct MemoryColumn {
     pub served_chunks: u64,
     #[prost(uint64, tag = "7")]
     pub served_bytes: u64,
+    /// Bytes of the column's sketches (distinct values, quantiles, heavy
+    /// hitters) over the files held.
+    #[prost(uint64, tag = "8")]
+    pub sketch_bytes: u64,
 }
 
 /// A `DoGet` ticket for a memory node: the chunks of `columns` (top-level
@@ -440,6 +444,101 @@ pub struct ChunkPrune {
 pub struct ChunkSelection {
     #[prost(uint64, repeated, tag = "1")]
     pub ranges: Vec<u64>,
+}
+
+/// A query fragment for a memory node to run over the chunks it holds in
+/// the worker's place, or to push back (opportunistic offload,
+/// `../shared/papers/opportunistic-query-execution-smartnics.txt`): the
+/// `DoGet` ticket. The answer opens with a [`FragmentDecision`]; an
+/// offloaded fragment's rows follow as an Arrow IPC stream, each row
+/// group's rows closed by a [`FragmentMark`] (so that a worker that loses
+/// the node reads only the row groups not yet marked from storage), the
+/// last mark with `end` set.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FragmentRequest {
+    /// The fragment: a Substrait `Plan` (protobuf) of a scan of one table,
+    /// its filter and its projection.
+    #[prost(bytes = "vec", tag = "1")]
+    pub plan: Vec<u8>,
+    /// The columns the fragment's scan reads, with their types, as an
+    /// Arrow IPC schema message: the node serves them from its chunks.
+    #[prost(bytes = "vec", tag = "2")]
+    pub input_schema: Vec<u8>,
+    /// The files to run it over, in the order marks name them.
+    #[prost(message, repeated, tag = "3")]
+    pub files: Vec<FragmentFile>,
+    /// Whether the node may push back (`auto`) or must run it (`always`).
+    #[prost(enumeration = "OffloadMode", tag = "4")]
+    pub mode: i32,
+    /// Always true: tells a fragment ticket from chunk and state tickets.
+    #[prost(bool, tag = "14")]
+    pub fragment: bool,
+}
+
+/// A file of a [`FragmentRequest`]: its version and, when `ranged`, the
+/// byte range `[start, end)` whose row groups are read (DataFusion's rule:
+/// those whose first page starts in it).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FragmentFile {
+    #[prost(message, optional, tag = "1")]
+    pub file: Option<ChunkFile>,
+    #[prost(bool, tag = "2")]
+    pub ranged: bool,
+    #[prost(int64, tag = "3")]
+    pub start: i64,
+    #[prost(int64, tag = "4")]
+    pub end: i64,
+}
+
+/// How a worker asks a memory node to treat a fragment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, prost::Enumeration)]
+#[repr(i32)]
+pub enum OffloadMode {
+    /// The node decides: run it, or push the raw data back.
+    Auto = 0,
+    /// The node runs it if it can.
+    Always = 1,
+}
+
+/// The first message of a fragment's answer (its `app_metadata`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FragmentDecision {
+    /// True: the rows follow. False: pushed back, the stream ends here and
+    /// the worker runs the fragment over the raw chunks itself.
+    #[prost(bool, tag = "1")]
+    pub offload: bool,
+    /// Why, in words (for `EXPLAIN ANALYZE` and the log).
+    #[prost(string, tag = "2")]
+    pub reason: String,
+    /// The row groups of each requested file, as the node holds them.
+    #[prost(uint32, repeated, tag = "3")]
+    pub row_groups: Vec<u32>,
+    /// Rows the fragment reads, and those it is estimated to keep (from
+    /// the node's sketches of the data).
+    #[prost(uint64, tag = "4")]
+    pub input_rows: u64,
+    #[prost(double, tag = "5")]
+    pub estimated_rows: f64,
+}
+
+/// A mark in an offloaded fragment's answer (`app_metadata` of a message
+/// without payload): the rows of row group `row_group` of file `file` (an
+/// index into the request's files) were all sent before it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FragmentMark {
+    #[prost(uint32, tag = "1")]
+    pub file: u32,
+    #[prost(uint32, tag = "2")]
+    pub row_group: u32,
+    /// Rows the row group gave (with `end`: every row group together).
+    #[prost(uint64, tag = "3")]
+    pub rows: u64,
+    /// The last mark: every row group of every file was sent.
+    #[prost(bool, tag = "4")]
+    pub end: bool,
+    /// With `end`: the node's time running the fragment, in nanoseconds.
+    #[prost(uint64, tag = "5")]
+    pub execution_nanos: u64,
 }
 
 /// A query running on a worker, as of the heartbeat.

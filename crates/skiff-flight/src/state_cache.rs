@@ -269,7 +269,7 @@ impl StateDecoder {
     }
 }
 
-fn encode_schema(schema: &SchemaRef) -> Result<Vec<u8>, Status> {
+pub(crate) fn encode_schema(schema: &SchemaRef) -> Result<Vec<u8>, Status> {
     let ipc = |e: arrow::error::ArrowError| Status::internal(format!("encode schema: {e}"));
     let mut bytes = Vec::new();
     let mut writer = StreamWriter::try_new(&mut bytes, schema).map_err(ipc)?;
@@ -278,7 +278,7 @@ fn encode_schema(schema: &SchemaRef) -> Result<Vec<u8>, Status> {
     Ok(bytes)
 }
 
-fn decode_schema(bytes: &[u8]) -> Result<SchemaRef, Status> {
+pub(crate) fn decode_schema(bytes: &[u8]) -> Result<SchemaRef, Status> {
     let reader = StreamReader::try_new(Cursor::new(bytes), None)
         .map_err(|e| Status::data_loss(format!("bad state schema: {e}")))?;
     Ok(Arc::clone(&reader.schema()))

@@ -142,6 +142,29 @@ pub const ZONE_ROWS: usize = 1024;
 /// before it reads them from storage.
 pub const CHUNK_FETCH_DEADLINE: Duration = Duration::from_secs(30);
 
+/// How long a worker waits for a memory node's decision on a fragment it
+/// offered, before it runs the fragment itself.
+pub const FRAGMENT_DECISION_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a worker waits for the next message of an offloaded fragment
+/// (a node marks every row group it finishes) before it reads the row
+/// groups not yet marked from storage.
+pub const FRAGMENT_IDLE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Threads a memory node runs offloaded fragments on, when
+/// `--offload-threads` does not say: the paper's embedded cores are few.
+pub const DEFAULT_OFFLOAD_THREADS: usize = 2;
+
+/// A memory node's sketches of each column of each file it holds
+/// (`memnode::sketches`): theta sketches keep 2^`SKETCH_THETA_LG_K` hashes
+/// (a relative standard error of about 1/sqrt(4096), 1.6%, on distinct
+/// counts), KLL sketches `SKETCH_KLL_K` (a rank error of about 0.4%, what
+/// range selectivity is estimated with), frequent-items sketches track up
+/// to `SKETCH_FREQUENT_ITEMS` heavy hitters (a power of two).
+pub const SKETCH_THETA_LG_K: u8 = 12;
+pub const SKETCH_KLL_K: u16 = 1000;
+pub const SKETCH_FREQUENT_ITEMS: usize = 64;
+
 /// How long a worker leaves a memory node alone after a fetch from it
 /// failed (its scans read storage meanwhile).
 pub const MEMORY_NODE_BACKOFF: Duration = Duration::from_secs(5);

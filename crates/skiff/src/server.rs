@@ -180,12 +180,21 @@ pub struct TableMemoryArgs {
     /// e.g. lineitem,orders (every column; split over the memory nodes).
     #[arg(long, value_delimiter = ',')]
     pub preload: Vec<String>,
+    /// Threads a memory node runs offloaded query fragments on (`SET
+    /// skiff.offload`): the few cores it spares beside serving chunks.
+    #[arg(long, default_value_t = skiff_server::config::DEFAULT_OFFLOAD_THREADS)]
+    pub offload_threads: usize,
 }
 
 impl TableMemoryArgs {
     /// The same settings as a child's arguments.
     fn to_args(&self) -> Vec<String> {
-        let mut args = vec!["--chunk-size".to_string(), self.chunk_size.to_string()];
+        let mut args = vec![
+            "--chunk-size".to_string(),
+            self.chunk_size.to_string(),
+            "--offload-threads".to_string(),
+            self.offload_threads.to_string(),
+        ];
         if let Some(bytes) = self.table_memory {
             args.extend(["--table-memory".to_string(), bytes.to_string()]);
         }
@@ -352,6 +361,7 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         chunk_size: args.tables.chunk_size.max(1),
         link_bandwidth: args.tables.link_bandwidth,
         preload: args.tables.preload.clone(),
+        offload_threads: args.tables.offload_threads.max(1),
     };
     let span = info_span!("memnode", pid = std::process::id());
     skiff_server::run_memnode(config, shutdown_on_signal())

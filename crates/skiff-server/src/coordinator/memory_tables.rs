@@ -89,6 +89,17 @@ impl MemoryTables {
             .all(|w| state.acked.get(w).is_some_and(|e| *e >= epoch))
     }
 
+    /// Whether memory nodes hold a version of every file of `paths`.
+    pub(crate) fn holds_all(&self, paths: &[String]) -> bool {
+        let state = lock(&self.state);
+        let held: std::collections::HashSet<&str> = state
+            .tables
+            .values()
+            .flat_map(|t| t.files.iter().map(|f| f.file.path.as_str()))
+            .collect();
+        paths.iter().all(|p| held.contains(p.as_str()))
+    }
+
     /// Table `name` is held as `loaded` from now on; the new epoch.
     pub(crate) fn set(&self, name: &str, loaded: Loaded) -> u64 {
         let mut state = lock(&self.state);

@@ -300,7 +300,7 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
     let mut node = Int64Builder::new();
     let mut table = StringBuilder::new();
     let mut column = StringBuilder::new();
-    let mut numbers: [Int64Builder; 7] = Default::default();
+    let mut numbers: [Int64Builder; 8] = Default::default();
     for ((id, addr), answer) in nodes.iter().zip(answers) {
         let stats = match answer {
             Ok(Ok(stats)) => stats,
@@ -320,6 +320,7 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
                 c.rows,
                 c.served_chunks,
                 c.served_bytes,
+                c.sketch_bytes,
                 stats.bytes,
                 stats.capacity,
             ];
@@ -353,6 +354,7 @@ fn schema() -> SchemaRef {
         "rows",
         "served_chunks",
         "served_bytes",
+        "sketch_bytes",
         "node_bytes",
         "node_capacity",
     ] {

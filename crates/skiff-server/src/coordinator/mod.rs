@@ -23,6 +23,7 @@ mod copy;
 mod cost;
 mod dispatch;
 mod distributed;
+pub(crate) mod fragments;
 mod groups_view;
 mod matching;
 mod membership;
@@ -259,8 +260,10 @@ impl Coordinator {
         }
         crate::metrics::sessions(open.load(Ordering::SeqCst));
         let role = self.inner.users.role(user);
-        let mut state =
-            SessionStateBuilder::new_from_existing(self.inner.engine.context().state()).build();
+        let planner = fragments::FragmentPlanner::new(Arc::clone(&self.inner));
+        let mut state = SessionStateBuilder::new_from_existing(self.inner.engine.context().state())
+            .with_query_planner(Arc::new(planner))
+            .build();
         state.config_mut().options_mut().extensions.insert(Caller {
             user: user.to_string(),
             role,

@@ -22,12 +22,12 @@ use tonic::Code;
 
 use super::{CacheConfig, ChunkStore, MemnodeService, StateCache, serve};
 
-const ROWS: usize = 4500;
-const GROUP_ROWS: usize = 1000;
+pub(super) const ROWS: usize = 4500;
+pub(super) const GROUP_ROWS: usize = 1000;
 
 /// A Parquet file of [`ROWS`] rows in groups of [`GROUP_ROWS`]: id, name,
 /// score.
-fn write_file(path: &std::path::Path, seed: i64) {
+pub(super) fn write_file(path: &std::path::Path, seed: i64) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
@@ -53,7 +53,7 @@ fn write_file(path: &std::path::Path, seed: i64) {
 }
 
 /// The version of `path` as scans see it.
-async fn version(path: &std::path::Path) -> FileVersion {
+pub(super) async fn version(path: &std::path::Path) -> FileVersion {
     let store = LocalFileSystem::new();
     let meta = store
         .head(&Path::from_filesystem_path(path).unwrap())
@@ -62,7 +62,7 @@ async fn version(path: &std::path::Path) -> FileVersion {
     FileVersion::of(&meta)
 }
 
-fn load_request(files: &[FileVersion], columns: &[&str]) -> LoadTable {
+pub(super) fn load_request(files: &[FileVersion], columns: &[&str]) -> LoadTable {
     LoadTable {
         table: "t".into(),
         location: "file:///data/t".into(),
@@ -151,8 +151,8 @@ async fn a_file_of_another_size_than_planned_is_refused() {
     assert_eq!(store.stats().bytes, 0);
 }
 
-struct Served {
-    addr: String,
+pub(super) struct Served {
+    pub(super) addr: String,
     corrupt: Arc<AtomicUsize>,
     shutdown: CancellationToken,
     _task: SpawnedTask<crate::Result<()>>,
@@ -165,7 +165,7 @@ impl Drop for Served {
     }
 }
 
-async fn served(store: ChunkStore) -> Served {
+pub(super) async fn served(store: ChunkStore) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let cache = StateCache::open(CacheConfig {
         dir: dir.path().to_path_buf(),
@@ -174,8 +174,10 @@ async fn served(store: ChunkStore) -> Served {
     })
     .unwrap();
     let corrupt = Arc::new(AtomicUsize::new(0));
+    let offloader = super::fragments::Offloader::new(2).unwrap();
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(Arc::new(store))
+        .with_offloader(Some(Arc::new(offloader)))
         .corrupting(Arc::clone(&corrupt));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arrow::array::{Array, ArrayRef};
+use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow_flight::FlightData;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::{
@@ -32,14 +33,17 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use skiff_engine::buffer::{Block, BlockKey, every_row};
-use skiff_flight::chunks::{chunk_cuts, chunk_messages, file_version, selection_message, trim};
+use skiff_flight::chunks::{
+    assemble, chunk_cuts, chunk_messages, file_version, selection_message, trim,
+};
 use skiff_flight::protocol::{
-    ChunkFile, ChunkRequest, LoadTable, MemoryColumn, MemoryStats, TableLoaded,
+    ChunkFile, ChunkRequest, FragmentFile, LoadTable, MemoryColumn, MemoryStats, TableLoaded,
 };
 use skiff_tables::location::Stores;
 use tonic::Status;
 use tracing::{debug, info};
 
+use super::sketches::ColumnSketch;
 use super::zones::{ColumnZones, Prune, Zone, zones};
 
 /// What names a column of a row group of a file version.
@@ -90,6 +94,7 @@ struct ColumnCounts {
     chunks: u64,
     bytes: u64,
     rows: u64,
+    sketch_bytes: u64,
     served_chunks: u64,
     served_bytes: u64,
 }
@@ -102,6 +107,18 @@ struct Table {
     bytes: u64,
 }
 
+/// What a fragment needs to know of a held file beside its chunks.
+#[derive(Debug, Default)]
+struct FileLayout {
+    /// Each row group's first byte (of its first column's first page):
+    /// DataFusion gives a row group to the byte range holding it.
+    starts: Vec<i64>,
+    /// The column index of each column name held.
+    roots: HashMap<String, usize>,
+    /// Sketches of each column held, by name.
+    sketches: HashMap<String, Arc<ColumnSketch>>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Bytes of the chunks held, and of loads under way.
@@ -111,6 +128,50 @@ struct Inner {
     columns: HashMap<ColumnKey, Arc<Held>>,
     /// File versions held, with the tables holding them.
     files: HashMap<FileKey, usize>,
+    layouts: HashMap<FileKey, FileLayout>,
+}
+
+/// One row group an offloaded fragment reads: its held columns, in the
+/// order of the fragment's input schema.
+#[derive(Debug)]
+pub(crate) struct FragmentGroup {
+    /// The file's index in the request, and the row group's in the file.
+    pub file: usize,
+    pub row_group: usize,
+    pub rows: usize,
+    version: skiff_engine::buffer::FileVersion,
+    columns: Vec<(usize, Arc<Held>)>,
+}
+
+impl FragmentGroup {
+    /// The row group's rows of `schema`'s columns (cast to its types where
+    /// the file's differ, as a scan reads them).
+    pub(crate) fn batch(&self, schema: &SchemaRef) -> Result<RecordBatch, String> {
+        let mut arrays = Vec::with_capacity(self.columns.len());
+        for ((root, held), field) in self.columns.iter().zip(schema.fields()) {
+            let kept = every_row(self.rows);
+            let array = assemble(
+                &held.messages,
+                &self.version,
+                self.row_group,
+                &[*root],
+                &kept,
+            )?
+            .pop()
+            .flatten()
+            .ok_or_else(|| format!("column {} decoded to nothing", field.name()))?;
+            let array = if array.data_type() == field.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, field.data_type())
+                    .map_err(|e| format!("column {}: {e}", field.name()))?
+            };
+            arrays.push(array);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
+        RecordBatch::try_new_with_options(Arc::clone(schema), arrays, &options)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// The chunk store.
@@ -197,8 +258,10 @@ impl ChunkStore {
             bytes: 0,
         };
         let mut loaded: Vec<(ColumnKey, Held)> = Vec::new();
+        let mut layouts = Vec::with_capacity(request.files.len());
         for file in &request.files {
-            let columns = self.read_file(&store, request, file).await?;
+            let (layout, columns) = self.read_file(&store, request, file).await?;
+            layouts.push((FileKey::of(file), layout));
             for (key, held) in columns {
                 if !self.reserve(&mut reservation, held.bytes, replaced) {
                     let inner = self.lock();
@@ -225,6 +288,12 @@ impl ChunkStore {
             table.bytes += held.bytes;
             table.keys.push(key.clone());
         }
+        for (_, layout) in &layouts {
+            for (column, sketch) in &layout.sketches {
+                let counts = table.columns.entry(column.clone()).or_default();
+                counts.sketch_bytes += sketch.bytes() as u64;
+            }
+        }
         table.files = request.files.iter().map(FileKey::of).collect();
         let answer = TableLoaded {
             chunks: table.columns.values().map(|c| c.chunks).sum(),
@@ -238,6 +307,12 @@ impl ChunkStore {
         }
         for (key, held) in loaded {
             inner.columns.insert(key, Arc::new(held));
+        }
+        for (file, layout) in layouts {
+            let known = inner.layouts.entry(file).or_default();
+            known.starts = layout.starts;
+            known.roots.extend(layout.roots);
+            known.sketches.extend(layout.sketches);
         }
         inner.bytes += table.bytes;
         inner.tables.insert(request.table.clone(), table);
@@ -262,7 +337,7 @@ impl ChunkStore {
         store: &Arc<dyn ObjectStore>,
         request: &LoadTable,
         file: &ChunkFile,
-    ) -> Result<Vec<(ColumnKey, Held)>, Status> {
+    ) -> Result<(FileLayout, Vec<(ColumnKey, Held)>), Status> {
         let path = Path::from(file.path.as_str());
         let unreadable = |e: &dyn std::fmt::Display| {
             Status::failed_precondition(format!("cannot read {}: {e}", file.path))
@@ -308,9 +383,31 @@ impl ChunkStore {
         roots.dedup();
         let version = Arc::new(file_version(file));
         let mut out = Vec::new();
+        let mut layout = FileLayout {
+            starts: metadata
+                .metadata()
+                .row_groups()
+                .iter()
+                .map(|g| {
+                    let first = g.column(0);
+                    first
+                        .dictionary_page_offset()
+                        .unwrap_or_else(|| first.data_page_offset())
+                })
+                .collect(),
+            roots: roots
+                .iter()
+                .map(|&r| (schema.field(r).name().clone(), r))
+                .collect(),
+            sketches: HashMap::new(),
+        };
         if roots.is_empty() {
-            return Ok(out);
+            return Ok((layout, out));
         }
+        let mut sketches: Vec<ColumnSketch> = roots
+            .iter()
+            .map(|&r| ColumnSketch::new(schema.field(r).data_type()))
+            .collect();
         let row_groups = metadata.metadata().num_row_groups();
         for row_group in 0..row_groups {
             let rows = metadata.metadata().row_group(row_group).num_rows();
@@ -340,6 +437,7 @@ impl ChunkStore {
                 if array.len() != rows {
                     return Err(unreadable(&format!("row group {row_group} decoded short")));
                 }
+                sketches[at].update(array.as_ref());
                 let block = Block {
                     table: Arc::from(request.location.as_str()),
                     key: BlockKey {
@@ -377,7 +475,12 @@ impl ChunkStore {
                 ));
             }
         }
-        Ok(out)
+        layout.sketches = roots
+            .iter()
+            .zip(sketches)
+            .map(|(&r, sketch)| (schema.field(r).name().clone(), Arc::new(sketch)))
+            .collect();
+        Ok((layout, out))
     }
 
     /// Drop table `name`'s chunks; what was freed.
@@ -487,6 +590,89 @@ impl ChunkStore {
         Ok(messages)
     }
 
+    /// The row groups of `files` an offloaded fragment reading `schema`'s
+    /// columns runs over (those in each file's range), and each file's
+    /// count of row groups; or why the node cannot run it (a file or a
+    /// column not held), in words.
+    pub(crate) fn fragment_groups(
+        &self,
+        files: &[FragmentFile],
+        schema: &Schema,
+    ) -> Result<(Vec<usize>, Vec<FragmentGroup>), String> {
+        let inner = self.lock();
+        let mut counts = Vec::with_capacity(files.len());
+        let mut groups = Vec::new();
+        for (index, asked) in files.iter().enumerate() {
+            let Some(file) = &asked.file else {
+                return Err("a fragment file without a name".to_string());
+            };
+            let key = FileKey::of(file);
+            let Some(layout) = inner.layouts.get(&key) else {
+                return Err(format!("{} (this version) is not held here", file.path));
+            };
+            counts.push(layout.starts.len());
+            let version = file_version(file);
+            for (row_group, start) in layout.starts.iter().enumerate() {
+                if asked.ranged && !(asked.start..asked.end).contains(start) {
+                    continue;
+                }
+                let mut columns = Vec::with_capacity(schema.fields().len());
+                let mut rows = None;
+                for field in schema.fields() {
+                    let held = layout.roots.get(field.name()).and_then(|&root| {
+                        let column = ColumnKey {
+                            file: key.clone(),
+                            row_group,
+                            column: root,
+                        };
+                        Some((root, Arc::clone(inner.columns.get(&column)?)))
+                    });
+                    let Some((root, held)) = held else {
+                        return Err(format!(
+                            "column {} of {} is not held here",
+                            field.name(),
+                            file.path
+                        ));
+                    };
+                    if *rows.get_or_insert(held.rows) != held.rows {
+                        return Err(format!(
+                            "row group {row_group} of {}: columns disagree",
+                            file.path
+                        ));
+                    }
+                    columns.push((root, held));
+                }
+                groups.push(FragmentGroup {
+                    file: index,
+                    row_group,
+                    rows: usize::try_from(rows.unwrap_or(0)).map_err(|e| e.to_string())?,
+                    version: version.clone(),
+                    columns,
+                });
+            }
+        }
+        Ok((counts, groups))
+    }
+
+    /// The sketches of `column` over `files` merged, when every one of
+    /// them holds it.
+    pub(crate) fn sketch(&self, files: &[ChunkFile], column: &str) -> Option<ColumnSketch> {
+        let inner = self.lock();
+        let mut merged: Option<ColumnSketch> = None;
+        for file in files {
+            let sketch = inner
+                .layouts
+                .get(&FileKey::of(file))?
+                .sketches
+                .get(column)?;
+            match &mut merged {
+                None => merged = Some(sketch.snapshot()),
+                Some(merged) => merged.merge(sketch),
+            }
+        }
+        merged
+    }
+
     /// Capacity, bytes held and a row per column of each table.
     pub fn stats(&self) -> MemoryStats {
         let inner = self.lock();
@@ -502,6 +688,7 @@ impl ChunkStore {
                     rows: c.rows,
                     served_chunks: c.served_chunks,
                     served_bytes: c.served_bytes,
+                    sketch_bytes: c.sketch_bytes,
                 })
             })
             .collect();
@@ -558,6 +745,7 @@ fn remove_table(inner: &mut Inner, name: &str) -> TableLoaded {
             *count -= 1;
             if *count == 0 {
                 inner.files.remove(file);
+                inner.layouts.remove(file);
             }
         }
     }

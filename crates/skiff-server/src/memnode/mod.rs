@@ -5,13 +5,19 @@
 //!
 //! [`cache`] is the state store (memory, capacity, spill, TTL, read-once,
 //! durability, checksums; no network), [`chunks`] the chunk store,
+//! [`fragments`] the query fragments it runs in workers' place (with
+//! [`estimate`], their output estimated from the sketches),
 //! [`link`] the emulated network link, [`service`] the Flight service,
-//! [`zones`] the min/max per chunk that prunes what a scan is sent.
+//! [`zones`] the min/max per chunk that prunes what a scan is sent,
+//! [`sketches`] the sketches of each column of each file held.
 
 pub mod cache;
 pub mod chunks;
+mod estimate;
+pub mod fragments;
 pub mod link;
 pub mod service;
+mod sketches;
 mod zones;
 
 use std::net::SocketAddr;
@@ -58,6 +64,8 @@ pub struct MemnodeConfig {
     /// Tables the coordinator loads into the memory nodes whenever this one
     /// registers (at start, and after a restart).
     pub preload: Vec<String>,
+    /// Threads offloaded fragments run on.
+    pub offload_threads: usize,
 }
 
 /// The share of the machine's memory tables' chunks may take when neither
@@ -112,6 +120,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         table_memory = config.table_capacity(),
         chunk_size = config.chunk_size,
         link_bits_per_second = config.link_bandwidth.unwrap_or(0),
+        offload_threads = config.offload_threads,
         "memory node listening"
     );
     let identity = NodeIdentity {
@@ -121,9 +130,12 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         memory: config.memory,
         preload: config.preload.clone(),
     };
+    let offloader = fragments::Offloader::new(config.offload_threads)
+        .map_err(|e| ServerError::internal(format!("memnode: offload threads: {e}")))?;
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(chunks)
-        .with_link(link);
+        .with_link(link)
+        .with_offloader(Some(Arc::new(offloader)));
     let server = serve(listener, service, shutdown.clone());
     let heartbeats = report_from_own_thread(
         config.coordinator.clone(),
@@ -144,5 +156,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
 
 #[cfg(test)]
 mod chunk_tests;
+#[cfg(test)]
+mod fragment_tests;
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,9 @@
 //! over the wire.
 //!
 //! Owns the mapping of Flight calls onto [`StateCache`] and [`ChunkStore`]:
-//! `DoGet` of a [`ChunkRequest`] ticket streams a row group's chunks
-//! (through the emulated [`Link`] when one is set); the table actions load,
+//! `DoGet` of a [`ChunkRequest`] ticket streams a row group's chunks, of
+//! a [`FragmentRequest`] a fragment's answer (both through the emulated
+//! [`Link`] when one is set); the table actions load,
 //! unload and count. For the state cache: `DoPut` (a
 //! [`StatePut`] descriptor, then the messages `skiff_flight::state_cache`
 //! defines, stored as they come), `DoGet` (a [`StateKey`] ticket; the
@@ -19,7 +20,11 @@ use arrow_flight::{Action, FlightData, Ticket};
 use datafusion::common::runtime::SpawnedTask;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use skiff_flight::protocol::{LoadTable, StateKey, StatePut, StateStored, UnloadTable, action};
+use skiff_flight::fragments::decision_message;
+use skiff_flight::protocol::{
+    FragmentDecision, FragmentRequest, LoadTable, StateKey, StatePut, StateStored, UnloadTable,
+    action,
+};
 use skiff_flight::{FlightStream, Handler, flight_server};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -29,6 +34,7 @@ use tracing::{debug, warn};
 
 use super::cache::{CacheError, EntryOptions, PutInfo, Reader, StateCache};
 use super::chunks::ChunkStore;
+use super::fragments::{self, Offloader};
 use super::link::Link;
 use crate::error::{Result, ServerError};
 
@@ -42,6 +48,8 @@ pub struct MemnodeService {
     cache: Arc<StateCache>,
     chunks: Arc<ChunkStore>,
     link: Option<Arc<Link>>,
+    /// Where fragments run; `None`: every fragment is pushed back.
+    offloader: Option<Arc<Offloader>>,
     /// Chunk messages still to send with a flipped byte (tests only).
     #[cfg(test)]
     corrupt: Arc<std::sync::atomic::AtomicUsize>,
@@ -54,6 +62,7 @@ impl MemnodeService {
             cache,
             chunks: Arc::new(ChunkStore::new(0, skiff_flight::chunks::DEFAULT_CHUNK_SIZE)),
             link: None,
+            offloader: None,
             #[cfg(test)]
             corrupt: Arc::default(),
         }
@@ -74,6 +83,44 @@ impl MemnodeService {
     pub fn with_link(mut self, link: Option<Arc<Link>>) -> Self {
         self.link = link;
         self
+    }
+
+    /// Fragments run on `offloader`'s threads.
+    pub fn with_offloader(mut self, offloader: Option<Arc<Offloader>>) -> Self {
+        self.offloader = offloader;
+        self
+    }
+
+    /// A fragment's answer, each message sent once the link has room.
+    fn fragment_stream(
+        &self,
+        request: FragmentRequest,
+    ) -> std::result::Result<FlightStream, Status> {
+        let messages = match &self.offloader {
+            Some(offloader) => fragments::answer(offloader, &self.chunks, request)?,
+            None => {
+                let decision = FragmentDecision {
+                    offload: false,
+                    reason: "this node runs no fragments".to_string(),
+                    ..FragmentDecision::default()
+                };
+                let (tx, rx) = mpsc::channel(1);
+                let _ = tx.try_send(Ok(decision_message(&decision)));
+                rx
+            }
+        };
+        let link = self.link.clone();
+        let stream = tokio_stream_of(messages).then(move |message| {
+            let link = link.clone();
+            async move {
+                if let (Some(link), Ok(message)) = (&link, &message) {
+                    link.send(message.data_body.len() + message.app_metadata.len())
+                        .await;
+                }
+                message
+            }
+        });
+        Ok(Box::pin(stream))
     }
 
     /// A row group's chunks, each sent once the link has room for it.
@@ -107,6 +154,15 @@ impl MemnodeService {
         });
         Ok(Box::pin(stream))
     }
+}
+
+/// A queue's messages as a stream.
+fn tokio_stream_of<T: Send + 'static>(
+    rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
 }
 
 enum PutItem {
@@ -201,6 +257,9 @@ impl Handler for MemnodeService {
     }
 
     async fn get(&self, ticket: Ticket) -> std::result::Result<FlightStream, Status> {
+        if let Some(request) = skiff_flight::fragments::fragment_request(&ticket) {
+            return self.fragment_stream(request);
+        }
         if let Some(request) = skiff_flight::chunks::chunk_request(&ticket) {
             return self.chunk_stream(&request);
         }

@@ -2,7 +2,9 @@
 //! file version (the routes the coordinator's heartbeat replies carry) and
 //! the fetch of a row group's columns from it over Flight, as the engine's
 //! remote tier ([`ChunkSource`]), with the scan's predicate when it prunes.
-//! A node that fails a fetch is left alone
+//! It is also where fragments are offered ([`FragmentTarget`]): to the
+//! node holding every file of a partition. A node that fails a fetch or a
+//! fragment is left alone
 //! for [`MEMORY_NODE_BACKOFF`]; its scans read storage meanwhile.
 
 use std::collections::{HashMap, HashSet};
@@ -10,14 +12,21 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched, Prune, Pruned};
-use skiff_flight::protocol::{ChunkFile, ChunkPrune, MemoryRoutes};
+use skiff_engine::offload::{Answer, FragmentTarget, Offer};
+use skiff_flight::chunks::chunk_file;
+use skiff_flight::fragments::{run_fragment, schema_bytes};
+use skiff_flight::protocol::{
+    ChunkFile, ChunkPrune, FragmentFile, FragmentRequest, MemoryRoutes, OffloadMode,
+};
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
-use crate::config::{CHUNK_FETCH_DEADLINE, MEMORY_NODE_BACKOFF};
+use crate::config::{
+    CHUNK_FETCH_DEADLINE, FRAGMENT_DECISION_DEADLINE, FRAGMENT_IDLE_DEADLINE, MEMORY_NODE_BACKOFF,
+};
 
 /// The routes and connections; cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -171,6 +180,72 @@ fn chunk_prune(prune: &Prune, rows: usize) -> ChunkPrune {
         names: prune.columns.iter().map(|(n, _)| n.to_string()).collect(),
         roots: prune.columns.iter().map(|(_, r)| *r as u64).collect(),
         rows: rows as u64,
+    }
+}
+
+impl FragmentTarget for MemoryTier {
+    fn offer(&self, offer: Offer) -> Option<BoxFuture<'static, Result<Answer, String>>> {
+        let mut addr: Option<String> = None;
+        for file in &offer.files {
+            let held = self.route(&file.version)?;
+            if addr.get_or_insert_with(|| held.clone()) != &held {
+                // Files on several nodes: the partition runs here.
+                return None;
+            }
+        }
+        let addr = addr?;
+        let input_schema = schema_bytes(&offer.fragment.input_schema).ok()?;
+        let request = FragmentRequest {
+            plan: offer.fragment.plan.clone(),
+            input_schema,
+            files: offer
+                .files
+                .iter()
+                .map(|f| FragmentFile {
+                    file: Some(chunk_file(&f.version)),
+                    ranged: f.range.is_some(),
+                    start: f.range.map_or(0, |r| r.0),
+                    end: f.range.map_or(0, |r| r.1),
+                })
+                .collect(),
+            mode: OffloadMode::Always as i32,
+            fragment: true,
+        };
+        let inner = Arc::clone(&self.inner);
+        Some(
+            async move {
+                let answered = async {
+                    let mut client = inner.client(&addr).await?;
+                    run_fragment(
+                        &mut client,
+                        &request,
+                        FRAGMENT_DECISION_DEADLINE,
+                        FRAGMENT_IDLE_DEADLINE,
+                    )
+                    .await
+                }
+                .await;
+                let (decision, events) = answered.map_err(|e| {
+                    inner.failed(&addr, &e);
+                    format!("memory node {addr}: {}", e.message())
+                })?;
+                let failing = Arc::clone(&inner);
+                let events = events
+                    .map_err(move |e| {
+                        failing.failed(&addr, &e);
+                        e.message().to_string()
+                    })
+                    .boxed();
+                Ok(Answer {
+                    offloaded: decision.offload,
+                    reason: decision.reason,
+                    row_groups: decision.row_groups.iter().map(|&n| n as usize).collect(),
+                    estimated_rows: decision.estimated_rows,
+                    events,
+                })
+            }
+            .boxed(),
+        )
     }
 }
 

@@ -106,12 +106,14 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     // Scans read tables the memory nodes hold from them (pool first).
     let memory = memory::MemoryTier::default();
     let remote = skiff_engine::buffer::RemoteTier(Arc::new(memory.clone()));
-    engine
-        .context()
-        .state_ref()
-        .write()
-        .config_mut()
-        .set_extension(Arc::new(remote.clone()));
+    // Fragments are offered to the nodes holding their files.
+    let offload = skiff_engine::offload::OffloadTier(Arc::new(memory.clone()));
+    {
+        let state = engine.context().state_ref();
+        let mut state = state.write();
+        state.config_mut().set_extension(Arc::new(remote.clone()));
+        state.config_mut().set_extension(Arc::new(offload));
+    }
     let stop = CancellationToken::new();
     let listener = crate::node::bind(config.listen).await?;
     let addr = crate::node::local_addr(&listener)?;

@@ -19,6 +19,15 @@ const TPCH_TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
 ];
 
+/// The sum of metric `name` over an `EXPLAIN ANALYZE` answer's text.
+fn metric_sum(text: &str, name: &str) -> u64 {
+    text.split(&format!("{name}="))
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
+}
+
 /// The one number a query answers.
 async fn number(client: &tokio_postgres::Client, sql: &str) -> i64 {
     let rows = simple_rows(client, sql)
@@ -209,12 +218,7 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
     .await
     .expect("explain analyze");
     let text = format!("{explained:?}");
-    let ahead: u64 = text
-        .split("memory_node_prefetched=")
-        .skip(1)
-        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum();
+    let ahead = metric_sum(&text, "memory_node_prefetched");
     assert!(ahead > 0, "no row group fetched ahead: {text}");
     client
         .simple_query("SET skiff.prefetch_depth = 2")
@@ -260,12 +264,7 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
         .await
         .expect("explain analyze");
     let text = format!("{explained:?}");
-    let pruned: u64 = text
-        .split("memory_node_rows_pruned=")
-        .skip(1)
-        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .filter_map(|n| n.parse::<u64>().ok())
-        .sum();
+    let pruned = metric_sum(&text, "memory_node_rows_pruned");
     assert!(pruned > 0, "no rows pruned: {text}");
 
     suite_matches_duckdb(&server, &client, "tpch", "through memory nodes").await;
@@ -346,6 +345,53 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
             "{sql}: {text:?}"
         );
     }
+}
+
+/// Fragments (a scan, its filter and projection) offloaded to the memory
+/// node holding their table: `EXPLAIN ANALYZE` shows them offloaded, every
+/// TPC-H answer equals DuckDB's; with `never` nothing is offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
+    let server = Server::start(
+        &dataset(Benchmark::Tpch, 0.01),
+        Options {
+            extra: ["--offload-threads", "2"].map(String::from).to_vec(),
+            ..Options::default()
+        },
+    );
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    for table in TPCH_TABLES {
+        let bytes = number(&client, &format!("SELECT skiff.load_to_memory('{table}')")).await;
+        assert!(bytes > 0, "{table}: {bytes} bytes loaded");
+    }
+    let selective = "SELECT count(*), CAST(sum(l_extendedprice * l_discount) AS BIGINT) \
+                     FROM lineitem WHERE l_quantity < 5 AND l_discount > 0.05";
+    let mut answers = Vec::new();
+    for mode in ["never", "always"] {
+        client
+            .simple_query(&format!("SET skiff.offload = {mode}"))
+            .await
+            .expect("set");
+        answers.push(simple_rows(&client, selective).await.expect("selective"));
+        let explained = simple_rows(&client, &format!("EXPLAIN ANALYZE {selective}"))
+            .await
+            .expect("explain analyze");
+        let text = format!("{explained:?}");
+        let offloaded = metric_sum(&text, "fragments_offloaded");
+        match mode {
+            "never" => assert!(!text.contains("OffloadExec"), "{text}"),
+            _ => assert!(offloaded > 0, "nothing offloaded: {text}"),
+        }
+    }
+    assert_eq!(answers[0], answers[1], "offloaded and local answers differ");
+    assert!(
+        answers[0][0][0].as_deref().is_some_and(|n| n != "0"),
+        "the filter keeps rows: {answers:?}"
+    );
+    suite_matches_duckdb(&server, &client, "tpch", "offloaded").await;
+    let log = server.log_text();
+    assert!(log.contains("fragment offloaded"), "log:\n{log}");
 }
 
 /// A load that does not fit a memory node is refused whole (the table

@@ -1,0 +1,584 @@
+//! The cardinality estimator of offloaded fragments (the SmartNIC paper's
+//! §V-C): from the node's sketches of the columns a fragment reads, the
+//! rows it keeps and the operations it performs, counted by name as the
+//! paper's operation vector (Table I): every comparison, boolean, arithmetic
+//! and function evaluated over the rows it sees, the filter over its input
+//! and the rows it selects, the projected values.
+//!
+//! A conjunction's selectivity is the product of its terms' (independent
+//! columns), a disjunction's `a + b - ab`. A comparison of a column with a
+//! constant is judged by the column's KLL quantiles (ranges) or its
+//! frequent items and distinct count (equality); anything the sketches
+//! cannot judge takes PostgreSQL's defaults (`DEFAULT_EQ_SEL` 0.005,
+//! `DEFAULT_INEQ_SEL` 1/3, `DEFAULT_MATCH_SEL` 0.005). Its error is
+//! measured by `skiff bench offload`, not assumed.
+
+use std::collections::BTreeMap;
+
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
+
+use super::sketches::ColumnSketch;
+
+/// PostgreSQL's selectivity of an equality nothing is known of.
+const DEFAULT_EQUALITY: f64 = 0.005;
+/// PostgreSQL's selectivity of an inequality nothing is known of.
+const DEFAULT_INEQUALITY: f64 = 1.0 / 3.0;
+/// PostgreSQL's selectivity of a pattern match.
+const DEFAULT_MATCH: f64 = 0.005;
+
+/// What a fragment is estimated to do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Estimate {
+    /// Rows the fragment reads.
+    pub input_rows: f64,
+    /// Rows it keeps.
+    pub output_rows: f64,
+    /// Operations, by name, and how many times each is performed.
+    pub operations: BTreeMap<String, f64>,
+}
+
+/// The statistics an estimate reads: the rows of the files a fragment
+/// reads, and its columns' sketches over them.
+pub(crate) trait Statistics {
+    fn rows(&self) -> u64;
+    fn column(&self, name: &str) -> Option<&ColumnSketch>;
+}
+
+/// Estimate `plan`, a fragment (a scan under filters and projections).
+pub(crate) fn estimate(plan: &LogicalPlan, statistics: &dyn Statistics) -> Estimate {
+    let mut estimate = Estimate {
+        input_rows: statistics.rows() as f64,
+        ..Estimate::default()
+    };
+    let (rows, _) = visit(plan, statistics, &mut estimate);
+    estimate.output_rows = rows;
+    estimate
+}
+
+/// Count `plan`'s operations into `estimate`: the rows it gives, and the
+/// terms of the filters applied on the way (a term applied twice, as a
+/// scan's filter and again above it, keeps no fewer rows the second time).
+fn visit(
+    plan: &LogicalPlan,
+    statistics: &dyn Statistics,
+    estimate: &mut Estimate,
+) -> (f64, Vec<Expr>) {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let rows = statistics.rows() as f64;
+            count(estimate, "table_rows", rows);
+            match scan.filters.iter().cloned().reduce(Expr::and) {
+                Some(predicate) => filter(&predicate, rows, Vec::new(), statistics, estimate),
+                None => (rows, Vec::new()),
+            }
+        }
+        LogicalPlan::Filter(node) => {
+            let (rows, applied) = visit(&node.input, statistics, estimate);
+            filter(&node.predicate, rows, applied, statistics, estimate)
+        }
+        LogicalPlan::Projection(node) => {
+            let (rows, applied) = visit(&node.input, statistics, estimate);
+            for expr in &node.expr {
+                operations(expr, rows, estimate);
+            }
+            count(estimate, "project", rows * node.expr.len() as f64);
+            (rows, applied)
+        }
+        other => other.inputs().first().map_or((0.0, Vec::new()), |input| {
+            visit(input, statistics, estimate)
+        }),
+    }
+}
+
+/// The rows of `rows` that `predicate` keeps beyond the terms `applied`
+/// already, its operations counted; and the terms applied after it.
+fn filter(
+    predicate: &Expr,
+    rows: f64,
+    mut applied: Vec<Expr>,
+    statistics: &dyn Statistics,
+    estimate: &mut Estimate,
+) -> (f64, Vec<Expr>) {
+    operations(predicate, rows, estimate);
+    let mut share = 1.0;
+    for term in split_conjunction(predicate) {
+        let term = unaliased(term);
+        if !applied.contains(&term) {
+            share *= selectivity(&term, statistics).clamp(0.0, 1.0);
+            applied.push(term);
+        }
+    }
+    let kept = rows * share;
+    count(estimate, "filter", rows);
+    count(estimate, "select", kept);
+    (kept, applied)
+}
+
+/// `term` without the table names of its columns (a scan's filters and
+/// the filter above it may name them differently).
+fn unaliased(term: &Expr) -> Expr {
+    term.clone()
+        .transform(|e| match e {
+            Expr::Column(column) if column.relation.is_some() => {
+                Ok(datafusion::common::tree_node::Transformed::yes(
+                    Expr::Column(datafusion::common::Column::new_unqualified(column.name)),
+                ))
+            }
+            other => Ok(datafusion::common::tree_node::Transformed::no(other)),
+        })
+        .map_or_else(|_| term.clone(), |t| t.data)
+}
+
+fn count(estimate: &mut Estimate, name: &str, times: f64) {
+    *estimate.operations.entry(name.to_string()).or_default() += times;
+}
+
+/// Count what evaluating `expr` over `rows` rows performs: every operator
+/// and function node once per row (DataFusion evaluates a batch's column
+/// at a time, both sides of a boolean included).
+fn operations(expr: &Expr, rows: f64, estimate: &mut Estimate) {
+    let _ = expr.apply(|node| {
+        let name = match node {
+            Expr::BinaryExpr(BinaryExpr { op, .. }) => Some(operator_name(*op)),
+            Expr::Not(_) => Some("not".to_string()),
+            Expr::IsNull(_) | Expr::IsNotNull(_) => Some("is_null".to_string()),
+            Expr::Between(_) => Some("between".to_string()),
+            Expr::Like(_) | Expr::SimilarTo(_) => Some("like".to_string()),
+            Expr::InList(_) => Some("in_list".to_string()),
+            Expr::Cast(_) | Expr::TryCast(_) => Some("cast".to_string()),
+            Expr::Case(_) => Some("case".to_string()),
+            Expr::ScalarFunction(f) => Some(f.name().to_string()),
+            _ => None,
+        };
+        if let Some(name) = name {
+            count(estimate, &name, rows);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+}
+
+/// An operator's name in the operation vector (Arrow's kernel names, as
+/// in the paper's Table I).
+fn operator_name(op: Operator) -> String {
+    match op {
+        Operator::And => "and_kleene".to_string(),
+        Operator::Or => "or_kleene".to_string(),
+        Operator::Eq => "equal".to_string(),
+        Operator::NotEq => "not_equal".to_string(),
+        Operator::Lt => "less".to_string(),
+        Operator::LtEq => "less_equal".to_string(),
+        Operator::Gt => "greater".to_string(),
+        Operator::GtEq => "greater_equal".to_string(),
+        Operator::Plus => "add".to_string(),
+        Operator::Minus => "subtract".to_string(),
+        Operator::Multiply => "multiply".to_string(),
+        Operator::Divide => "divide".to_string(),
+        Operator::Modulo => "modulo".to_string(),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+/// The share of rows `predicate` keeps.
+pub(crate) fn selectivity(predicate: &Expr, statistics: &dyn Statistics) -> f64 {
+    let s = |e: &Expr| selectivity(e, statistics);
+    match predicate {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+            Operator::And => s(left) * s(right),
+            Operator::Or => match equalities(predicate) {
+                // One column equal to one of several values: the values'
+                // rows do not overlap.
+                Some((column, values)) => values
+                    .iter()
+                    .map(|v| comparison(column, Operator::Eq, v, statistics))
+                    .sum::<f64>()
+                    .min(1.0),
+                None => {
+                    let (a, b) = (s(left), s(right));
+                    a + b - a * b
+                }
+            },
+            op => comparison(left, *op, right, statistics),
+        },
+        Expr::Not(inner) => 1.0 - s(inner),
+        Expr::Between(between) => {
+            let low = comparison(&between.expr, Operator::GtEq, &between.low, statistics);
+            let high = comparison(&between.expr, Operator::LtEq, &between.high, statistics);
+            // Both bounds at once: what each leaves out, left out.
+            let kept = (low + high - 1.0).max(0.0);
+            if between.negated { 1.0 - kept } else { kept }
+        }
+        Expr::InList(list) => {
+            let kept: f64 = list
+                .list
+                .iter()
+                .map(|value| comparison(&list.expr, Operator::Eq, value, statistics))
+                .sum::<f64>()
+                .min(1.0);
+            if list.negated { 1.0 - kept } else { kept }
+        }
+        Expr::IsNull(inner) => null_share(inner, statistics).unwrap_or(DEFAULT_EQUALITY),
+        Expr::IsNotNull(inner) => 1.0 - null_share(inner, statistics).unwrap_or(DEFAULT_EQUALITY),
+        Expr::Like(like) => {
+            if like.negated {
+                1.0 - DEFAULT_MATCH
+            } else {
+                DEFAULT_MATCH
+            }
+        }
+        Expr::Literal(ScalarValue::Boolean(Some(true)), _) => 1.0,
+        Expr::Literal(ScalarValue::Boolean(_), _) => 0.0,
+        _ => DEFAULT_INEQUALITY,
+    }
+}
+
+/// A disjunction of equalities of one column with constants (what an
+/// `IN` list becomes): the column, and the constants.
+fn equalities(predicate: &Expr) -> Option<(&Expr, Vec<&Expr>)> {
+    match predicate {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let (column, mut values) = equalities(left)?;
+            let (other, more) = equalities(right)?;
+            (column_of(column)? == column_of(other)?).then(|| {
+                values.extend(more);
+                (column, values)
+            })
+        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => match (column_of(left), literal_of(right)) {
+            (Some(_), Some(_)) => Some((left.as_ref(), vec![right.as_ref()])),
+            _ => None,
+        },
+        Expr::InList(list) if !list.negated && column_of(&list.expr).is_some() => {
+            Some((list.expr.as_ref(), list.list.iter().collect()))
+        }
+        _ => None,
+    }
+}
+
+/// The column an expression reads as is (through casts).
+fn column_of(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Column(column) => Some(&column.name),
+        Expr::Cast(cast) => column_of(&cast.expr),
+        Expr::TryCast(cast) => column_of(&cast.expr),
+        _ => None,
+    }
+}
+
+fn literal_of(expr: &Expr) -> Option<&ScalarValue> {
+    match expr {
+        Expr::Literal(value, _) => Some(value),
+        Expr::Cast(cast) => literal_of(&cast.expr),
+        _ => None,
+    }
+}
+
+/// A literal as the number quantiles are kept over.
+fn number(value: &ScalarValue) -> Option<f64> {
+    Some(match value {
+        ScalarValue::Int8(Some(v)) => f64::from(*v),
+        ScalarValue::Int16(Some(v)) => f64::from(*v),
+        ScalarValue::Int32(Some(v)) => f64::from(*v),
+        ScalarValue::Int64(Some(v)) => *v as f64,
+        ScalarValue::UInt8(Some(v)) => f64::from(*v),
+        ScalarValue::UInt16(Some(v)) => f64::from(*v),
+        ScalarValue::UInt32(Some(v)) => f64::from(*v),
+        ScalarValue::UInt64(Some(v)) => *v as f64,
+        ScalarValue::Float32(Some(v)) => f64::from(*v),
+        ScalarValue::Float64(Some(v)) => *v,
+        ScalarValue::Date32(Some(v)) => f64::from(*v),
+        ScalarValue::Date64(Some(v)) => *v as f64,
+        ScalarValue::Decimal128(Some(v), _, scale) => *v as f64 / 10f64.powi(i32::from(*scale)),
+        _ => return None,
+    })
+}
+
+/// A literal as the integer frequent items count it by.
+fn counted_as(value: &ScalarValue) -> Option<i64> {
+    Some(match value {
+        ScalarValue::Int8(Some(v)) => i64::from(*v),
+        ScalarValue::Int16(Some(v)) => i64::from(*v),
+        ScalarValue::Int32(Some(v)) => i64::from(*v),
+        ScalarValue::Int64(Some(v)) => *v,
+        ScalarValue::UInt8(Some(v)) => i64::from(*v),
+        ScalarValue::UInt16(Some(v)) => i64::from(*v),
+        ScalarValue::UInt32(Some(v)) => i64::from(*v),
+        ScalarValue::UInt64(Some(v)) => *v as i64,
+        ScalarValue::Date32(Some(v)) => i64::from(*v),
+        ScalarValue::Date64(Some(v)) => *v,
+        ScalarValue::Float64(Some(v)) => v.to_bits() as i64,
+        ScalarValue::Float32(Some(v)) => i64::from(v.to_bits()),
+        ScalarValue::Decimal128(Some(v), ..) => *v as i64,
+        _ => return None,
+    })
+}
+
+fn null_share(expr: &Expr, statistics: &dyn Statistics) -> Option<f64> {
+    let sketch = statistics.column(column_of(expr)?)?;
+    let (rows, nulls) = sketch.rows();
+    (rows > 0).then(|| nulls as f64 / rows as f64)
+}
+
+/// The share of rows `left op right` keeps, when one side is a column and
+/// the other a constant.
+fn comparison(left: &Expr, op: Operator, right: &Expr, statistics: &dyn Statistics) -> f64 {
+    let default = match op {
+        Operator::Eq => DEFAULT_EQUALITY,
+        Operator::NotEq => 1.0 - DEFAULT_EQUALITY,
+        _ => DEFAULT_INEQUALITY,
+    };
+    let (column, value, op) = match (column_of(left), literal_of(right)) {
+        (Some(column), Some(value)) => (column, value, op),
+        _ => match (column_of(right), literal_of(left), op.swap()) {
+            (Some(column), Some(value), Some(op)) => (column, value, op),
+            _ => return default,
+        },
+    };
+    let Some(sketch) = statistics.column(column) else {
+        return default;
+    };
+    let (rows, nulls) = sketch.rows();
+    if rows == 0 {
+        return 0.0;
+    }
+    // Comparisons keep no null; shares below are of the values.
+    let valued = (rows - nulls) as f64 / rows as f64;
+    let below = |inclusive| number(value).and_then(|v| sketch.share_below(v, inclusive));
+    let share = match op {
+        Operator::Lt => below(false),
+        Operator::LtEq => below(true),
+        Operator::Gt => below(true).map(|b| 1.0 - b),
+        Operator::GtEq => below(false).map(|b| 1.0 - b),
+        Operator::Eq => Some(equal_share(sketch, value, rows - nulls)),
+        Operator::NotEq => Some(1.0 - equal_share(sketch, value, rows - nulls)),
+        _ => None,
+    };
+    share.map_or(default, |s| s * valued)
+}
+
+/// The share of the `valued` non-null rows equal to `value`: a heavy
+/// hitter's count, else one distinct value's share.
+fn equal_share(sketch: &ColumnSketch, value: &ScalarValue, valued: u64) -> f64 {
+    if valued == 0 {
+        return 0.0;
+    }
+    let heavy = match value {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+        | ScalarValue::LargeUtf8(Some(s)) => sketch.count_of_string(s),
+        other => counted_as(other).and_then(|v| sketch.count_of_number(v)),
+    };
+    if let Some((low, high)) = heavy {
+        return (low + high) as f64 / 2.0 / valued as f64;
+    }
+    // One of the values that are not heavy hitters, all alike.
+    let (items, held) = sketch.heavy_hitters();
+    let rest = valued.saturating_sub(held) as f64 / valued as f64;
+    let others = (sketch.distinct() - items as f64).max(1.0);
+    rest / others
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Float64Array, StringArray};
+    use datafusion::logical_expr::{col, lit};
+
+    use super::*;
+
+    struct Sketched {
+        rows: u64,
+        columns: HashMap<String, ColumnSketch>,
+    }
+
+    impl Statistics for Sketched {
+        fn rows(&self) -> u64 {
+            self.rows
+        }
+
+        fn column(&self, name: &str) -> Option<&ColumnSketch> {
+            self.columns.get(name)
+        }
+    }
+
+    /// `rows` rows: x, y, z uniform in [0, 1) (a fixed sequence), and a
+    /// label, "a" for half the rows, else one of 1000 others.
+    fn particles(rows: usize) -> Sketched {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut columns = HashMap::new();
+        for name in ["x", "y", "z"] {
+            let values: ArrayRef =
+                Arc::new(Float64Array::from_iter_values((0..rows).map(|_| next())));
+            let mut sketch = ColumnSketch::new(values.data_type());
+            sketch.update(values.as_ref());
+            columns.insert(name.to_string(), sketch);
+        }
+        let labels: ArrayRef = Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
+            if i % 2 == 0 {
+                "a".to_string()
+            } else {
+                format!("l{}", i % 1000)
+            }
+        })));
+        let mut sketch = ColumnSketch::new(labels.data_type());
+        sketch.update(labels.as_ref());
+        columns.insert("label".to_string(), sketch);
+        Sketched {
+            rows: rows as u64,
+            columns,
+        }
+    }
+
+    fn close(got: f64, expected: f64, within: f64) {
+        assert!((got - expected).abs() <= within, "{got} against {expected}");
+    }
+
+    #[test]
+    fn independent_ranges_multiply() {
+        let data = particles(200_000);
+        // CQ1 of the paper: 0.3 * 0.3 * 0.1 of uniform columns.
+        let cq1 = col("x")
+            .gt_eq(lit(0.7))
+            .and(col("y").lt(lit(0.3)))
+            .and(col("z").lt_eq(lit(0.1)));
+        close(selectivity(&cq1, &data), 0.009, 0.001);
+        close(
+            selectivity(&col("x").between(lit(0.2), lit(0.5)), &data),
+            0.3,
+            0.01,
+        );
+        close(
+            selectivity(&Expr::Not(Box::new(col("x").lt(lit(0.5)))), &data),
+            0.5,
+            0.01,
+        );
+        let either = col("x").lt(lit(0.5)).or(col("y").lt(lit(0.5)));
+        close(selectivity(&either, &data), 0.75, 0.01);
+        // A constant on the left.
+        close(selectivity(&lit(0.25).gt(col("z")), &data), 0.25, 0.01);
+        // Equalities of one column do not overlap.
+        let labels = col("label").eq(lit("a")).or(col("label").eq(lit("l7")));
+        close(selectivity(&labels, &data), 0.5 + 0.5 / 500.0, 0.03);
+        let listed = col("label").in_list(vec![lit("l7"), lit("l9")], false);
+        close(selectivity(&listed, &data), 2.0 * 0.5 / 500.0, 0.0005);
+    }
+
+    #[test]
+    fn equality_uses_heavy_hitters_then_distinct_values() {
+        let data = particles(100_000);
+        close(selectivity(&col("label").eq(lit("a")), &data), 0.5, 0.03);
+        // One of the 500 others (odd remainders of 1000): half of 1/500.
+        close(
+            selectivity(&col("label").eq(lit("l7")), &data),
+            0.5 / 500.0,
+            0.0003,
+        );
+        // Unknown columns and shapes take the defaults.
+        close(
+            selectivity(&col("nope").eq(lit(1)), &data),
+            DEFAULT_EQUALITY,
+            0.0,
+        );
+        close(
+            selectivity(&(col("x") + col("y")).lt(lit(1.0)), &data),
+            DEFAULT_INEQUALITY,
+            0.0,
+        );
+    }
+
+    #[test]
+    fn a_term_applied_twice_keeps_rows_once() {
+        let data = particles(50_000);
+        let schema = arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Float64, false),
+            arrow::datatypes::Field::new("y", arrow::datatypes::DataType::Float64, false),
+        ]);
+        let table = Arc::new(
+            datafusion::logical_expr::logical_plan::builder::LogicalTableSource::new(Arc::new(
+                schema,
+            )),
+        );
+        // The scan carries `x >= 0.7` (an inexact pushdown), the filter
+        // above applies it again with `y < 0.3`.
+        let plan = datafusion::logical_expr::LogicalPlanBuilder::scan_with_filters(
+            "particles",
+            table,
+            None,
+            vec![col("x").gt_eq(lit(0.7))],
+        )
+        .unwrap()
+        .filter(
+            col("particles.x")
+                .gt_eq(lit(0.7))
+                .and(col("y").lt(lit(0.3))),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let estimate = estimate(&plan, &data);
+        close(estimate.output_rows / 50_000.0, 0.09, 0.005);
+        // The scan's filter sees every row, the one above the 30% it kept.
+        close(estimate.operations["filter"], 65_000.0, 1_000.0);
+    }
+
+    #[test]
+    fn the_operation_vector_counts_what_runs_on_which_rows() {
+        let data = particles(10_000);
+        let schema = arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Float64, false),
+            arrow::datatypes::Field::new("y", arrow::datatypes::DataType::Float64, false),
+            arrow::datatypes::Field::new("z", arrow::datatypes::DataType::Float64, false),
+        ]);
+        let table = Arc::new(
+            datafusion::logical_expr::logical_plan::builder::LogicalTableSource::new(Arc::new(
+                schema,
+            )),
+        );
+        let plan = datafusion::logical_expr::LogicalPlanBuilder::scan("particles", table, None)
+            .unwrap()
+            .filter(
+                col("x")
+                    .gt_eq(lit(0.7))
+                    .and(col("y").lt(lit(0.3)))
+                    .and(col("z").lt_eq(lit(0.1))),
+            )
+            .unwrap()
+            .project(vec![col("x"), col("y") * lit(2.0)])
+            .unwrap()
+            .build()
+            .unwrap();
+        let estimate = estimate(&plan, &data);
+        let ops = &estimate.operations;
+        assert_eq!(estimate.input_rows, 10_000.0);
+        assert_eq!(ops["table_rows"], 10_000.0);
+        assert_eq!(ops["filter"], 10_000.0);
+        // Two ANDs, and each comparison, over every row (as Table I).
+        assert_eq!(ops["and_kleene"], 20_000.0);
+        for op in ["greater_equal", "less", "less_equal"] {
+            assert_eq!(ops[op], 10_000.0, "{op}");
+        }
+        close(ops["select"], 90.0, 30.0);
+        assert_eq!(ops["select"], estimate.output_rows);
+        // The projection's multiplication runs on the rows kept.
+        assert_eq!(ops["multiply"], estimate.output_rows);
+        assert_eq!(ops["project"], 2.0 * estimate.output_rows);
+    }
+}

@@ -1,0 +1,245 @@
+//! Offloaded fragments in process: the coordinator's cut of a query's
+//! scan, filter and projection, sent over Flight to a memory node holding
+//! the files, answered row group by row group; and every way it is pushed
+//! back instead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use futures::StreamExt;
+use skiff_engine::buffer::FileVersion;
+use skiff_engine::offload::{Fragment, FragmentEvent};
+use skiff_flight::chunks::chunk_file;
+use skiff_flight::fragments::{run_fragment, schema_bytes};
+use skiff_flight::protocol::{FragmentDecision, FragmentFile, FragmentRequest, OffloadMode};
+
+use super::ChunkStore;
+use super::chunk_tests::{load_request, served, version, write_file};
+use crate::coordinator::fragments::fragment;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// The fragment of `sql` over table `t` (the files of `dir`), as the
+/// coordinator cuts it, and DataFusion's own answer.
+async fn cut(dir: &std::path::Path, sql: &str) -> (Fragment, Vec<RecordBatch>) {
+    let ctx = SessionContext::new();
+    ctx.register_parquet("t", dir.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let frame = ctx.sql(sql).await.unwrap();
+    let plan = frame.clone().into_optimized_plan().unwrap();
+    let fragment = fragment(&plan, &ctx.state()).unwrap();
+    (fragment, frame.collect().await.unwrap())
+}
+
+fn request(fragment: &Fragment, files: Vec<FragmentFile>) -> FragmentRequest {
+    FragmentRequest {
+        plan: fragment.plan.clone(),
+        input_schema: schema_bytes(&fragment.input_schema).unwrap(),
+        files,
+        mode: OffloadMode::Always as i32,
+        fragment: true,
+    }
+}
+
+fn whole(files: &[FileVersion]) -> Vec<FragmentFile> {
+    files
+        .iter()
+        .map(|f| FragmentFile {
+            file: Some(chunk_file(f)),
+            ..FragmentFile::default()
+        })
+        .collect()
+}
+
+/// The node's answer: decision, rows, the (file, row group) marks in order
+/// and whether the end mark came.
+async fn ask(
+    addr: &str,
+    request: &FragmentRequest,
+) -> (
+    FragmentDecision,
+    Vec<RecordBatch>,
+    Vec<(usize, usize)>,
+    bool,
+) {
+    let mut client = skiff_flight::connect(addr).await.unwrap();
+    let (decision, mut events) = run_fragment(&mut client, request, DEADLINE, DEADLINE)
+        .await
+        .unwrap();
+    let (mut rows, mut marks, mut ended) = (Vec::new(), Vec::new(), false);
+    while let Some(event) = events.next().await {
+        match event.unwrap() {
+            FragmentEvent::Rows(batch) => rows.push(batch),
+            FragmentEvent::Done { file, row_group } => marks.push((file, row_group)),
+            FragmentEvent::End { execution_nanos } => {
+                assert!(execution_nanos > 0);
+                ended = true;
+            }
+        }
+    }
+    (decision, rows, marks, ended)
+}
+
+/// `batches` as sorted lines, to compare answers whatever their order.
+fn lines(batches: &[RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).unwrap().to_string();
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_fragment_answers_as_the_worker_would_row_group_by_row_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+    write_file(&a, 0);
+    write_file(&b, 1_000_000);
+    let files = [version(&a).await, version(&b).await];
+    let store = ChunkStore::new(10 << 20, 4 << 10);
+    store
+        .load(&load_request(&files, &["id", "name", "score"]))
+        .await
+        .unwrap();
+    let node = served(store).await;
+
+    let sql = "SELECT id, upper(name) AS shout FROM t \
+               WHERE score > 1000 AND id % 3 = 0 AND name LIKE '%7%'";
+    let (fragment, expected) = cut(dir.path(), sql).await;
+    // The node reads only the columns the fragment names.
+    let read: Vec<&str> = fragment
+        .input_schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    assert_eq!(read, ["id", "name", "score"]);
+    let (decision, rows, marks, ended) = ask(&node.addr, &request(&fragment, whole(&files))).await;
+    assert!(decision.offload, "{}", decision.reason);
+    assert_eq!(decision.row_groups, [5, 5]);
+    // Estimated from the node's sketches: every row read, some kept.
+    assert_eq!(decision.input_rows, 2 * super::chunk_tests::ROWS as u64);
+    assert!(decision.estimated_rows > 0.0, "{decision:?}");
+    assert!(ended);
+    let every: Vec<(usize, usize)> = (0..2).flat_map(|f| (0..5).map(move |g| (f, g))).collect();
+    assert_eq!(marks, every);
+    assert!(!expected.is_empty());
+    assert_eq!(lines(&rows), lines(&expected));
+
+    // A byte range of a file: the row groups whose first page is in it.
+    let meta = parquet::file::reader::FileReader::metadata(
+        &parquet::file::serialized_reader::SerializedFileReader::new(
+            std::fs::File::open(&a).unwrap(),
+        )
+        .unwrap(),
+    )
+    .clone();
+    let start = |g: usize| {
+        let column = meta.row_group(g).column(0);
+        column
+            .dictionary_page_offset()
+            .unwrap_or_else(|| column.data_page_offset())
+    };
+    let ranged = vec![FragmentFile {
+        file: Some(chunk_file(&files[0])),
+        ranged: true,
+        start: start(1),
+        end: start(3),
+    }];
+    let (decision, _, marks, ended) = ask(&node.addr, &request(&fragment, ranged)).await;
+    assert!(decision.offload && ended);
+    assert_eq!(marks, [(0, 1), (0, 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.parquet");
+    write_file(&a, 0);
+    let files = [version(&a).await];
+    let store = ChunkStore::new(10 << 20, 4 << 10);
+    // score is not held.
+    store
+        .load(&load_request(&files, &["id", "name"]))
+        .await
+        .unwrap();
+    let node = served(store).await;
+    let pushed_back = |decision: &FragmentDecision, words: &str| {
+        assert!(!decision.offload);
+        assert!(decision.reason.contains(words), "{}", decision.reason);
+    };
+
+    let (scored, _) = cut(dir.path(), "SELECT id FROM t WHERE score > 10").await;
+    let (decision, rows, marks, _) = ask(&node.addr, &request(&scored, whole(&files))).await;
+    pushed_back(&decision, "column score");
+    assert!(rows.is_empty() && marks.is_empty());
+
+    // A file version the node does not hold.
+    let (ids, _) = cut(dir.path(), "SELECT id FROM t WHERE id > 10").await;
+    let mut other = files[0].clone();
+    other.size += 1;
+    let (decision, ..) = ask(&node.addr, &request(&ids, whole(&[other]))).await;
+    pushed_back(&decision, "not held");
+
+    // Bytes that are no Substrait plan.
+    let mut garbage = request(&ids, whole(&files));
+    garbage.plan = vec![0xff; 32];
+    let (decision, ..) = ask(&node.addr, &garbage).await;
+    pushed_back(&decision, "Substrait");
+
+    // A plan that is no fragment: an aggregation.
+    let ctx = SessionContext::new();
+    ctx.register_parquet(
+        "t",
+        dir.path().to_str().unwrap(),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let plan: LogicalPlan = ctx
+        .sql("SELECT name, count(*) FROM t WHERE id > 10 GROUP BY name")
+        .await
+        .unwrap()
+        .into_optimized_plan()
+        .unwrap();
+    let aggregate = fragment(&plan, &ctx.state()).unwrap();
+    let (decision, ..) = ask(&node.addr, &request(&aggregate, whole(&files))).await;
+    pushed_back(&decision, "unsupported fragment");
+
+    // A predicate only the scan carries (as a table that applies it
+    // exactly leaves it) is applied by the node all the same.
+    let source = Arc::new(
+        datafusion::logical_expr::logical_plan::builder::LogicalTableSource::new(
+            ids.input_schema.clone(),
+        ),
+    );
+    let scan_only = datafusion::logical_expr::LogicalPlanBuilder::scan_with_filters(
+        "t",
+        source,
+        None,
+        vec![datafusion::prelude::col("id").lt(datafusion::prelude::lit(100i64))],
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let filtered = fragment(&scan_only, &ctx.state()).unwrap();
+    let (decision, rows, ..) = ask(&node.addr, &request(&filtered, whole(&files))).await;
+    assert!(decision.offload, "{}", decision.reason);
+    let got: usize = rows.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(got, 100);
+
+    // The node still answers what it can.
+    let (decision, rows, ..) = ask(&node.addr, &request(&ids, whole(&files))).await;
+    assert!(decision.offload, "{}", decision.reason);
+    let got: usize = rows.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(got, super::chunk_tests::ROWS - 11);
+}
