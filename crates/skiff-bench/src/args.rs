@@ -29,6 +29,8 @@ pub struct EngineFlags {
 pub enum BenchmarkName {
     Tpch,
     Tpcds,
+    /// The SmartNIC paper's particle table (6,177,731 rows at `--sf 1`).
+    Particles,
 }
 
 /// What `skiff bench` measures.
@@ -41,6 +43,9 @@ pub enum BenchTarget {
     /// Tables in memory nodes and pipeline groups (TPC-H's data): the
     /// paper's Figures 4 and 5 and concurrent TPC-H streams (`--parts`).
     Groups,
+    /// Opportunistic offload on the particle data set: the SmartNIC
+    /// paper's case studies CQ1 and CQ2, offloaded and pushed back.
+    Offload,
 }
 
 /// The parts of `skiff bench groups`.
@@ -62,6 +67,7 @@ impl BenchArgs {
         match self.benchmark {
             BenchTarget::Tpcds => BenchmarkName::Tpcds,
             BenchTarget::Tpch | BenchTarget::Load | BenchTarget::Groups => BenchmarkName::Tpch,
+            BenchTarget::Offload => BenchmarkName::Particles,
         }
     }
 }

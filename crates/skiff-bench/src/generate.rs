@@ -19,6 +19,7 @@ impl From<BenchmarkName> for Benchmark {
         match name {
             BenchmarkName::Tpch => Benchmark::Tpch,
             BenchmarkName::Tpcds => Benchmark::Tpcds,
+            BenchmarkName::Particles => Benchmark::Particles,
         }
     }
 }

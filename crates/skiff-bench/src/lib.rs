@@ -25,6 +25,7 @@ pub mod launch;
 mod load;
 mod matching;
 mod migration;
+mod offload;
 pub mod plot;
 mod report;
 mod scale;
@@ -105,6 +106,9 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.benchmark == BenchTarget::Groups {
         return groups::run(args).await;
+    }
+    if args.benchmark == BenchTarget::Offload {
+        return offload::run(args).await;
     }
     if let Some(csv) = args.summarize.as_deref() {
         return migration::summarize(csv, &title(args));
@@ -252,6 +256,7 @@ fn bench_slug(benchmark: BenchmarkName) -> &'static str {
     match benchmark {
         BenchmarkName::Tpch => "tpch",
         BenchmarkName::Tpcds => "tpcds",
+        BenchmarkName::Particles => "particles",
     }
 }
 
@@ -259,6 +264,7 @@ fn bench_title(benchmark: BenchmarkName) -> &'static str {
     match benchmark {
         BenchmarkName::Tpch => "TPC-H",
         BenchmarkName::Tpcds => "TPC-DS",
+        BenchmarkName::Particles => "particles",
     }
 }
 

@@ -364,6 +364,32 @@ pub struct MemoryStats {
     pub chunk_size: u64,
     #[prost(message, repeated, tag = "4")]
     pub columns: Vec<MemoryColumn>,
+    /// The fragments it was offered lately, oldest first.
+    #[prost(message, repeated, tag = "5")]
+    pub fragments: Vec<FragmentRecord>,
+}
+
+/// One fragment a memory node was offered: what it decided, estimated and
+/// measured.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FragmentRecord {
+    /// Its number on the node, from 1.
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+    #[prost(bool, tag = "2")]
+    pub offloaded: bool,
+    #[prost(string, tag = "3")]
+    pub reason: String,
+    /// Rows read, estimated kept (from the sketches) and kept.
+    #[prost(uint64, tag = "4")]
+    pub input_rows: u64,
+    #[prost(double, tag = "5")]
+    pub estimated_rows: f64,
+    #[prost(uint64, tag = "6")]
+    pub rows: u64,
+    /// The node's time on it, from the request to the last row.
+    #[prost(uint64, tag = "7")]
+    pub execution_nanos: u64,
 }
 
 /// What a memory node holds of one column of one table.

@@ -1,4 +1,5 @@
-//! Benchmark data generation: TPC-H and TPC-DS tables written as Parquet, one
+//! Benchmark data generation: TPC-H and TPC-DS tables, and the SmartNIC
+//! paper's particle table ([`particles`]), written as Parquet, one
 //! subdirectory per table (`DIR/lineitem/*.parquet`). Owns nothing but files in
 //! the output directory it is given; knows nothing of SQL execution.
 //!
@@ -12,6 +13,7 @@
 
 mod error;
 mod output;
+pub mod particles;
 mod run;
 mod tpcds;
 mod tpch;
@@ -25,6 +27,8 @@ pub use error::GenError;
 pub enum Benchmark {
     Tpch,
     Tpcds,
+    /// One table, `particles` (the SmartNIC paper's data set).
+    Particles,
 }
 
 pub struct GenOptions {
@@ -72,6 +76,7 @@ pub fn generate(
     let plan = std::panic::catch_unwind(|| match bench {
         Benchmark::Tpch => Ok(tpch::plan(sf)),
         Benchmark::Tpcds => tpcds::plan(sf),
+        Benchmark::Particles => Ok(particles::plan(sf)),
     })
     .map_err(|_| GenError::Generator {
         table: "(all tables)".to_string(),
@@ -85,6 +90,7 @@ pub fn table_names(bench: Benchmark) -> &'static [&'static str] {
     match bench {
         Benchmark::Tpch => tpch::TABLES,
         Benchmark::Tpcds => tpcds::TABLES,
+        Benchmark::Particles => particles::TABLES,
     }
 }
 

@@ -151,6 +151,9 @@ pub const FRAGMENT_DECISION_DEADLINE: Duration = Duration::from_secs(10);
 /// groups not yet marked from storage.
 pub const FRAGMENT_IDLE_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Fragments a memory node remembers for `skiff.memory_fragments`.
+pub const FRAGMENT_HISTORY: usize = 256;
+
 /// Threads a memory node runs offloaded fragments on, when
 /// `--offload-threads` does not say: the paper's embedded cores are few.
 pub const DEFAULT_OFFLOAD_THREADS: usize = 2;

@@ -17,6 +17,7 @@ pub fn bench_name(bench: Benchmark) -> &'static str {
     match bench {
         Benchmark::Tpch => "tpch",
         Benchmark::Tpcds => "tpcds",
+        Benchmark::Particles => "particles",
     }
 }
 

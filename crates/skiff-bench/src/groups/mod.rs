@@ -133,7 +133,7 @@ async fn cluster(
 }
 
 /// Another session on `server`.
-async fn session(server: &Coordinator) -> Result<PgConn, BenchError> {
+pub(crate) async fn session(server: &Coordinator) -> Result<PgConn, BenchError> {
     let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
     PgConn::connect(server.pg().map_err(fail)?, &Credentials::default())
         .await
@@ -141,14 +141,14 @@ async fn session(server: &Coordinator) -> Result<PgConn, BenchError> {
 }
 
 /// Run `sql` on `conn`; a failure names the statement.
-async fn exec(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
+pub(crate) async fn exec(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
     conn.query(sql)
         .await
         .map_err(|e| BenchError::Data(format!("{sql}: {e}")))
 }
 
 /// The one number `sql` answers (0 for NULL).
-async fn number(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
+pub(crate) async fn number(conn: &PgConn, sql: &str) -> Result<u64, BenchError> {
     let rows = conn
         .rows(sql)
         .await
@@ -188,7 +188,7 @@ fn report(
 }
 
 /// The median of `ms` after the first (the warm-up; all when one).
-fn median_after_warm_up(ms: &[f64]) -> Option<f64> {
+pub(crate) fn median_after_warm_up(ms: &[f64]) -> Option<f64> {
     let mut counted: Vec<f64> = if ms.len() > 1 {
         ms[1..].to_vec()
     } else {

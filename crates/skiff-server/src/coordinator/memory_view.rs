@@ -342,6 +342,62 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
+/// `skiff.memory_fragments`: the fragments each live memory node was
+/// offered lately (`FRAGMENT_HISTORY` of them), with its decision, its
+/// estimate of the rows kept and what it measured.
+pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch> {
+    let nodes = memory_nodes(inner);
+    let answers = join_all(
+        nodes
+            .iter()
+            .map(|(_, addr)| tokio::time::timeout(BUFFER_CALL_TIMEOUT, memory_stats(addr))),
+    )
+    .await;
+    let mut node = Int64Builder::new();
+    let mut seq = Int64Builder::new();
+    let mut offloaded = arrow::array::BooleanBuilder::new();
+    let mut reason = StringBuilder::new();
+    let mut input_rows = Int64Builder::new();
+    let mut estimated = arrow::array::Float64Builder::new();
+    let mut rows = Int64Builder::new();
+    let mut millis = arrow::array::Float64Builder::new();
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for ((id, _), answer) in nodes.iter().zip(answers) {
+        let Ok(Ok(stats)) = answer else { continue };
+        for f in &stats.fragments {
+            node.append_value(*id as i64);
+            seq.append_value(count(f.seq));
+            offloaded.append_value(f.offloaded);
+            reason.append_value(&f.reason);
+            input_rows.append_value(count(f.input_rows));
+            estimated.append_value(f.estimated_rows);
+            rows.append_value(count(f.rows));
+            millis.append_value(f.execution_nanos as f64 / 1e6);
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("node", DataType::Int64, false),
+        Field::new("seq", DataType::Int64, false),
+        Field::new("offloaded", DataType::Boolean, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("input_rows", DataType::Int64, false),
+        Field::new("estimated_rows", DataType::Float64, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("execution_ms", DataType::Float64, false),
+    ]));
+    let columns: Vec<arrow::array::ArrayRef> = vec![
+        Arc::new(node.finish()),
+        Arc::new(seq.finish()),
+        Arc::new(offloaded.finish()),
+        Arc::new(reason.finish()),
+        Arc::new(input_rows.finish()),
+        Arc::new(estimated.finish()),
+        Arc::new(rows.finish()),
+        Arc::new(millis.finish()),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
 fn schema() -> SchemaRef {
     let mut fields = vec![
         Field::new("node", DataType::Int64, false),

@@ -2,7 +2,8 @@
 //! (`skiff.queries`, `skiff.pipelines`, `skiff.workers`,
 //! `skiff.partitions`, the workers' buffer pools in `skiff.cache`, buffer
 //! matchings in `skiff.matchings`, what memory nodes hold in
-//! `skiff.memory_tables`, the workers' pipeline groups in
+//! `skiff.memory_tables`, the fragments they were offered in
+//! `skiff.memory_fragments`, the workers' pipeline groups in
 //! `skiff.pipeline_groups`), managed
 //! tables' commits (`skiff.table_history`), and admin
 //! functions (`skiff.cancel(id)`, `skiff.migrate`, `skiff.clear_cache()`, ...). Each scan
@@ -39,7 +40,7 @@ use crate::error::{ServerError, SqlState};
 /// The schema's name.
 pub const SCHEMA: &str = skiff_engine::catalog::SYSTEM_SCHEMA;
 
-const TABLES: [&str; 9] = [
+const TABLES: [&str; 10] = [
     "queries",
     "pipelines",
     "workers",
@@ -47,6 +48,7 @@ const TABLES: [&str; 9] = [
     "cache",
     "matchings",
     "memory_tables",
+    "memory_fragments",
     "pipeline_groups",
     history::NAME,
 ];
@@ -111,6 +113,7 @@ impl SchemaProvider for SystemSchema {
             "cache" => buffer_view::cache_table(&inner).await?,
             "matchings" => matchings(&inner.matching.records())?,
             "memory_tables" => memory_view::memory_tables_table(&inner).await?,
+            "memory_fragments" => memory_view::memory_fragments_table(&inner).await?,
             "pipeline_groups" => groups_view::pipeline_groups_table(&inner).await?,
             history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
             _ => return Ok(None),

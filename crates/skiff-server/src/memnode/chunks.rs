@@ -697,6 +697,7 @@ impl ChunkStore {
             bytes: inner.bytes,
             chunk_size: self.chunk_size as u64,
             columns,
+            fragments: Vec::new(),
         }
     }
 }

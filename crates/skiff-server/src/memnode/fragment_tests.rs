@@ -242,4 +242,19 @@ async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
     assert!(decision.offload, "{}", decision.reason);
     let got: usize = rows.iter().map(RecordBatch::num_rows).sum();
     assert_eq!(got, super::chunk_tests::ROWS - 11);
+
+    // The node remembers each: what it decided, estimated and kept.
+    let stats = skiff_flight::chunks::memory_stats(&node.addr)
+        .await
+        .unwrap();
+    let records = &stats.fragments;
+    assert_eq!(records.len(), 6, "{records:?}");
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+    assert!(!records[0].offloaded && records[0].reason.contains("column score"));
+    let last = &records[5];
+    assert!(last.offloaded, "{last:?}");
+    assert_eq!(last.rows, got as u64);
+    assert_eq!(last.input_rows, super::chunk_tests::ROWS as u64);
+    assert!(last.estimated_rows > 0.0 && last.execution_nanos > 0);
 }

@@ -9,8 +9,9 @@
 //! The plan is made once, over the first row group, and each row group then
 //! runs the same physical plan with its rows in the memory scan's place.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arrow::datatypes::SchemaRef;
@@ -37,7 +38,8 @@ use futures::StreamExt;
 use prost::Message;
 use skiff_flight::fragments::{RowEncoder, decision_message, mark_message, schema_of};
 use skiff_flight::protocol::{
-    ChunkFile, FragmentDecision, FragmentFile, FragmentMark, FragmentRequest, OffloadMode,
+    ChunkFile, FragmentDecision, FragmentFile, FragmentMark, FragmentRecord, FragmentRequest,
+    OffloadMode,
 };
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::mpsc;
@@ -47,11 +49,32 @@ use tracing::{debug, info};
 use super::chunks::{ChunkStore, FragmentGroup};
 use super::estimate::{Estimate, Statistics, estimate};
 use super::sketches::ColumnSketch;
+use crate::config::FRAGMENT_HISTORY;
 
-/// The threads fragments run on, apart from the node's serving threads.
+/// The threads fragments run on, apart from the node's serving threads,
+/// and what became of the latest fragments.
 pub struct Offloader {
     runtime: Option<Runtime>,
     threads: usize,
+    history: Arc<History>,
+}
+
+/// The latest [`FRAGMENT_HISTORY`] fragments, oldest first.
+#[derive(Debug, Default)]
+struct History {
+    records: Mutex<VecDeque<FragmentRecord>>,
+    next: AtomicU64,
+}
+
+impl History {
+    fn record(&self, mut record: FragmentRecord) {
+        record.seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        if records.len() == FRAGMENT_HISTORY {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
 }
 
 impl std::fmt::Debug for Offloader {
@@ -74,7 +97,18 @@ impl Offloader {
         Ok(Self {
             runtime: Some(runtime),
             threads,
+            history: Arc::default(),
         })
+    }
+
+    /// The latest fragments, oldest first.
+    pub fn recent(&self) -> Vec<FragmentRecord> {
+        let records = self
+            .history
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        records.iter().cloned().collect()
     }
 
     pub fn threads(&self) -> usize {
@@ -96,6 +130,10 @@ impl Drop for Offloader {
     }
 }
 
+fn nanos(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Messages between the fragment's threads and the network.
 const QUEUE: usize = 8;
 
@@ -111,6 +149,7 @@ pub(crate) fn answer(
     let (tx, rx) = mpsc::channel(QUEUE);
     let chunks = Arc::clone(chunks);
     let threads = offloader.threads;
+    let history = Arc::clone(&offloader.history);
     // Detached: the task ends when the fragment is done or the receiver
     // (the network) is gone, whichever comes first.
     drop(handle.spawn(async move {
@@ -118,6 +157,11 @@ pub(crate) fn answer(
         match prepare(&chunks, &request, threads).await {
             Err(reason) => {
                 debug!(%reason, "fragment pushed back");
+                history.record(FragmentRecord {
+                    reason: reason.clone(),
+                    execution_nanos: nanos(started),
+                    ..FragmentRecord::default()
+                });
                 let decision = FragmentDecision {
                     offload: false,
                     reason,
@@ -126,10 +170,27 @@ pub(crate) fn answer(
                 let _ = tx.send(Ok(decision_message(&decision))).await;
             }
             Ok(prepared) => {
-                let rows = prepared.run(&tx, started).await;
-                if let Err(e) = rows {
-                    let _ = tx.send(Err(e)).await;
+                let (input_rows, estimated_rows) = (
+                    prepared.estimated.input_rows,
+                    prepared.estimated.output_rows,
+                );
+                let ran = prepared.run(&tx, started).await;
+                let mut record = FragmentRecord {
+                    offloaded: true,
+                    input_rows: input_rows as u64,
+                    estimated_rows,
+                    execution_nanos: nanos(started),
+                    ..FragmentRecord::default()
+                };
+                match ran {
+                    Ok(Some(rows)) => record.rows = rows,
+                    Ok(None) => record.reason = "the worker left before the end".to_string(),
+                    Err(e) => {
+                        record.reason = format!("failed: {}", e.message());
+                        let _ = tx.send(Err(e)).await;
+                    }
                 }
+                history.record(record);
             }
         }
     }));
@@ -244,12 +305,13 @@ async fn prepare(
 
 impl Prepared {
     /// Send the decision, then every row group's rows and mark, then the
-    /// last mark. Stops quietly when the receiver is gone.
+    /// last mark: the rows sent. Stops quietly when the receiver is gone
+    /// (`None`).
     async fn run(
         self,
         tx: &mpsc::Sender<Result<FlightData, Status>>,
         started: Instant,
-    ) -> std::result::Result<(), Status> {
+    ) -> std::result::Result<Option<u64>, Status> {
         let decision = FragmentDecision {
             offload: true,
             reason: "asked to offload".to_string(),
@@ -264,7 +326,7 @@ impl Prepared {
         ];
         for message in opening {
             if tx.send(Ok(message)).await.is_err() {
-                return Ok(());
+                return Ok(None);
             }
         }
         let failed = |e: &dyn std::fmt::Display| Status::internal(format!("fragment: {e}"));
@@ -283,7 +345,7 @@ impl Prepared {
                 given += batch.num_rows() as u64;
                 for message in encoder.batch(&batch)? {
                     if tx.send(Ok(message)).await.is_err() {
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
             }
@@ -296,7 +358,7 @@ impl Prepared {
                 execution_nanos: 0,
             };
             if tx.send(Ok(mark_message(&mark))).await.is_err() {
-                return Ok(());
+                return Ok(None);
             }
         }
         let elapsed = started.elapsed();
@@ -306,7 +368,9 @@ impl Prepared {
             execution_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             ..FragmentMark::default()
         };
-        let _ = tx.send(Ok(mark_message(&end))).await;
+        if tx.send(Ok(mark_message(&end))).await.is_err() {
+            return Ok(None);
+        }
         info!(
             row_groups = self.groups.len(),
             input_rows = self.estimated.input_rows as u64,
@@ -315,7 +379,7 @@ impl Prepared {
             millis = elapsed.as_millis() as u64,
             "fragment offloaded"
         );
-        Ok(())
+        Ok(Some(sent_rows))
     }
 }
 

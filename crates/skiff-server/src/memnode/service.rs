@@ -356,7 +356,13 @@ impl Handler for MemnodeService {
                     .map_err(|e| Status::invalid_argument(format!("bad table unload: {e}")))?;
                 Ok(self.chunks.unload(&request.table).encode_to_vec().into())
             }
-            action::TABLE_STATS => Ok(self.chunks.stats().encode_to_vec().into()),
+            action::TABLE_STATS => {
+                let mut stats = self.chunks.stats();
+                if let Some(offloader) = &self.offloader {
+                    stats.fragments = offloader.recent();
+                }
+                Ok(stats.encode_to_vec().into())
+            }
             other => Err(Status::unimplemented(format!(
                 "memory node has no action {other}"
             ))),

@@ -389,6 +389,24 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
         answers[0][0][0].as_deref().is_some_and(|n| n != "0"),
         "the filter keeps rows: {answers:?}"
     );
+    // The node's own record of the offloaded runs: rows estimated, kept.
+    let recorded = simple_rows(
+        &client,
+        "SELECT count(*), sum(rows), sum(estimated_rows) FROM skiff.memory_fragments \
+         WHERE offloaded",
+    )
+    .await
+    .expect("skiff.memory_fragments");
+    let number = |i: usize| -> f64 {
+        recorded[0][i]
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        number(0) >= 2.0 && number(1) > 0.0 && number(2) > 0.0,
+        "{recorded:?}"
+    );
     suite_matches_duckdb(&server, &client, "tpch", "offloaded").await;
     let log = server.log_text();
     assert!(log.contains("fragment offloaded"), "log:\n{log}");
