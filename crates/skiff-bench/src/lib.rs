@@ -3,8 +3,9 @@
 //! Owns `skiff bench` (Skiff's pipeline executor against plain DataFusion,
 //! and DuckDB when it is installed, on TPC-H, TPC-DS and a CSV load; the
 //! server path, query migration, state sizes, scale-out with the resize
-//! experiment, buffer matching, and tables in memory nodes with pipeline
-//! groups), `skiff gen` (benchmark data with a progress bar), the launcher
+//! experiment, buffer matching, tables in memory nodes with pipeline
+//! groups, and offload on the particle data), `skiff gen` (benchmark data
+//! with a progress bar), the launcher
 //! of a `skiff serve` process that benches and server tests share
 //! ([`launch`]), and the PostgreSQL and Flight SQL clients of a running
 //! server ([`client`], also `skiff ctl`'s).

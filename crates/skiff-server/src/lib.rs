@@ -14,17 +14,19 @@
 //!   (`scan_progress`), the partition map, workers joining and leaving
 //!   online, and buffer matching (old owners send moved partitions' blocks
 //!   to new owners), tables loaded into memory nodes and their routes,
-//!   and the query batcher (`skiff.batch_window_ms`);
+//!   the query batcher (`skiff.batch_window_ms`), and the query planner
+//!   that cuts fragments a memory node may run (`skiff.offload`);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   (scans through its buffer pool) and hands queries off at pipeline
 //!   boundaries, serves the tasks of distributed queries, with the session
 //!   settings their query carried ([`carried`]), sends and keeps matched
-//!   blocks, reads held tables from the memory nodes, and groups the
-//!   pipelines of each batch it is sent;
+//!   blocks, reads held tables from the memory nodes, offers them
+//!   fragments, and groups the pipelines of each batch it is sent;
 //! - the **memory node** ([`memnode`]): the state cache, and tables'
 //!   columns held as chunks (with min/max per zone, so that a scan is sent
-//!   only the rows its predicate may keep) behind an optionally emulated
-//!   link.
+//!   only the rows its predicate may keep, and sketches of each column)
+//!   behind an optionally emulated link, and the fragments it runs in a
+//!   worker's place or pushes back.
 //!
 //! Internal traffic uses `skiff-flight`. This crate never splits or runs
 //! pipelines itself beyond asking `skiff-engine` to; it must not reach into

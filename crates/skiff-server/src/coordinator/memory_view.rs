@@ -27,7 +27,7 @@ use datafusion::prelude::SessionContext;
 use futures::future::join_all;
 use skiff_engine::buffer::{FileVersion, table_location};
 use skiff_flight::chunks::{chunk_file, load_table, memory_stats, unload_table};
-use skiff_flight::protocol::{ChunkFile, LoadTable, Role, TableLoaded};
+use skiff_flight::protocol::{ChunkFile, LoadTable, MemoryStats, Role, TableLoaded};
 use tracing::{info, warn};
 
 use super::Inner;
@@ -286,9 +286,9 @@ async fn wait_for_routes(inner: &Inner, epoch: u64) -> bool {
     }
 }
 
-/// `skiff.memory_tables`: a row per column of each table each live memory
-/// node holds. A node that does not answer in time is left out.
-pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
+/// What each live memory node says it holds and was offered; a node that
+/// does not answer in time is left out.
+async fn node_stats(inner: &Inner) -> Vec<(u64, MemoryStats)> {
     let nodes = memory_nodes(inner);
     let answers = join_all(
         nodes
@@ -296,22 +296,30 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
             .map(|(_, addr)| tokio::time::timeout(BUFFER_CALL_TIMEOUT, memory_stats(addr))),
     )
     .await;
+    let mut stats = Vec::with_capacity(nodes.len());
+    for ((id, addr), answer) in nodes.into_iter().zip(answers) {
+        match answer {
+            Ok(Ok(answer)) => stats.push((id, answer)),
+            Ok(Err(e)) => {
+                tracing::debug!(node = id, %addr, error = %e, "no chunk store counters");
+            }
+            Err(_) => {}
+        }
+    }
+    stats
+}
+
+/// `skiff.memory_tables`: a row per column of each table each live memory
+/// node holds. A node that does not answer in time is left out.
+pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
     let schema = schema();
     let mut node = Int64Builder::new();
     let mut table = StringBuilder::new();
     let mut column = StringBuilder::new();
     let mut numbers: [Int64Builder; 8] = Default::default();
-    for ((id, addr), answer) in nodes.iter().zip(answers) {
-        let stats = match answer {
-            Ok(Ok(stats)) => stats,
-            Ok(Err(e)) => {
-                tracing::debug!(node = id, %addr, error = %e, "no chunk store counters");
-                continue;
-            }
-            Err(_) => continue,
-        };
+    for (id, stats) in node_stats(inner).await {
         for c in &stats.columns {
-            node.append_value(*id as i64);
+            node.append_value(id as i64);
             table.append_value(&c.table);
             column.append_value(&c.column);
             let values = [
@@ -346,13 +354,6 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
 /// offered lately (`FRAGMENT_HISTORY` of them), with its decision, its
 /// estimate of the rows kept and what it measured.
 pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch> {
-    let nodes = memory_nodes(inner);
-    let answers = join_all(
-        nodes
-            .iter()
-            .map(|(_, addr)| tokio::time::timeout(BUFFER_CALL_TIMEOUT, memory_stats(addr))),
-    )
-    .await;
     let mut node = Int64Builder::new();
     let mut seq = Int64Builder::new();
     let mut offloaded = arrow::array::BooleanBuilder::new();
@@ -362,10 +363,9 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
     let mut rows = Int64Builder::new();
     let mut millis = arrow::array::Float64Builder::new();
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    for ((id, _), answer) in nodes.iter().zip(answers) {
-        let Ok(Ok(stats)) = answer else { continue };
+    for (id, stats) in node_stats(inner).await {
         for f in &stats.fragments {
-            node.append_value(*id as i64);
+            node.append_value(id as i64);
             seq.append_value(count(f.seq));
             offloaded.append_value(f.offloaded);
             reason.append_value(&f.reason);

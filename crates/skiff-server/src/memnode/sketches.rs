@@ -60,44 +60,20 @@ pub(crate) struct ColumnSketch {
     frequent: Option<Frequent>,
 }
 
-/// A column's value as a number: what its quantiles are kept over.
-fn as_f64(array: &dyn Array, row: usize) -> Option<f64> {
-    macro_rules! primitive {
-        ($($kind:ty),+) => {
-            $(if let Some(values) = array.as_primitive_opt::<$kind>() {
-                return Some(values.value(row) as f64);
-            })+
-        };
-    }
-    primitive!(
-        Int8Type,
-        Int16Type,
-        Int32Type,
-        Int64Type,
-        UInt8Type,
-        UInt16Type,
-        UInt32Type,
-        UInt64Type,
-        Float32Type,
-        Float64Type,
-        Date32Type,
-        Date64Type
-    );
-    if let Some(values) = array.as_primitive_opt::<Decimal128Type>() {
-        let DataType::Decimal128(_, scale) = array.data_type() else {
-            return None;
-        };
-        return Some(values.value(row) as f64 / 10f64.powi(i32::from(*scale)));
-    }
-    None
-}
+/// How a numeric array's row is counted: the integer its distinct values
+/// and frequent items key it by (integers and dates as they are, floats by
+/// their bits, decimals unscaled), and the value its quantiles are kept
+/// over. Chosen once per array: the load calls it for every row.
+type Number<'a> = Box<dyn Fn(usize) -> (i64, f64) + 'a>;
 
-/// A column's value as the integer its frequent items are counted by.
-fn as_i64(array: &dyn Array, row: usize) -> Option<i64> {
+fn numbers(array: &dyn Array) -> Option<Number<'_>> {
     macro_rules! integer {
         ($($kind:ty),+) => {
             $(if let Some(values) = array.as_primitive_opt::<$kind>() {
-                return Some(values.value(row) as i64);
+                return Some(Box::new(move |row| {
+                    let value = values.value(row);
+                    (value as i64, value as f64)
+                }));
             })+
         };
     }
@@ -106,25 +82,47 @@ fn as_i64(array: &dyn Array, row: usize) -> Option<i64> {
         Date32Type, Date64Type
     );
     if let Some(values) = array.as_primitive_opt::<Float64Type>() {
-        return Some(values.value(row).to_bits() as i64);
+        return Some(Box::new(move |row| {
+            let value = values.value(row);
+            (value.to_bits() as i64, value)
+        }));
     }
     if let Some(values) = array.as_primitive_opt::<Float32Type>() {
-        return Some(i64::from(values.value(row).to_bits()));
+        return Some(Box::new(move |row| {
+            let value = values.value(row);
+            (i64::from(value.to_bits()), f64::from(value))
+        }));
     }
-    if let Some(values) = array.as_primitive_opt::<Decimal128Type>() {
-        return Some(values.value(row) as i64);
+    if let (Some(values), DataType::Decimal128(_, scale)) = (
+        array.as_primitive_opt::<Decimal128Type>(),
+        array.data_type(),
+    ) {
+        let unit = 10f64.powi(i32::from(*scale));
+        return Some(Box::new(move |row| {
+            let value = values.value(row);
+            (value as i64, value as f64 / unit)
+        }));
     }
     None
 }
 
-/// A string column's value.
-fn as_str(array: &dyn Array, row: usize) -> Option<&str> {
-    match array.data_type() {
-        DataType::Utf8 => Some(array.as_string::<i32>().value(row)),
-        DataType::LargeUtf8 => Some(array.as_string::<i64>().value(row)),
-        DataType::Utf8View => Some(array.as_string_view().value(row)),
-        _ => None,
-    }
+/// A string array's rows, chosen once per array.
+fn strings<'a>(array: &'a dyn Array) -> Option<Box<dyn Fn(usize) -> &'a str + 'a>> {
+    Some(match array.data_type() {
+        DataType::Utf8 => {
+            let values = array.as_string::<i32>();
+            Box::new(move |row| values.value(row))
+        }
+        DataType::LargeUtf8 => {
+            let values = array.as_string::<i64>();
+            Box::new(move |row| values.value(row))
+        }
+        DataType::Utf8View => {
+            let values = array.as_string_view();
+            Box::new(move |row| values.value(row))
+        }
+        _ => return None,
+    })
 }
 
 impl ColumnSketch {
@@ -159,28 +157,31 @@ impl ColumnSketch {
     pub(crate) fn update(&mut self, array: &dyn Array) {
         self.rows += array.len() as u64;
         self.nulls += array.null_count() as u64;
-        for row in (0..array.len()).filter(|&r| array.is_valid(r)) {
-            let Distinct::Filling(distinct) = &mut self.distinct else {
-                // A merged sketch is not filled again.
-                return;
-            };
-            if let Some(text) = as_str(array, row) {
+        // A merged sketch is not filled again.
+        let Distinct::Filling(distinct) = &mut self.distinct else {
+            return;
+        };
+        let valid = (0..array.len()).filter(|&r| array.is_valid(r));
+        if let Some(text) = strings(array) {
+            for row in valid {
+                let text = text(row);
                 distinct.update(text);
                 if let Some(Frequent::Strings(frequent)) = &mut self.frequent {
                     frequent.update_ref(text);
                 }
-                continue;
             }
-            if let Some(number) = as_i64(array, row) {
-                distinct.update(number);
+        } else if let Some(number) = numbers(array) {
+            for row in valid {
+                let (key, value) = number(row);
+                distinct.update(key);
                 if let Some(Frequent::Numbers(frequent)) = &mut self.frequent {
-                    frequent.update(number);
+                    frequent.update(key);
                 }
-            }
-            if let (Some(quantiles), Some(value)) = (&mut self.quantiles, as_f64(array, row))
-                && let Ok(value) = KllFloat::<f64>::new(value)
-            {
-                quantiles.update(value);
+                if let (Some(quantiles), Ok(value)) =
+                    (&mut self.quantiles, KllFloat::<f64>::new(value))
+                {
+                    quantiles.update(value);
+                }
             }
         }
     }
