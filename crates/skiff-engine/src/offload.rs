@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -32,7 +33,7 @@ use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
@@ -73,6 +74,34 @@ pub struct OfferedFile {
 pub struct Offer {
     pub fragment: Arc<Fragment>,
     pub files: Vec<OfferedFile>,
+    /// `auto`: the node chooses; otherwise it runs what it can.
+    pub auto: bool,
+    pub query_id: u64,
+}
+
+/// The times of a fragment's paths, predicted by the node deciding or
+/// measured by the node that ran it. Offloaded: the node runs the
+/// fragment (`execution`), encodes (`serialization`) and sends
+/// (`network`) the rows kept. Pushed back: the raw columns cross the
+/// network (`push_back_network`) and a worker thread runs the fragment
+/// (`push_back_execution`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Costs {
+    pub execution: Duration,
+    pub serialization: Duration,
+    pub network: Duration,
+    pub push_back_network: Duration,
+    pub push_back_execution: Duration,
+}
+
+impl Costs {
+    pub fn offload(&self) -> Duration {
+        self.execution + self.serialization + self.network
+    }
+
+    pub fn push_back(&self) -> Duration {
+        self.push_back_network + self.push_back_execution
+    }
 }
 
 /// What an offloaded answer carries.
@@ -87,7 +116,8 @@ pub enum FragmentEvent {
     },
     /// Every row group was sent; the node ran the fragment this long.
     End {
-        execution_nanos: u64,
+        /// The node's measured parts (`push_back_*` zero).
+        measured: Costs,
     },
 }
 
@@ -100,6 +130,8 @@ pub struct Answer {
     pub row_groups: Vec<usize>,
     /// The rows the node estimated the fragment keeps (from its sketches).
     pub estimated_rows: f64,
+    /// The node's predicted costs of both paths, when it decided by them.
+    pub predicted: Option<Costs>,
     pub events: BoxStream<'static, Result<FragmentEvent, String>>,
 }
 
@@ -121,9 +153,30 @@ pub trait FragmentTarget: Send + Sync + fmt::Debug {
 }
 
 /// The target a session's [`OffloadExec`]s offer fragments to (a session
-/// extension, set by workers).
+/// extension, set by workers), and the query they belong to (the node's
+/// records name it).
 #[derive(Clone, Debug)]
-pub struct OffloadTier(pub Arc<dyn FragmentTarget>);
+pub struct OffloadTier {
+    pub target: Arc<dyn FragmentTarget>,
+    pub query_id: u64,
+}
+
+impl OffloadTier {
+    pub fn new(target: Arc<dyn FragmentTarget>) -> Self {
+        Self {
+            target,
+            query_id: 0,
+        }
+    }
+
+    /// The same target, for query `query_id`'s fragments.
+    pub fn for_query(&self, query_id: u64) -> Self {
+        Self {
+            target: Arc::clone(&self.target),
+            query_id,
+        }
+    }
+}
 
 /// A fragment that may run in the memory node holding its data; see the
 /// module's documentation.
@@ -181,11 +234,20 @@ struct Counters {
     rows_received: Count,
     /// Rows the nodes estimated the fragments keep (rounded).
     rows_estimated: Count,
+    /// The nodes' predictions of both paths (`auto`), summed over the
+    /// partitions they decided.
+    predicted_offload: Time,
+    predicted_push_back: Time,
+    /// What the nodes measured of the fragments they ran.
+    node_execution: Time,
+    node_serialization: Time,
+    node_network: Time,
 }
 
 impl Counters {
     fn new(metrics: &ExecutionPlanMetricsSet, partition: usize) -> Self {
         let count = |name: &'static str| MetricBuilder::new(metrics).counter(name, partition);
+        let time = |name: &'static str| MetricBuilder::new(metrics).subset_time(name, partition);
         Self {
             offloaded: count("fragments_offloaded"),
             pushed_back: count("fragments_pushed_back"),
@@ -193,6 +255,11 @@ impl Counters {
             fell_back: count("fragments_fell_back"),
             rows_received: count("fragment_rows_received"),
             rows_estimated: count("fragment_rows_estimated"),
+            predicted_offload: time("fragment_predicted_offload"),
+            predicted_push_back: time("fragment_predicted_push_back"),
+            node_execution: time("fragment_node_execution"),
+            node_serialization: time("fragment_node_serialization"),
+            node_network: time("fragment_node_network"),
         }
     }
 }
@@ -261,12 +328,14 @@ impl ExecutionPlan for OffloadExec {
         let target = config.get_extension::<OffloadTier>();
         let files = partition_files(&self.input, partition);
         let offered = match (mode, target, files) {
-            (Offload::Always, Some(target), Some(files)) => {
+            (Offload::Always | Offload::Auto, Some(target), Some(files)) => {
                 let offer = Offer {
                     fragment: Arc::clone(&self.fragment),
                     files: files.iter().map(offered_file).collect(),
+                    auto: mode == Offload::Auto,
+                    query_id: target.query_id,
                 };
-                target.0.offer(offer).map(|answer| (answer, files))
+                target.target.offer(offer).map(|answer| (answer, files))
             }
             _ => None,
         };
@@ -328,6 +397,14 @@ impl Run {
                 return self.here(None).await;
             }
         };
+        if let Some(predicted) = &answer.predicted {
+            self.counters
+                .predicted_offload
+                .add_duration(predicted.offload());
+            self.counters
+                .predicted_push_back
+                .add_duration(predicted.push_back());
+        }
         if !answer.offloaded {
             debug!(reason = %answer.reason, "fragment pushed back");
             self.counters.pushed_back.add(1);
@@ -376,7 +453,16 @@ impl Run {
                         }
                     }
                 }
-                Some(Ok(FragmentEvent::End { .. })) if pending.is_empty() => return Ok(()),
+                Some(Ok(FragmentEvent::End { measured })) if pending.is_empty() => {
+                    self.counters
+                        .node_execution
+                        .add_duration(measured.execution);
+                    self.counters
+                        .node_serialization
+                        .add_duration(measured.serialization);
+                    self.counters.node_network.add_duration(measured.network);
+                    return Ok(());
+                }
                 Some(Ok(FragmentEvent::End { .. })) => break "rows after the last mark".into(),
                 Some(Err(e)) => break e,
                 None => break "the answer ended before its end".into(),
@@ -552,7 +638,9 @@ mod tests {
                                     }),
                                 ]
                             })
-                            .chain([Ok(FragmentEvent::End { execution_nanos: 1 })])
+                            .chain([Ok(FragmentEvent::End {
+                                measured: Costs::default(),
+                            })])
                             .collect(),
                         // Row group 1's rows arrive but not its mark.
                         Node::Breaks => vec![
@@ -575,6 +663,7 @@ mod tests {
                         reason: format!("{node:?}"),
                         row_groups: vec![GROUPS],
                         estimated_rows: 0.0,
+                        predicted: None,
                         events: futures::stream::iter(events).boxed(),
                     })
                 }
@@ -610,7 +699,7 @@ mod tests {
         let config = SessionConfig::new()
             .with_target_partitions(1)
             .with_option_extension(options)
-            .with_extension(Arc::new(OffloadTier(Arc::clone(&fake) as _)));
+            .with_extension(Arc::new(OffloadTier::new(Arc::clone(&fake) as _)));
         let ctx = SessionContext::new_with_config(config);
         ctx.register_parquet(
             "t",

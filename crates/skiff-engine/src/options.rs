@@ -186,8 +186,9 @@ choice_setting!(
     /// data (`skiff.offload`, see `offload`): `never` reads the raw chunks
     /// and runs everything on the worker; `always` has the node run each
     /// fragment it can (a fragment it cannot run, or a node lost, falls
-    /// back to the worker).
-    Offload, "skiff.offload", { Never = "never", Always = "always" }
+    /// back to the worker); `auto` lets the node choose the path its cost
+    /// models predict faster.
+    Offload, "skiff.offload", { Never = "never", Always = "always", Auto = "auto" }
 );
 
 /// Parse a byte size such as `512M`, `4G`, `1.5GiB` or `1000000`.

@@ -15,10 +15,12 @@ use arrow_flight::{FlightData, SchemaAsIpc, Ticket};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use skiff_engine::offload::FragmentEvent;
+use skiff_engine::offload::{Costs, FragmentEvent};
 use tonic::Status;
 
-use crate::protocol::{FragmentDecision, FragmentMark, FragmentRequest, metadata_message};
+use crate::protocol::{
+    FragmentCosts, FragmentDecision, FragmentMark, FragmentRequest, metadata_message,
+};
 
 /// Whether a `DoGet` ticket asks to run a fragment.
 pub fn fragment_request(ticket: &Ticket) -> Option<FragmentRequest> {
@@ -78,7 +80,7 @@ pub async fn run_fragment(
                         .map_err(|e| Status::data_loss(format!("bad fragment mark: {e}")))?;
                     Ok(Some(if mark.end {
                         FragmentEvent::End {
-                            execution_nanos: mark.execution_nanos,
+                            measured: mark.measured.as_ref().map(costs).unwrap_or_default(),
                         }
                     } else {
                         FragmentEvent::Done {
@@ -91,6 +93,17 @@ pub async fn run_fragment(
         })
         .boxed();
     Ok((decision, events))
+}
+
+/// `costs` as the engine counts them.
+pub fn costs(costs: &FragmentCosts) -> Costs {
+    Costs {
+        execution: Duration::from_nanos(costs.execution_nanos),
+        serialization: Duration::from_nanos(costs.serialization_nanos),
+        network: Duration::from_nanos(costs.network_nanos),
+        push_back_network: Duration::from_nanos(costs.push_back_network_nanos),
+        push_back_execution: Duration::from_nanos(costs.push_back_execution_nanos),
+    }
 }
 
 /// The message that opens a fragment's answer.

@@ -390,6 +390,16 @@ pub struct FragmentRecord {
     /// The node's time on it, from the request to the last row.
     #[prost(uint64, tag = "7")]
     pub execution_nanos: u64,
+    #[prost(uint64, tag = "8")]
+    pub query_id: u64,
+    /// The node's prediction (`auto`), and the parts it measured.
+    #[prost(message, optional, tag = "9")]
+    pub predicted: Option<FragmentCosts>,
+    #[prost(message, optional, tag = "10")]
+    pub measured: Option<FragmentCosts>,
+    /// `auto`, `always`.
+    #[prost(string, tag = "11")]
+    pub mode: String,
 }
 
 /// What a memory node holds of one column of one table.
@@ -496,6 +506,9 @@ pub struct FragmentRequest {
     /// Whether the node may push back (`auto`) or must run it (`always`).
     #[prost(enumeration = "OffloadMode", tag = "4")]
     pub mode: i32,
+    /// The query it belongs to (the node's records name it).
+    #[prost(uint64, tag = "5")]
+    pub query_id: u64,
     /// Always true: tells a fragment ticket from chunk and state tickets.
     #[prost(bool, tag = "14")]
     pub fragment: bool,
@@ -545,6 +558,55 @@ pub struct FragmentDecision {
     pub input_rows: u64,
     #[prost(double, tag = "5")]
     pub estimated_rows: f64,
+    /// What the node's cost models predicted for each path (`auto` with
+    /// calibrated models only).
+    #[prost(message, optional, tag = "6")]
+    pub predicted: Option<FragmentCosts>,
+    /// Fragments running on the node when it decided, this one excluded
+    /// (they share its threads).
+    #[prost(uint32, tag = "7")]
+    pub load: u32,
+}
+
+/// The times of a fragment's parts, in nanoseconds, and its bytes:
+/// predicted by the node's cost models (a decision) or measured by the
+/// node (the last mark). Offloaded: the node runs it (`execution`: reading
+/// its chunks, filtering, projecting), encodes the rows kept
+/// (`serialization`) and sends them (`network`). Pushed back: the raw
+/// columns cross the link (`push_back_network`) and the worker runs it on
+/// one of its threads (`push_back_execution`); predicted only.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct FragmentCosts {
+    #[prost(uint64, tag = "1")]
+    pub execution_nanos: u64,
+    #[prost(uint64, tag = "2")]
+    pub serialization_nanos: u64,
+    #[prost(uint64, tag = "3")]
+    pub network_nanos: u64,
+    #[prost(uint64, tag = "4")]
+    pub push_back_network_nanos: u64,
+    #[prost(uint64, tag = "5")]
+    pub push_back_execution_nanos: u64,
+    /// Bytes of the rows kept, encoded; and of the raw columns' chunks.
+    #[prost(uint64, tag = "6")]
+    pub output_bytes: u64,
+    #[prost(uint64, tag = "7")]
+    pub input_bytes: u64,
+}
+
+impl FragmentCosts {
+    /// The offloaded path's time, end to end.
+    pub fn offload_nanos(&self) -> u64 {
+        self.execution_nanos
+            .saturating_add(self.serialization_nanos)
+            .saturating_add(self.network_nanos)
+    }
+
+    /// The pushed-back path's time, end to end.
+    pub fn push_back_nanos(&self) -> u64 {
+        self.push_back_network_nanos
+            .saturating_add(self.push_back_execution_nanos)
+    }
 }
 
 /// A mark in an offloaded fragment's answer (`app_metadata` of a message
@@ -562,9 +624,14 @@ pub struct FragmentMark {
     /// The last mark: every row group of every file was sent.
     #[prost(bool, tag = "4")]
     pub end: bool,
-    /// With `end`: the node's time running the fragment, in nanoseconds.
+    /// With `end`: the node's time on the fragment, from the request to
+    /// the last row, in nanoseconds.
     #[prost(uint64, tag = "5")]
     pub execution_nanos: u64,
+    /// With `end`: that time's parts as measured (execution,
+    /// serialization, network: the time spent waiting to send).
+    #[prost(message, optional, tag = "6")]
+    pub measured: Option<FragmentCosts>,
 }
 
 /// A query running on a worker, as of the heartbeat.

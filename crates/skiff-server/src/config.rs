@@ -168,6 +168,23 @@ pub const SKETCH_THETA_LG_K: u8 = 12;
 pub const SKETCH_KLL_K: u16 = 1000;
 pub const SKETCH_FREQUENT_ITEMS: usize = 64;
 
+/// Cost models (`memnode::costs`): trees per random forest, and the most
+/// samples one keeps (the oldest go first when refits add the node's own
+/// measurements).
+pub const COST_MODEL_TREES: usize = 24;
+pub const COST_MODEL_SAMPLES: usize = 4096;
+
+/// A memory node refits its cost models when, over its last
+/// `DRIFT_WINDOW` offloaded fragments, the median measured execution time
+/// is off its prediction by more than `DRIFT_FACTOR` either way.
+pub const DRIFT_WINDOW: usize = 16;
+pub const DRIFT_FACTOR: f64 = 2.0;
+
+/// Fragments `skiff memnode calibrate` runs by default, and the most rows
+/// one reads.
+pub const CALIBRATION_FRAGMENTS: usize = 240;
+pub const CALIBRATION_ROWS: usize = 1 << 20;
+
 /// How long a worker leaves a memory node alone after a fetch from it
 /// failed (its scans read storage meanwhile).
 pub const MEMORY_NODE_BACKOFF: Duration = Duration::from_secs(5);

@@ -2,6 +2,7 @@
 //! and benchmarks on the embedded engine, and `skiff pod` for the
 //! transaction engine of the emulated CXL pod.
 
+mod calibrate;
 mod cli;
 mod ctl;
 mod output;

@@ -139,10 +139,13 @@ pub struct WorkerArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct MemnodeArgs {
+    #[command(subcommand)]
+    pub command: Option<MemnodeCommand>,
     /// The coordinator's cluster address (its --cluster-addr).
-    #[arg(long)]
-    pub coordinator: String,
+    #[arg(long, required = true)]
+    pub coordinator: Option<String>,
     /// Where this memory node listens.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -159,6 +162,45 @@ pub struct MemnodeArgs {
     pub state_ttl: f64,
     #[command(flatten)]
     pub tables: TableMemoryArgs,
+}
+
+/// What else `skiff memnode` does.
+#[derive(clap::Subcommand, Debug)]
+pub enum MemnodeCommand {
+    /// Train this machine's offload cost models (`SET skiff.offload =
+    /// auto`): run a generated corpus of fragments and time them, then
+    /// save the models where memory nodes load them at start.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// Where to save the models; memory nodes read the same default.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Fragments in the corpus.
+    #[arg(long, default_value_t = skiff_server::config::CALIBRATION_FRAGMENTS)]
+    pub fragments: usize,
+    /// Rows of the corpus' largest file.
+    #[arg(long, default_value_t = skiff_server::config::CALIBRATION_ROWS)]
+    pub rows: usize,
+    /// The memory nodes' --offload-threads.
+    #[arg(long, default_value_t = skiff_server::config::DEFAULT_OFFLOAD_THREADS)]
+    pub offload_threads: usize,
+    /// The memory nodes' --link-bandwidth, if they emulate one.
+    #[arg(long, value_parser = skiff_server::memnode::parse_bandwidth)]
+    pub link_bandwidth: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write every held-out prediction and every estimate as CSV
+    /// (model, what, predicted, measured; times in nanoseconds).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// Where offload cost models are kept by default.
+pub fn default_models_path() -> PathBuf {
+    crate::session::skiff_home().join("offload-models.json")
 }
 
 /// How memory nodes hold tables (`SELECT skiff.load_to_memory('t')`).
@@ -184,6 +226,11 @@ pub struct TableMemoryArgs {
     /// skiff.offload`): the few cores it spares beside serving chunks.
     #[arg(long, default_value_t = skiff_server::config::DEFAULT_OFFLOAD_THREADS)]
     pub offload_threads: usize,
+    /// The cost models that decide `SET skiff.offload = auto` (`skiff
+    /// memnode calibrate` writes them); by default
+    /// $SKIFF_HOME/offload-models.json when it exists.
+    #[arg(long)]
+    pub offload_models: Option<PathBuf>,
 }
 
 impl TableMemoryArgs {
@@ -203,6 +250,9 @@ impl TableMemoryArgs {
         }
         if !self.preload.is_empty() {
             args.extend(["--preload".to_string(), self.preload.join(",")]);
+        }
+        if let Some(path) = &self.offload_models {
+            args.extend(["--offload-models".to_string(), path.display().to_string()]);
         }
         args
     }
@@ -347,9 +397,22 @@ pub async fn worker(session: &SessionArgs, args: &WorkerArgs) -> Result<()> {
 }
 
 pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
+    if let Some(MemnodeCommand::Calibrate(calibrate)) = &args.command {
+        return crate::calibrate::run(calibrate).await;
+    }
     init_logging();
+    let Some(coordinator) = args.coordinator.clone() else {
+        return Err(DataFusionError::Configuration(
+            "skiff memnode: --coordinator is required".to_string(),
+        ));
+    };
+    let offload_models = match &args.tables.offload_models {
+        Some(path) => Some(path.clone()),
+        None => Some(default_models_path()).filter(|p| p.exists()),
+    };
     let config = MemnodeConfig {
-        coordinator: args.coordinator.clone(),
+        coordinator,
+        offload_models,
         listen: args.listen,
         memory: args.memory.unwrap_or(0) as u64,
         state_dir: args.state_dir.clone(),

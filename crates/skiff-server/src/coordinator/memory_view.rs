@@ -10,6 +10,7 @@
 //! routes (or [`ROUTES_WAIT`] passed). A load that fails anywhere is undone
 //! everywhere: the table is read from storage, as before.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -309,6 +310,59 @@ async fn node_stats(inner: &Inner) -> Vec<(u64, MemoryStats)> {
     stats
 }
 
+/// What became of each query's offered fragments, in words, for
+/// `skiff.queries` (from the memory nodes' records; a query whose records
+/// the nodes have dropped has none).
+pub(crate) async fn offload_by_query(inner: &Inner) -> HashMap<u64, String> {
+    #[derive(Default)]
+    struct Tally {
+        offloaded: usize,
+        pushed_back: usize,
+        predicted_here: u64,
+        predicted_back: u64,
+        predicted: usize,
+        measured: u64,
+    }
+    let mut tallies: HashMap<u64, Tally> = HashMap::new();
+    for (_, stats) in node_stats(inner).await {
+        for f in stats.fragments.iter().filter(|f| f.query_id > 0) {
+            let tally = tallies.entry(f.query_id).or_default();
+            if f.offloaded {
+                tally.offloaded += 1;
+            } else {
+                tally.pushed_back += 1;
+            }
+            if let Some(p) = &f.predicted {
+                tally.predicted += 1;
+                tally.predicted_here += p.offload_nanos();
+                tally.predicted_back += p.push_back_nanos();
+            }
+            tally.measured += f.measured.map_or(0, |m| m.offload_nanos());
+        }
+    }
+    let ms = |nanos: u64| nanos as f64 / 1e6;
+    tallies
+        .into_iter()
+        .map(|(query, t)| {
+            let mut text = format!(
+                "fragments: {} offloaded, {} pushed back",
+                t.offloaded, t.pushed_back
+            );
+            if t.predicted > 0 {
+                text.push_str(&format!(
+                    "; predicted {:.1} ms offloaded, {:.1} ms pushed back",
+                    ms(t.predicted_here),
+                    ms(t.predicted_back)
+                ));
+            }
+            if t.offloaded > 0 {
+                text.push_str(&format!("; measured {:.1} ms offloaded", ms(t.measured)));
+            }
+            (query, text)
+        })
+        .collect()
+}
+
 /// `skiff.memory_tables`: a row per column of each table each live memory
 /// node holds. A node that does not answer in time is left out.
 pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
@@ -351,43 +405,83 @@ pub(crate) async fn memory_tables_table(inner: &Inner) -> Result<RecordBatch> {
 }
 
 /// `skiff.memory_fragments`: the fragments each live memory node was
-/// offered lately (`FRAGMENT_HISTORY` of them), with its decision, its
-/// estimate of the rows kept and what it measured.
+/// offered lately (`FRAGMENT_HISTORY` of them), with the query, the mode,
+/// its decision, its estimate of the rows kept, what its cost models
+/// predicted of both paths and what it measured.
 pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch> {
+    use arrow::array::{BooleanBuilder, Float64Builder};
     let mut node = Int64Builder::new();
     let mut seq = Int64Builder::new();
-    let mut offloaded = arrow::array::BooleanBuilder::new();
+    let mut query = Int64Builder::new();
+    let mut mode = StringBuilder::new();
+    let mut offloaded = BooleanBuilder::new();
     let mut reason = StringBuilder::new();
     let mut input_rows = Int64Builder::new();
-    let mut estimated = arrow::array::Float64Builder::new();
+    let mut estimated = Float64Builder::new();
     let mut rows = Int64Builder::new();
-    let mut millis = arrow::array::Float64Builder::new();
+    let mut millis = Float64Builder::new();
+    // Predicted (both paths) and measured (offloaded) parts, in ms.
+    let mut parts: Vec<Float64Builder> = (0..7).map(|_| Float64Builder::new()).collect();
+    let mut bytes: Vec<Int64Builder> = (0..2).map(|_| Int64Builder::new()).collect();
     let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let ms = |nanos: u64| nanos as f64 / 1e6;
     for (id, stats) in node_stats(inner).await {
         for f in &stats.fragments {
             node.append_value(id as i64);
             seq.append_value(count(f.seq));
+            query.append_option(Some(count(f.query_id)).filter(|&q| q > 0));
+            mode.append_value(&f.mode);
             offloaded.append_value(f.offloaded);
             reason.append_value(&f.reason);
             input_rows.append_value(count(f.input_rows));
             estimated.append_value(f.estimated_rows);
             rows.append_value(count(f.rows));
-            millis.append_value(f.execution_nanos as f64 / 1e6);
+            millis.append_value(ms(f.execution_nanos));
+            let p = f.predicted.as_ref();
+            let m = f.measured.as_ref();
+            let values = [
+                p.map(|p| ms(p.offload_nanos())),
+                p.map(|p| ms(p.push_back_nanos())),
+                p.map(|p| ms(p.execution_nanos)),
+                p.map(|p| ms(p.push_back_network_nanos)),
+                m.map(|m| ms(m.execution_nanos)),
+                m.map(|m| ms(m.serialization_nanos)),
+                m.map(|m| ms(m.network_nanos)),
+            ];
+            for (builder, value) in parts.iter_mut().zip(values) {
+                builder.append_option(value);
+            }
+            bytes[0].append_option(m.map(|m| count(m.output_bytes)));
+            bytes[1].append_option(p.map(|p| count(p.input_bytes)));
         }
     }
+    let float = |name: &str| Field::new(name, DataType::Float64, true);
     let schema = Arc::new(Schema::new(vec![
         Field::new("node", DataType::Int64, false),
         Field::new("seq", DataType::Int64, false),
+        Field::new("query_id", DataType::Int64, true),
+        Field::new("mode", DataType::Utf8, false),
         Field::new("offloaded", DataType::Boolean, false),
         Field::new("reason", DataType::Utf8, false),
         Field::new("input_rows", DataType::Int64, false),
         Field::new("estimated_rows", DataType::Float64, false),
         Field::new("rows", DataType::Int64, false),
         Field::new("execution_ms", DataType::Float64, false),
+        float("predicted_offload_ms"),
+        float("predicted_push_back_ms"),
+        float("predicted_execution_ms"),
+        float("predicted_push_back_network_ms"),
+        float("measured_execution_ms"),
+        float("measured_serialization_ms"),
+        float("measured_network_ms"),
+        Field::new("sent_bytes", DataType::Int64, true),
+        Field::new("raw_bytes", DataType::Int64, true),
     ]));
-    let columns: Vec<arrow::array::ArrayRef> = vec![
+    let mut columns: Vec<arrow::array::ArrayRef> = vec![
         Arc::new(node.finish()),
         Arc::new(seq.finish()),
+        Arc::new(query.finish()),
+        Arc::new(mode.finish()),
         Arc::new(offloaded.finish()),
         Arc::new(reason.finish()),
         Arc::new(input_rows.finish()),
@@ -395,6 +489,16 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
         Arc::new(rows.finish()),
         Arc::new(millis.finish()),
     ];
+    columns.extend(
+        parts
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as arrow::array::ArrayRef),
+    );
+    columns.extend(
+        bytes
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as arrow::array::ArrayRef),
+    );
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 

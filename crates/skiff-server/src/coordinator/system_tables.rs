@@ -10,6 +10,7 @@
 //! snapshots the state at planning time. Everyone may cancel their own
 //! queries; the rest of the functions are for admins.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -103,7 +104,7 @@ impl SchemaProvider for SystemSchema {
             return exec_err!("the coordinator is shutting down");
         };
         let batch = match name {
-            "queries" => queries(&inner.queries)?,
+            "queries" => queries(&inner.queries, &memory_view::offload_by_query(&inner).await)?,
             "pipelines" => pipelines(&inner.queries)?,
             "workers" => workers(&inner.membership)?,
             "partitions" => {
@@ -188,7 +189,7 @@ fn matchings(records: &[matching::Record]) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
+fn queries(registry: &QueryRegistry, offload: &HashMap<u64, String>) -> Result<RecordBatch> {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("user", DataType::Utf8, false),
@@ -211,6 +212,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Field::new("tasks", DataType::Utf8, true),
         Field::new("scan_files_done", DataType::Int64, true),
         Field::new("scan_files_total", DataType::Int64, true),
+        Field::new("offload", DataType::Utf8, true),
     ]));
     let all = registry.all();
     let mut files_done = Int64Builder::new();
@@ -222,6 +224,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
     let mut state_bytes = Int64Builder::new();
     let mut decision = StringBuilder::new();
     let mut tasks = StringBuilder::new();
+    let mut offloads = StringBuilder::new();
     let mut id = Int64Builder::new();
     let mut user = StringBuilder::new();
     let mut sql = StringBuilder::new();
@@ -288,6 +291,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         state_bytes.append_value(info.state_bytes as i64);
         decision.append_option(Some(info.decision.as_str()).filter(|d| !d.is_empty()));
         tasks.append_option(info.routes.as_ref().and_then(|r| r.describe()));
+        offloads.append_option(offload.get(&entry.id));
     }
     let columns: Vec<ArrayRef> = vec![
         Arc::new(id.finish()),
@@ -311,6 +315,7 @@ fn queries(registry: &QueryRegistry) -> Result<RecordBatch> {
         Arc::new(tasks.finish()),
         Arc::new(files_done.finish()),
         Arc::new(files_total.finish()),
+        Arc::new(offloads.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

@@ -166,6 +166,14 @@ impl Drop for Served {
 }
 
 pub(super) async fn served(store: ChunkStore) -> Served {
+    served_with(store, super::fragments::Offloader::new(2).unwrap()).await
+}
+
+/// `store` served, fragments run by `offloader`.
+pub(super) async fn served_with(
+    store: ChunkStore,
+    offloader: super::fragments::Offloader,
+) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let cache = StateCache::open(CacheConfig {
         dir: dir.path().to_path_buf(),
@@ -174,7 +182,6 @@ pub(super) async fn served(store: ChunkStore) -> Served {
     })
     .unwrap();
     let corrupt = Arc::new(AtomicUsize::new(0));
-    let offloader = super::fragments::Offloader::new(2).unwrap();
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(Arc::new(store))
         .with_offloader(Some(Arc::new(offloader)))

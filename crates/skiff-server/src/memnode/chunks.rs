@@ -144,6 +144,11 @@ pub(crate) struct FragmentGroup {
 }
 
 impl FragmentGroup {
+    /// Bytes of each held column's chunks, in the input schema's order.
+    pub(crate) fn column_bytes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.columns.iter().map(|(_, held)| held.bytes)
+    }
+
     /// The row group's rows of `schema`'s columns (cast to its types where
     /// the file's differ, as a scan reads them).
     pub(crate) fn batch(&self, schema: &SchemaRef) -> Result<RecordBatch, String> {

@@ -18,7 +18,7 @@ use skiff_flight::fragments::{run_fragment, schema_bytes};
 use skiff_flight::protocol::{FragmentDecision, FragmentFile, FragmentRequest, OffloadMode};
 
 use super::ChunkStore;
-use super::chunk_tests::{load_request, served, version, write_file};
+use super::chunk_tests::{load_request, served, served_with, version, write_file};
 use crate::coordinator::fragments::fragment;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -43,6 +43,7 @@ fn request(fragment: &Fragment, files: Vec<FragmentFile>) -> FragmentRequest {
         files,
         mode: OffloadMode::Always as i32,
         fragment: true,
+        ..FragmentRequest::default()
     }
 }
 
@@ -76,8 +77,8 @@ async fn ask(
         match event.unwrap() {
             FragmentEvent::Rows(batch) => rows.push(batch),
             FragmentEvent::Done { file, row_group } => marks.push((file, row_group)),
-            FragmentEvent::End { execution_nanos } => {
-                assert!(execution_nanos > 0);
+            FragmentEvent::End { measured } => {
+                assert!(measured.execution > std::time::Duration::ZERO);
                 ended = true;
             }
         }
@@ -257,4 +258,99 @@ async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
     assert_eq!(last.rows, got as u64);
     assert_eq!(last.input_rows, super::chunk_tests::ROWS as u64);
     assert!(last.estimated_rows > 0.0 && last.execution_nanos > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_fragments_go_where_the_cost_models_predict_faster() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.parquet");
+    write_file(&a, 0);
+    let files = [version(&a).await];
+    let load = || async {
+        let store = ChunkStore::new(10 << 20, 4 << 10);
+        store
+            .load(&load_request(&files, &["id", "name", "score"]))
+            .await
+            .unwrap();
+        store
+    };
+    // One offload thread, models of a 1 Gbit/s link.
+    let offloader = super::fragments::Offloader::new(1)
+        .unwrap()
+        .with_models(super::costs::tests::trained(), None);
+    let node = served_with(load().await, offloader).await;
+    let auto = |fragment: &Fragment| FragmentRequest {
+        mode: OffloadMode::Auto as i32,
+        query_id: 42,
+        ..request(fragment, whole(&files))
+    };
+
+    // Ten rows of thousands: sending them beats sending the columns.
+    let (selective, expected) = cut(dir.path(), "SELECT id, name FROM t WHERE id < 10").await;
+    let (decision, rows, _, ended) = ask(&node.addr, &auto(&selective)).await;
+    assert!(decision.offload && ended, "{decision:?}");
+    assert!(
+        decision.reason.contains("predicted faster here"),
+        "{}",
+        decision.reason
+    );
+    let predicted = decision.predicted.expect("predicted");
+    assert!(
+        predicted.offload_nanos() < predicted.push_back_nanos(),
+        "{predicted:?}"
+    );
+    assert!(predicted.input_bytes > predicted.output_bytes);
+    assert_eq!(lines(&rows), lines(&expected));
+
+    // Everything kept: the same bytes cross either way, and the node
+    // would add its encoding.
+    let (everything, _) = cut(dir.path(), "SELECT id, name FROM t WHERE id >= 0").await;
+    let (decision, rows, marks, _) = ask(&node.addr, &auto(&everything)).await;
+    assert!(!decision.offload, "{decision:?}");
+    assert!(
+        decision.reason.contains("predicted faster pushed back"),
+        "{}",
+        decision.reason
+    );
+    assert!(rows.is_empty() && marks.is_empty());
+    let predicted = decision.predicted.expect("predicted");
+    assert!(
+        predicted.push_back_nanos() <= predicted.offload_nanos(),
+        "{predicted:?}"
+    );
+
+    // `always` runs it all the same, its prediction recorded.
+    let (decision, ..) = ask(&node.addr, &request(&everything, whole(&files))).await;
+    assert!(
+        decision.offload && decision.predicted.is_some(),
+        "{decision:?}"
+    );
+
+    let stats = skiff_flight::chunks::memory_stats(&node.addr)
+        .await
+        .unwrap();
+    let records = &stats.fragments;
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert!(records.iter().all(|r| r.predicted.is_some()));
+    assert_eq!(
+        (records[0].query_id, records[0].mode.as_str()),
+        (42, "auto")
+    );
+    assert_eq!(records[2].mode, "always");
+    let measured = records[0].measured.expect("measured");
+    assert!(
+        measured.execution_nanos > 0 && measured.output_bytes > 0,
+        "{measured:?}"
+    );
+    assert!(records[1].measured.is_none());
+
+    // A node without models pushes every `auto` fragment back.
+    let bare = served(load().await).await;
+    let (decision, ..) = ask(&bare.addr, &auto(&selective)).await;
+    assert!(!decision.offload && decision.predicted.is_none());
+    assert!(
+        decision.reason.contains("no cost models"),
+        "{}",
+        decision.reason
+    );
 }

@@ -10,9 +10,10 @@
 //! runs the same physical plan with its rows in the memory scan's place.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -38,25 +39,28 @@ use futures::StreamExt;
 use prost::Message;
 use skiff_flight::fragments::{RowEncoder, decision_message, mark_message, schema_of};
 use skiff_flight::protocol::{
-    ChunkFile, FragmentDecision, FragmentFile, FragmentMark, FragmentRecord, FragmentRequest,
-    OffloadMode,
+    ChunkFile, FragmentCosts, FragmentDecision, FragmentFile, FragmentMark, FragmentRecord,
+    FragmentRequest, OffloadMode,
 };
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::mpsc;
 use tonic::Status;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::chunks::{ChunkStore, FragmentGroup};
+use super::costs::{CostModels, Observed, Shape};
 use super::estimate::{Estimate, Statistics, estimate};
 use super::sketches::ColumnSketch;
-use crate::config::FRAGMENT_HISTORY;
+use crate::config::{DRIFT_FACTOR, DRIFT_WINDOW, FRAGMENT_HISTORY};
 
 /// The threads fragments run on, apart from the node's serving threads,
-/// and what became of the latest fragments.
+/// the cost models that decide `auto` fragments, and what became of the
+/// latest fragments.
 pub struct Offloader {
     runtime: Option<Runtime>,
     threads: usize,
     history: Arc<History>,
+    costs: Arc<CostState>,
 }
 
 /// The latest [`FRAGMENT_HISTORY`] fragments, oldest first.
@@ -77,6 +81,111 @@ impl History {
     }
 }
 
+/// The cost models, the node's load, and its measurements since the
+/// models were fitted.
+#[derive(Debug, Default)]
+struct CostState {
+    models: RwLock<Option<Arc<CostModels>>>,
+    /// Where refitted models are saved (those loaded at start).
+    path: Option<PathBuf>,
+    /// Fragments being answered now.
+    running: AtomicUsize,
+    drift: Mutex<Drift>,
+}
+
+/// Measured against predicted execution times of the latest offloaded
+/// fragments, and their samples for a refit.
+#[derive(Debug, Default)]
+struct Drift {
+    ratios: VecDeque<f64>,
+    observed: Observed,
+    refitting: bool,
+}
+
+impl CostState {
+    fn models(&self) -> Option<Arc<CostModels>> {
+        self.models
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Note a fragment the node ran; the models to refit and the samples
+    /// to refit them with when the latest [`DRIFT_WINDOW`] fragments'
+    /// median is off by more than [`DRIFT_FACTOR`].
+    fn observe(
+        &self,
+        shape: &Shape,
+        threads: usize,
+        predicted: &FragmentCosts,
+        measured: &FragmentCosts,
+    ) -> Option<(Arc<CostModels>, Observed)> {
+        let models = self.models()?;
+        let mut drift = self.drift.lock().unwrap_or_else(|p| p.into_inner());
+        drift.observed.add(shape, threads, measured);
+        if predicted.execution_nanos > 0 && measured.execution_nanos > 0 {
+            if drift.ratios.len() == DRIFT_WINDOW {
+                drift.ratios.pop_front();
+            }
+            let ratio = measured.execution_nanos as f64 / predicted.execution_nanos as f64;
+            drift.ratios.push_back(ratio);
+        }
+        if drift.refitting || drift.ratios.len() < DRIFT_WINDOW {
+            return None;
+        }
+        let mut ratios: Vec<f64> = drift.ratios.iter().copied().collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = ratios[ratios.len() / 2];
+        if (1.0 / DRIFT_FACTOR..=DRIFT_FACTOR).contains(&median) {
+            return None;
+        }
+        info!(
+            median_ratio = median,
+            "offload cost models drifted from measured times; refitting"
+        );
+        drift.refitting = true;
+        drift.ratios.clear();
+        Some((models, std::mem::take(&mut drift.observed)))
+    }
+
+    /// Put refitted models in place (and in their file).
+    fn refitted(&self, refit: std::result::Result<CostModels, String>) {
+        match refit {
+            Ok(models) => {
+                if let Some(path) = &self.path
+                    && let Err(e) = models.save(path)
+                {
+                    warn!(error = %e, "cannot save the refitted cost models");
+                }
+                *self.models.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(models));
+                info!("offload cost models refitted");
+            }
+            Err(e) => warn!(error = %e, "cannot refit the offload cost models"),
+        }
+        self.drift
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refitting = false;
+    }
+}
+
+/// Counts a fragment as running while it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    /// The fragments running before this one.
+    fn start(count: &'a AtomicUsize) -> (Self, usize) {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        (Self(count), before)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl std::fmt::Debug for Offloader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Offloader")
@@ -86,7 +195,8 @@ impl std::fmt::Debug for Offloader {
 }
 
 impl Offloader {
-    /// `threads` threads (at least one).
+    /// `threads` threads (at least one), without cost models (`auto`
+    /// fragments are pushed back).
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -98,7 +208,18 @@ impl Offloader {
             runtime: Some(runtime),
             threads,
             history: Arc::default(),
+            costs: Arc::default(),
         })
+    }
+
+    /// With `models` deciding `auto` fragments; refits are saved to `path`.
+    pub fn with_models(mut self, models: CostModels, path: Option<PathBuf>) -> Self {
+        self.costs = Arc::new(CostState {
+            models: RwLock::new(Some(Arc::new(models))),
+            path,
+            ..CostState::default()
+        });
+        self
     }
 
     /// The latest fragments, oldest first.
@@ -117,6 +238,14 @@ impl Offloader {
 
     fn handle(&self) -> Option<&Handle> {
         self.runtime.as_ref().map(Runtime::handle)
+    }
+
+    /// Run `task` on the offload threads (`None` once they are stopping).
+    pub(super) fn spawn<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<tokio::task::JoinHandle<T>> {
+        self.handle().map(|h| h.spawn(task))
     }
 }
 
@@ -150,40 +279,78 @@ pub(crate) fn answer(
     let chunks = Arc::clone(chunks);
     let threads = offloader.threads;
     let history = Arc::clone(&offloader.history);
+    let costs = Arc::clone(&offloader.costs);
     // Detached: the task ends when the fragment is done or the receiver
     // (the network) is gone, whichever comes first.
     drop(handle.spawn(async move {
         let started = Instant::now();
-        match prepare(&chunks, &request, threads).await {
-            Err(reason) => {
-                debug!(%reason, "fragment pushed back");
+        let (running, load) = Running::start(&costs.running);
+        let models = costs.models();
+        let mode = if request.mode == OffloadMode::Always as i32 {
+            "always"
+        } else {
+            "auto"
+        };
+        let base = FragmentRecord {
+            query_id: request.query_id,
+            mode: mode.to_string(),
+            ..FragmentRecord::default()
+        };
+        match prepare(&chunks, &request, threads, models.as_deref(), load).await {
+            Err(back) => {
+                debug!(
+                    query = request.query_id,
+                    reason = %back.reason,
+                    predicted_offload_ms = back.predicted.map(|p| p.offload_nanos() / 1_000_000),
+                    predicted_push_back_ms =
+                        back.predicted.map(|p| p.push_back_nanos() / 1_000_000),
+                    "fragment pushed back"
+                );
                 history.record(FragmentRecord {
-                    reason: reason.clone(),
+                    reason: back.reason.clone(),
                     execution_nanos: nanos(started),
-                    ..FragmentRecord::default()
+                    input_rows: back.input_rows,
+                    estimated_rows: back.estimated_rows,
+                    predicted: back.predicted,
+                    ..base
                 });
                 let decision = FragmentDecision {
                     offload: false,
-                    reason,
+                    reason: back.reason,
+                    input_rows: back.input_rows,
+                    estimated_rows: back.estimated_rows,
+                    predicted: back.predicted,
+                    load: load as u32,
                     ..FragmentDecision::default()
                 };
                 let _ = tx.send(Ok(decision_message(&decision))).await;
             }
             Ok(prepared) => {
-                let (input_rows, estimated_rows) = (
+                let (input_rows, estimated_rows, predicted) = (
                     prepared.estimated.input_rows,
                     prepared.estimated.output_rows,
+                    prepared.predicted,
                 );
-                let ran = prepared.run(&tx, started).await;
+                let mut shape = prepared.shape.clone();
+                let ran = prepared.run(&tx, started, load).await;
                 let mut record = FragmentRecord {
                     offloaded: true,
+                    reason: ran.reason.clone(),
                     input_rows: input_rows as u64,
                     estimated_rows,
                     execution_nanos: nanos(started),
-                    ..FragmentRecord::default()
+                    predicted,
+                    ..base
                 };
-                match ran {
-                    Ok(Some(rows)) => record.rows = rows,
+                drop(running);
+                match ran.outcome {
+                    Ok(Some((rows, measured))) => {
+                        record.rows = rows;
+                        record.measured = Some(measured);
+                        shape.output_rows = rows as f64;
+                        shape.output_bytes = measured.output_bytes as f64;
+                        refit_on_drift(&costs, &shape, threads, predicted, &measured, load);
+                    }
                     Ok(None) => record.reason = "the worker left before the end".to_string(),
                     Err(e) => {
                         record.reason = format!("failed: {}", e.message());
@@ -197,8 +364,54 @@ pub(crate) fn answer(
     Ok(rx)
 }
 
+/// Add a fragment's measurements to the drift watch; refit on this
+/// runtime's blocking threads when it drifted.
+fn refit_on_drift(
+    costs: &Arc<CostState>,
+    shape: &Shape,
+    threads: usize,
+    predicted: Option<FragmentCosts>,
+    measured: &FragmentCosts,
+    load: usize,
+) {
+    let Some(predicted) = predicted else {
+        return;
+    };
+    // As if alone on the node: the models' rates are an idle node's.
+    let alone = FragmentCosts {
+        execution_nanos: measured.execution_nanos / (1 + load as u64),
+        ..*measured
+    };
+    let Some((models, observed)) = costs.observe(shape, threads, &predicted, &alone) else {
+        return;
+    };
+    let costs = Arc::clone(costs);
+    drop(tokio::task::spawn_blocking(move || {
+        let seed = rand::random::<u64>();
+        costs.refitted(models.refit(&observed, seed));
+    }));
+}
+
+/// Why a fragment goes back to the worker, and what was known of it.
+#[derive(Debug, Default)]
+pub(super) struct PushBack {
+    pub(super) reason: String,
+    input_rows: u64,
+    estimated_rows: f64,
+    predicted: Option<FragmentCosts>,
+}
+
+impl From<String> for PushBack {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            ..Self::default()
+        }
+    }
+}
+
 /// A fragment planned over the node's chunks, ready to run.
-struct Prepared {
+pub(super) struct Prepared {
     plan: Arc<dyn ExecutionPlan>,
     ctx: SessionContext,
     schema: SchemaRef,
@@ -207,7 +420,15 @@ struct Prepared {
     /// The first row group's rows, read while planning.
     first: Option<RecordBatch>,
     threads: usize,
-    estimated: Estimate,
+    pub(super) estimated: Estimate,
+    /// The time estimating took.
+    pub(super) estimation: Duration,
+    /// The fragment as the cost models see it (estimated sizes).
+    pub(super) shape: Shape,
+    /// The models' prediction, when the node has models.
+    predicted: Option<FragmentCosts>,
+    /// Why it runs here, in words.
+    reason: String,
 }
 
 /// The node's statistics of the row groups a fragment reads: their rows,
@@ -247,17 +468,79 @@ impl Statistics for Sketched {
     }
 }
 
-/// Plan `request` against the node's chunks; why not, in words.
-async fn prepare(
+/// The shape of `logical` over `groups` of `schema`'s columns, as
+/// estimated: bytes of the raw chunks, and of the rows kept (each output
+/// column as wide as the input column of its name, else its type's
+/// width).
+fn shape(
+    logical: &LogicalPlan,
+    schema: &SchemaRef,
+    groups: &[FragmentGroup],
+    estimated: &Estimate,
+) -> Shape {
+    let mut column_bytes = vec![0u64; schema.fields().len()];
+    for group in groups {
+        for (total, bytes) in column_bytes.iter_mut().zip(group.column_bytes()) {
+            *total += bytes;
+        }
+    }
+    let rows = estimated.input_rows.max(1.0);
+    let width_of: HashMap<&str, f64> = schema
+        .fields()
+        .iter()
+        .zip(&column_bytes)
+        .map(|(f, &bytes)| (f.name().as_str(), bytes as f64 / rows))
+        .collect();
+    let output = logical.schema();
+    let width: f64 = output
+        .fields()
+        .iter()
+        .map(|f| {
+            width_of.get(f.name().as_str()).copied().unwrap_or_else(|| {
+                f.data_type()
+                    .primitive_width()
+                    .map_or(VARIABLE_WIDTH, |w| w as f64)
+            })
+        })
+        .sum();
+    Shape {
+        input_rows: estimated.input_rows,
+        output_rows: estimated.output_rows,
+        input_columns: schema.fields().len(),
+        output_columns: output.fields().len(),
+        input_bytes: column_bytes.iter().sum::<u64>() as f64,
+        output_bytes: estimated.output_rows * width,
+        operations: estimated.operations.clone(),
+    }
+}
+
+/// Bytes taken for a value of a variable-width type computed by the
+/// fragment (an input column's own width is known from its chunks).
+const VARIABLE_WIDTH: f64 = 16.0;
+
+/// Plan `request` against the node's chunks and decide: run it here, or
+/// push it back (why, in words).
+pub(super) async fn prepare(
     chunks: &ChunkStore,
     request: &FragmentRequest,
     threads: usize,
-) -> std::result::Result<Prepared, String> {
-    if request.mode != OffloadMode::Always as i32 {
-        return Err("only `always` offload is decided yet".to_string());
+    models: Option<&CostModels>,
+    load: usize,
+) -> std::result::Result<Prepared, PushBack> {
+    let auto = request.mode != OffloadMode::Always as i32;
+    if auto && models.is_none() {
+        return Err("no cost models to decide by: run `skiff memnode calibrate`"
+            .to_string()
+            .into());
     }
     let schema = schema_of(&request.input_schema).map_err(|e| e.message().to_string())?;
     let (counts, groups) = chunks.fragment_groups(&request.files, &schema)?;
+    let plan =
+        Plan::decode(request.plan.as_slice()).map_err(|e| format!("bad Substrait plan: {e}"))?;
+    let config = SessionConfig::new().with_target_partitions(threads);
+    let ctx = SessionContext::new_with_config(config);
+    let state = ctx.state();
+    let extensions = Extensions::try_from(&plan.extensions).map_err(|e| e.to_string())?;
     let first = match groups.first() {
         Some(group) => Some(group.batch(&schema)?),
         None => None,
@@ -265,15 +548,9 @@ async fn prepare(
     let rows = first
         .clone()
         .unwrap_or_else(|| RecordBatch::new_empty(Arc::clone(&schema)));
-    let config = SessionConfig::new().with_target_partitions(threads);
-    let ctx = SessionContext::new_with_config(config);
-    let plan =
-        Plan::decode(request.plan.as_slice()).map_err(|e| format!("bad Substrait plan: {e}"))?;
     let table = Arc::new(
         MemTable::try_new(Arc::clone(&schema), split(&rows, threads)).map_err(|e| e.to_string())?,
     );
-    let state = ctx.state();
-    let extensions = Extensions::try_from(&plan.extensions).map_err(|e| e.to_string())?;
     let consumer = OneTable {
         extensions: &extensions,
         state: &state,
@@ -285,8 +562,33 @@ async fn prepare(
     supported(&logical)?;
     let logical =
         lift_scan_filters(logical).map_err(|e| format!("cannot plan the fragment: {e}"))?;
+    let estimating = Instant::now();
     let statistics = Sketched::of(chunks, &request.files, &schema, &groups);
     let estimated = estimate(&logical, &statistics);
+    let shape = shape(&logical, &schema, &groups, &estimated);
+    let estimation = estimating.elapsed();
+    let decided = models.map(|m| m.decide(&shape, threads, load));
+    let predicted = decided.as_ref().map(|d| d.predicted);
+    let reason = match &decided {
+        Some(d) if auto => {
+            let (offload, back) = (
+                d.predicted.offload_nanos() as f64 / 1e6,
+                d.predicted.push_back_nanos() as f64 / 1e6,
+            );
+            if !d.offload {
+                return Err(PushBack {
+                    reason: format!(
+                        "predicted faster pushed back: {back:.1} ms against {offload:.1} ms here"
+                    ),
+                    input_rows: estimated.input_rows as u64,
+                    estimated_rows: estimated.output_rows,
+                    predicted,
+                });
+            }
+            format!("predicted faster here: {offload:.1} ms against {back:.1} ms pushed back")
+        }
+        _ => "asked to offload".to_string(),
+    };
     let plan = state
         .create_physical_plan(&logical)
         .await
@@ -300,24 +602,71 @@ async fn prepare(
         first,
         threads,
         estimated,
+        estimation,
+        shape,
+        predicted,
+        reason,
     })
+}
+
+/// How a run ended: the rows sent and the parts measured; `None` when
+/// the receiver left first.
+pub(super) struct Ran {
+    reason: String,
+    pub(super) outcome: std::result::Result<Option<(u64, FragmentCosts)>, Status>,
+}
+
+/// The parts of a run's time, as it goes.
+#[derive(Default)]
+struct Clocks {
+    execution: Duration,
+    serialization: Duration,
+    network: Duration,
+    bytes: u64,
+}
+
+impl Clocks {
+    fn costs(&self) -> FragmentCosts {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        FragmentCosts {
+            execution_nanos: nanos(self.execution),
+            serialization_nanos: nanos(self.serialization),
+            network_nanos: nanos(self.network),
+            output_bytes: self.bytes,
+            ..FragmentCosts::default()
+        }
+    }
 }
 
 impl Prepared {
     /// Send the decision, then every row group's rows and mark, then the
-    /// last mark: the rows sent. Stops quietly when the receiver is gone
-    /// (`None`).
-    async fn run(
+    /// last mark: the rows sent and the measured parts. Stops quietly when
+    /// the receiver is gone.
+    pub(super) async fn run(
         self,
         tx: &mpsc::Sender<Result<FlightData, Status>>,
         started: Instant,
-    ) -> std::result::Result<Option<u64>, Status> {
+        load: usize,
+    ) -> Ran {
+        let reason = self.reason.clone();
+        let outcome = self.send(tx, started, load).await;
+        Ran { reason, outcome }
+    }
+
+    async fn send(
+        self,
+        tx: &mpsc::Sender<Result<FlightData, Status>>,
+        started: Instant,
+        load: usize,
+    ) -> std::result::Result<Option<(u64, FragmentCosts)>, Status> {
         let decision = FragmentDecision {
             offload: true,
-            reason: "asked to offload".to_string(),
+            reason: self.reason.clone(),
             row_groups: self.counts.iter().map(|&n| n as u32).collect(),
             input_rows: self.estimated.input_rows as u64,
             estimated_rows: self.estimated.output_rows,
+            predicted: self.predicted,
+            load: load as u32,
         };
         let mut encoder = RowEncoder::default();
         let opening = [
@@ -330,21 +679,35 @@ impl Prepared {
             }
         }
         let failed = |e: &dyn std::fmt::Display| Status::internal(format!("fragment: {e}"));
+        let mut clocks = Clocks::default();
         let mut first = self.first;
         let mut sent_rows = 0;
         for group in &self.groups {
+            let ran = Instant::now();
             let rows = match first.take() {
                 Some(rows) => rows,
                 None => group.batch(&self.schema).map_err(|e| failed(&e))?,
             };
             let plan = with_rows(&self.plan, split(&rows, self.threads)).map_err(|e| failed(&e))?;
             let mut stream = execute_stream(plan, self.ctx.task_ctx()).map_err(|e| failed(&e))?;
+            clocks.execution += ran.elapsed();
             let mut given = 0;
-            while let Some(batch) = stream.next().await {
+            loop {
+                let ran = Instant::now();
+                let next = stream.next().await;
+                clocks.execution += ran.elapsed();
+                let Some(batch) = next else { break };
                 let batch = batch.map_err(|e| failed(&e))?;
                 given += batch.num_rows() as u64;
-                for message in encoder.batch(&batch)? {
-                    if tx.send(Ok(message)).await.is_err() {
+                let encoding = Instant::now();
+                let messages = encoder.batch(&batch)?;
+                clocks.serialization += encoding.elapsed();
+                for message in messages {
+                    clocks.bytes += (message.data_header.len() + message.data_body.len()) as u64;
+                    let sending = Instant::now();
+                    let sent = tx.send(Ok(message)).await;
+                    clocks.network += sending.elapsed();
+                    if sent.is_err() {
                         return Ok(None);
                     }
                 }
@@ -354,18 +717,19 @@ impl Prepared {
                 file: group.file as u32,
                 row_group: group.row_group as u32,
                 rows: given,
-                end: false,
-                execution_nanos: 0,
+                ..FragmentMark::default()
             };
             if tx.send(Ok(mark_message(&mark))).await.is_err() {
                 return Ok(None);
             }
         }
         let elapsed = started.elapsed();
+        let measured = clocks.costs();
         let end = FragmentMark {
             end: true,
             rows: sent_rows,
             execution_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            measured: Some(measured),
             ..FragmentMark::default()
         };
         if tx.send(Ok(mark_message(&end))).await.is_err() {
@@ -377,9 +741,11 @@ impl Prepared {
             rows = sent_rows,
             estimated_rows = self.estimated.output_rows.round() as u64,
             millis = elapsed.as_millis() as u64,
+            execution_ms = clocks.execution.as_millis() as u64,
+            predicted_execution_ms = self.predicted.map(|p| p.execution_nanos / 1_000_000),
             "fragment offloaded"
         );
-        Ok(Some(sent_rows))
+        Ok(Some((sent_rows, measured)))
     }
 }
 

@@ -6,13 +6,16 @@
 //! [`cache`] is the state store (memory, capacity, spill, TTL, read-once,
 //! durability, checksums; no network), [`chunks`] the chunk store,
 //! [`fragments`] the query fragments it runs in workers' place (with
-//! [`estimate`], their output estimated from the sketches),
+//! [`estimate`], their output estimated from the sketches, and [`costs`],
+//! the models that decide whether to; [`calibrate`] trains them),
 //! [`link`] the emulated network link, [`service`] the Flight service,
 //! [`zones`] the min/max per chunk that prunes what a scan is sent,
 //! [`sketches`] the sketches of each column of each file held.
 
 pub mod cache;
+pub mod calibrate;
 pub mod chunks;
+pub mod costs;
 mod estimate;
 pub mod fragments;
 pub mod link;
@@ -66,6 +69,9 @@ pub struct MemnodeConfig {
     pub preload: Vec<String>,
     /// Threads offloaded fragments run on.
     pub offload_threads: usize,
+    /// The cost models that decide `auto` fragments (refits are saved
+    /// there too); `None`: such fragments are pushed back.
+    pub offload_models: Option<PathBuf>,
 }
 
 /// The share of the machine's memory tables' chunks may take when neither
@@ -130,8 +136,21 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
         memory: config.memory,
         preload: config.preload.clone(),
     };
-    let offloader = fragments::Offloader::new(config.offload_threads)
+    let mut offloader = fragments::Offloader::new(config.offload_threads)
         .map_err(|e| ServerError::internal(format!("memnode: offload threads: {e}")))?;
+    if let Some(path) = &config.offload_models {
+        let models = costs::CostModels::load(path)
+            .map_err(|e| ServerError::internal(format!("memnode: offload cost models: {e}")))?;
+        if models.threads != config.offload_threads {
+            warn!(
+                calibrated = models.threads,
+                offload_threads = config.offload_threads,
+                "the cost models were calibrated for another number of offload threads"
+            );
+        }
+        info!(path = %path.display(), "offload cost models loaded");
+        offloader = offloader.with_models(models, Some(path.clone()));
+    }
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(chunks)
         .with_link(link)

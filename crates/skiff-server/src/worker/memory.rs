@@ -17,7 +17,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched, Prune, Pruned};
 use skiff_engine::offload::{Answer, FragmentTarget, Offer};
 use skiff_flight::chunks::chunk_file;
-use skiff_flight::fragments::{run_fragment, schema_bytes};
+use skiff_flight::fragments::{costs, run_fragment, schema_bytes};
 use skiff_flight::protocol::{
     ChunkFile, ChunkPrune, FragmentFile, FragmentRequest, MemoryRoutes, OffloadMode,
 };
@@ -208,7 +208,12 @@ impl FragmentTarget for MemoryTier {
                     end: f.range.map_or(0, |r| r.1),
                 })
                 .collect(),
-            mode: OffloadMode::Always as i32,
+            mode: if offer.auto {
+                OffloadMode::Auto
+            } else {
+                OffloadMode::Always
+            } as i32,
+            query_id: offer.query_id,
             fragment: true,
         };
         let inner = Arc::clone(&self.inner);
@@ -241,6 +246,7 @@ impl FragmentTarget for MemoryTier {
                     reason: decision.reason,
                     row_groups: decision.row_groups.iter().map(|&n| n as usize).collect(),
                     estimated_rows: decision.estimated_rows,
+                    predicted: decision.predicted.as_ref().map(costs),
                     events,
                 })
             }

@@ -107,7 +107,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
     let memory = memory::MemoryTier::default();
     let remote = skiff_engine::buffer::RemoteTier(Arc::new(memory.clone()));
     // Fragments are offered to the nodes holding their files.
-    let offload = skiff_engine::offload::OffloadTier(Arc::new(memory.clone()));
+    let offload = skiff_engine::offload::OffloadTier::new(Arc::new(memory.clone()));
     {
         let state = engine.context().state_ref();
         let mut state = state.write();
@@ -359,6 +359,10 @@ impl WorkerService {
             if let Err(e) = config.options_mut().set(key, value) {
                 debug!(key, error = %e, "session option not applied");
             }
+        }
+        // The query's fragments name it to the memory nodes.
+        if let Some(tier) = config.get_extension::<skiff_engine::offload::OffloadTier>() {
+            config.set_extension(Arc::new(tier.for_query(request.query_id)));
         }
         let mut state = SessionStateBuilder::new_from_existing(self.engine.context().state())
             .with_config(config);

@@ -29,6 +29,19 @@ fn metric_sum(text: &str, name: &str) -> u64 {
 }
 
 /// The one number a query answers.
+/// The live memory node's process id.
+async fn memnode_pid(client: &tokio_postgres::Client) -> i32 {
+    simple_rows(
+        client,
+        "SELECT pid FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers")[0][0]
+        .as_deref()
+        .and_then(|p| p.parse().ok())
+        .expect("pid")
+}
+
 async fn number(client: &tokio_postgres::Client, sql: &str) -> i64 {
     let rows = simple_rows(client, sql)
         .await
@@ -349,13 +362,53 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
 
 /// Fragments (a scan, its filter and projection) offloaded to the memory
 /// node holding their table: `EXPLAIN ANALYZE` shows them offloaded, every
-/// TPC-H answer equals DuckDB's; with `never` nothing is offered.
+/// TPC-H answer equals DuckDB's; with `never` nothing is offered; with
+/// `auto` the node decides by the cost models `skiff memnode calibrate`
+/// trained, the same answer, its predictions in `EXPLAIN ANALYZE`,
+/// `skiff.memory_fragments` and `skiff.queries`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
+    let models = tempfile::tempdir().expect("a directory for the models");
+    let path = models.path().join("models.json");
+    // Too small a corpus is refused; a small one trains models.
+    let calibrate = |fragments: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args([
+                "memnode",
+                "calibrate",
+                "--rows",
+                "8192",
+                "--offload-threads",
+                "2",
+            ])
+            .args(["--fragments", fragments, "--out"])
+            .arg(&path)
+            .output()
+            .expect("skiff memnode calibrate")
+    };
+    let refused = calibrate("3");
+    assert!(!refused.status.success() && !path.exists());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--fragments"));
+    let trained = calibrate("20");
+    let said = String::from_utf8_lossy(&trained.stdout).to_string();
+    assert!(
+        trained.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    assert!(
+        said.contains("models saved") && said.contains("held out"),
+        "{said}"
+    );
     let server = Server::start(
         &dataset(Benchmark::Tpch, 0.01),
         Options {
-            extra: ["--offload-threads", "2"].map(String::from).to_vec(),
+            extra: vec![
+                "--offload-threads".to_string(),
+                "2".to_string(),
+                "--offload-models".to_string(),
+                path.display().to_string(),
+            ],
             ..Options::default()
         },
     );
@@ -368,7 +421,7 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
     let selective = "SELECT count(*), CAST(sum(l_extendedprice * l_discount) AS BIGINT) \
                      FROM lineitem WHERE l_quantity < 5 AND l_discount > 0.05";
     let mut answers = Vec::new();
-    for mode in ["never", "always"] {
+    for mode in ["never", "always", "auto"] {
         client
             .simple_query(&format!("SET skiff.offload = {mode}"))
             .await
@@ -381,10 +434,32 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
         let offloaded = metric_sum(&text, "fragments_offloaded");
         match mode {
             "never" => assert!(!text.contains("OffloadExec"), "{text}"),
-            _ => assert!(offloaded > 0, "nothing offloaded: {text}"),
+            "always" => assert!(offloaded > 0, "nothing offloaded: {text}"),
+            _ => {
+                // Decided either way, by predictions of both paths.
+                let decided = offloaded + metric_sum(&text, "fragments_pushed_back");
+                assert!(decided > 0, "nothing decided: {text}");
+                assert!(text.contains("fragment_predicted_push_back"), "{text}");
+            }
         }
     }
     assert_eq!(answers[0], answers[1], "offloaded and local answers differ");
+    assert_eq!(answers[0], answers[2], "decided and local answers differ");
+    let predicted = number(
+        &client,
+        "SELECT count(*) FROM skiff.memory_fragments \
+         WHERE mode = 'auto' AND predicted_offload_ms > 0 AND predicted_push_back_ms > 0 \
+         AND query_id IS NOT NULL",
+    )
+    .await;
+    assert!(predicted > 0, "no predictions recorded");
+    let described = simple_rows(
+        &client,
+        "SELECT offload FROM skiff.queries WHERE offload LIKE '%predicted%'",
+    )
+    .await
+    .expect("skiff.queries");
+    assert!(!described.is_empty(), "skiff.queries names no decision");
     assert!(
         answers[0][0][0].as_deref().is_some_and(|n| n != "0"),
         "the filter keeps rows: {answers:?}"
@@ -410,6 +485,37 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
     suite_matches_duckdb(&server, &client, "tpch", "offloaded").await;
     let log = server.log_text();
     assert!(log.contains("fragment offloaded"), "log:\n{log}");
+
+    // The memory node SIGKILLed while offloaded queries run: every answer
+    // is still right, the fragments the node no longer answers run on the
+    // workers from storage.
+    client
+        .simple_query("SET skiff.offload = always")
+        .await
+        .expect("set");
+    let pid = memnode_pid(&client).await;
+    let expected = &answers[0];
+    let reading = async {
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut count = 0;
+        while Instant::now() < until {
+            let got = simple_rows(&client, selective).await.expect("an answer");
+            assert_eq!(&got, expected, "answer {count} around the kill");
+            count += 1;
+        }
+        count
+    };
+    let killing = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    };
+    let (read, ()) = tokio::join!(reading, killing);
+    assert!(read > 1, "{read} answers");
+    let log = server.log_text();
+    assert!(
+        log.contains("running it here") || log.contains("offloaded fragment lost"),
+        "no fragment fell back to storage; log:\n{log}"
+    );
 }
 
 /// A load that does not fit a memory node is refused whole (the table
@@ -483,14 +589,7 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     );
     assert!(served(&client, "orders", "o_totalprice").await > 0);
 
-    let pid = simple_rows(
-        &client,
-        "SELECT pid FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
-    )
-    .await
-    .expect("skiff.workers")[0][0]
-        .clone()
-        .expect("pid");
+    let pid = memnode_pid(&client).await;
     // Queries from two clients while the node dies under them, paired in
     // batches whenever both are waiting (their scans share one group
     // cache, whose fetches then fail together).
@@ -519,10 +618,7 @@ async fn a_memory_node_too_small_or_killed_leaves_every_answer_right() {
     };
     let killing = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            unsafe { libc::kill(pid.parse().expect("pid"), libc::SIGKILL) },
-            0
-        );
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
         let mut answers = 0;
         for _ in 0..5 {
             let got = simple_rows(&client, sql).await.expect("an answer");

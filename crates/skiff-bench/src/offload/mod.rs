@@ -1,30 +1,37 @@
 //! `skiff bench offload`: opportunistic offload
 //! (`../shared/papers/opportunistic-query-execution-smartnics.txt`, issue
 //! 19) on the paper's particle data set (`skiff gen particles`, 6,177,731
-//! rows at `--sf 1`): its case studies (Figure 12), CQ1 (a bounding box
-//! keeping 0.9% of the rows) and CQ2 (18.4%), each run pushed back (`SET
-//! skiff.offload = never`: the memory node sends the raw chunks, the
-//! worker filters) and offloaded (`always`: the node filters and sends the
-//! rows kept), behind the node's emulated link at [`LINKS`], with the node
-//! on [`OFFLOAD_THREADS`] thread(s). Like the paper's `SELECT *`, each
-//! query reads every column of the rows it keeps (a sum of each, so that
-//! the client's own transfer is one row). Also the node's cardinality
-//! estimate of each (Figure 10), from its sketches, against the rows kept.
+//! rows at `--sf 1`), behind the memory node's emulated link at [`LINKS`],
+//! the node on [`OFFLOAD_THREADS`] thread(s):
 //!
-//! Not yet: the cost models' figures (6-8, 11) and the decision's quality,
-//! which need the models.
+//! - the cost models: a calibration of the node behind each link (`skiff
+//!   memnode calibrate`), its held-out predictions against the times
+//!   measured (Figures 6-8, 11) and the estimator's rows (Figure 10;
+//!   `models`);
+//! - the case studies (Figure 12), CQ1 (a bounding box keeping 0.9% of the
+//!   rows) and CQ2 (18.4%), each run pushed back (`SET skiff.offload =
+//!   never`: the node sends the raw chunks, the worker filters), offloaded
+//!   (`always`: the node filters and sends the rows kept) and decided
+//!   (`auto`), with the node's predictions of both paths. Like the paper's
+//!   `SELECT *`, each query reads every column of the rows it keeps (a sum
+//!   of each, so that the client's own transfer is one row);
+//! - the decision on held-out random fragments against the oracle and
+//!   both fixed policies (`decisions`).
+
+mod decisions;
+mod models;
 
 use std::path::Path;
 use std::time::Instant;
 
 use plotters::prelude::*;
 
-use super::groups::{exec, median_after_warm_up, number, session};
-use super::launch::{self, Coordinator, START_TIMEOUT};
-use super::scale::{PALETTE, own_state};
-use super::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 use crate::args::{BenchArgs, BenchmarkName};
 use crate::client::PgConn;
+use crate::groups::{exec, median_after_warm_up, number, session};
+use crate::launch::{self, Coordinator, START_TIMEOUT};
+use crate::scale::{PALETTE, own_state};
+use crate::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 
 /// The emulated link between memory node and worker: the paper's case
 /// studies are network-bound at 1 Gbit.
@@ -50,15 +57,17 @@ fn query(predicate: &str) -> String {
 enum Route {
     PushBack,
     Offload,
+    Auto,
 }
 
 impl Route {
-    const ALL: [Route; 2] = [Route::PushBack, Route::Offload];
+    const ALL: [Route; 3] = [Route::PushBack, Route::Offload, Route::Auto];
 
     fn setting(self) -> &'static str {
         match self {
             Route::PushBack => "never",
             Route::Offload => "always",
+            Route::Auto => "auto",
         }
     }
 
@@ -66,9 +75,15 @@ impl Route {
         match self {
             Route::PushBack => "pushed back",
             Route::Offload => "offloaded",
+            Route::Auto => "decided",
         }
     }
 }
+
+/// Held-out fragments per link, and their seed (the calibration's
+/// corpus is seeded apart, over its own table).
+const HELD_OUT: usize = 24;
+const HELD_OUT_SEED: u64 = 19;
 
 struct Run {
     link: &'static str,
@@ -78,11 +93,15 @@ struct Run {
     ms: f64,
 }
 
-/// The rows a query kept, and the node's estimate of them.
+/// The rows a query kept, and the node's estimate of them and its
+/// predictions of both paths (summed over the query's fragments).
 struct Cardinality {
+    link: &'static str,
     query: &'static str,
     actual: u64,
     estimated: f64,
+    predicted_offload_ms: f64,
+    predicted_push_back_ms: f64,
 }
 
 pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
@@ -99,25 +118,50 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         args.runs,
         LINKS.join(", ")
     );
+    let models_dir = tempfile::tempdir()
+        .map_err(|e| BenchError::Data(format!("a directory for the models: {e}")))?;
+    let mut calibrated = Vec::new();
+    for link in LINKS {
+        calibrated.push(models::calibrate(models_dir.path(), link)?);
+    }
     let mut runs = Vec::new();
     let mut cardinalities = Vec::new();
-    for link in LINKS {
-        let (timed, counted) = on_link(&data, link, args.runs).await?;
+    let mut decided = Vec::new();
+    for c in &calibrated {
+        let (timed, counted, held_out) = on_link(&data, c.link, &c.models, args.runs).await?;
         runs.extend(timed);
-        if cardinalities.is_empty() {
-            cardinalities = counted;
-        }
+        cardinalities.extend(counted);
+        decided.extend(held_out);
     }
-    let summary = summary(&title, &runs, &cardinalities);
+    let mut summary = summary(&title, &runs, &cardinalities);
+    summary.push_str(&models::summary(&calibrated));
+    summary.push_str(&decisions::summary(&decided, &LINKS));
     print!("{summary}");
-    let stem = format!("particles-{}-offload", data_tag(args));
-    let files = publish(
+    let tag = data_tag(args);
+    let mut files = publish(
         &args.results,
-        &stem,
+        &format!("particles-{tag}-offload"),
         args.archive,
         csv(&runs).as_bytes(),
         |png| plot(png, &title, &runs),
     )?;
+    files.extend(publish(
+        &args.results,
+        &format!("particles-{tag}-offload-models"),
+        args.archive,
+        models::csv(&calibrated).as_bytes(),
+        |png| models::plot(png, "Cost models: held-out predictions", &calibrated),
+    )?);
+    let decisions_csv = args
+        .results
+        .join(format!("particles-{tag}-offload-decisions-latest.csv"));
+    std::fs::write(&decisions_csv, decisions::csv(&decided)).map_err(|source| {
+        BenchError::Write {
+            path: decisions_csv.clone(),
+            source,
+        }
+    })?;
+    files.push(decisions_csv.display().to_string());
     println!("\nwrote {}", files.join(", "));
     Ok(())
 }
@@ -126,13 +170,15 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
 async fn cluster(
     data: &Path,
     link: &str,
+    models: &Path,
 ) -> Result<(Coordinator, tempfile::TempDir, PgConn), BenchError> {
     let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
     let state = own_state(data)?;
     let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
-    let mut command = launch::serve(&exe, state.path(), 1, super::cores());
+    let mut command = launch::serve(&exe, state.path(), 1, crate::cores());
     command.args(["--memory-nodes", "1", "--link-bandwidth", link]);
     command.args(["--offload-threads", &OFFLOAD_THREADS.to_string()]);
+    command.arg("--offload-models").arg(models);
     let server = Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)?;
     let conn = session(&server).await?;
     Ok((server, state, conn))
@@ -141,9 +187,10 @@ async fn cluster(
 async fn on_link(
     data: &Path,
     link: &'static str,
+    models: &Path,
     runs: u32,
-) -> Result<(Vec<Run>, Vec<Cardinality>), BenchError> {
-    let (_server, _state, conn) = cluster(data, link).await?;
+) -> Result<(Vec<Run>, Vec<Cardinality>, Vec<decisions::Decided>), BenchError> {
+    let (_server, _state, conn) = cluster(data, link, models).await?;
     exec(&conn, "SELECT skiff.load_to_memory('particles')").await?;
     for sql in [
         "SET skiff.distribute = 'off'",
@@ -183,9 +230,10 @@ async fn on_link(
         }
         if answers.windows(2).any(|w| !alike(&w[0], &w[1])) {
             return Err(BenchError::Data(format!(
-                "{name}: offloaded and pushed-back answers differ: {answers:?}"
+                "{name}: answers differ between routes: {answers:?}"
             )));
         }
+        exec(&conn, "SET skiff.offload = always").await?;
         // The node's records of one more offloaded run: its estimate and
         // the rows it kept, exactly (EXPLAIN's figures are rounded).
         let last = number(
@@ -196,7 +244,8 @@ async fn on_link(
         exec(&conn, &sql).await?;
         let recorded = conn
             .rows(&format!(
-                "SELECT count(*), sum(estimated_rows), sum(rows), bool_and(offloaded) \
+                "SELECT count(*), sum(estimated_rows), sum(rows), bool_and(offloaded), \
+                 coalesce(sum(predicted_offload_ms), 0), coalesce(sum(predicted_push_back_ms), 0) \
                  FROM skiff.memory_fragments WHERE seq > {last}"
             ))
             .await
@@ -209,12 +258,16 @@ async fn on_link(
         }
         let float = |i: usize| cell(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
         counted.push(Cardinality {
+            link,
             query: name,
             actual: float(2) as u64,
             estimated: float(1),
+            predicted_offload_ms: float(4),
+            predicted_push_back_ms: float(5),
         });
     }
-    Ok((timed, counted))
+    let held_out = decisions::held_out(&conn, link, HELD_OUT, runs, HELD_OUT_SEED).await?;
+    Ok((timed, counted, held_out))
 }
 
 /// Whether two answers are the same, sums of floats to 1e-9 of their size
@@ -245,27 +298,47 @@ fn median(runs: &[Run], link: &str, query: &str, route: Route) -> Option<f64> {
 fn summary(title: &str, runs: &[Run], cardinalities: &[Cardinality]) -> String {
     let mut text = format!("{title}: median ms end to end; offloaded against pushed back\n");
     text.push_str(&format!(
-        "\n{:>8} {:>6} {:>14} {:>14} {:>10}\n",
-        "link", "query", "pushed back", "offloaded", "offloaded"
+        "\n{:>8} {:>6} {:>14} {:>14} {:>14} {:>10} {:>22}\n",
+        "link",
+        "query",
+        "pushed back",
+        "offloaded",
+        "decided",
+        "offloaded",
+        "predicted back / here"
     ));
     for link in LINKS {
         for (query, _) in QUERIES {
             let back = median(runs, link, query, Route::PushBack);
             let off = median(runs, link, query, Route::Offload);
+            let auto = median(runs, link, query, Route::Auto);
             let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
             let ratio = match (off, back) {
                 (Some(o), Some(b)) if b > 0.0 => format!("{:.2}x", o / b),
                 _ => "-".to_string(),
             };
+            let predicted = cardinalities
+                .iter()
+                .find(|c| c.link == link && c.query == query)
+                .map_or("-".to_string(), |c| {
+                    format!(
+                        "{:.1} / {:.1}",
+                        c.predicted_push_back_ms, c.predicted_offload_ms
+                    )
+                });
             text.push_str(&format!(
-                "{link:>8} {query:>6} {:>14} {:>14} {ratio:>10}\n",
+                "{link:>8} {query:>6} {:>14} {:>14} {:>14} {ratio:>10} {predicted:>22}\n",
                 cell(back),
-                cell(off)
+                cell(off),
+                cell(auto)
             ));
         }
     }
+    text.push_str(
+        "(predicted: the node's, ms, summed over the query's fragments, one per partition)\n",
+    );
     text.push_str("\nThe node's cardinality estimate (its sketches) against the rows kept\n");
-    for c in cardinalities {
+    for c in cardinalities.iter().filter(|c| c.link == LINKS[0]) {
         let error = if c.actual > 0 {
             (c.estimated - c.actual as f64).abs() / c.actual as f64 * 100.0
         } else {
@@ -297,7 +370,7 @@ fn csv(runs: &[Run]) -> String {
 /// Median time of each query by route, one panel-less chart: x is the
 /// link (1 Gbit, 10 Gbit), one line per (query, route).
 fn plot(path: &Path, title: &str, runs: &[Run]) -> Result<(), String> {
-    super::plot::fonts()?;
+    crate::plot::fonts()?;
     let top = runs.iter().map(|r| r.ms).fold(1.0, f64::max) * 1.1;
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -342,6 +415,6 @@ fn plot(path: &Path, title: &str, runs: &[Run]) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
         }
     }
-    super::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    crate::plot::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(|e| e.to_string())
 }
