@@ -194,16 +194,7 @@ impl QueryExecution {
                 .execution
                 .enable_file_stream_work_stealing = false;
         }
-        let task_ctx = Arc::new(TaskContext::new(
-            task_ctx.task_id(),
-            task_ctx.session_id(),
-            config,
-            task_ctx.scalar_functions().clone(),
-            task_ctx.higher_order_functions().clone(),
-            task_ctx.aggregate_functions().clone(),
-            task_ctx.window_functions().clone(),
-            task_ctx.runtime_env(),
-        ));
+        let task_ctx = with_config(task_ctx, config);
         Ok(Arc::new(Self {
             graph,
             store,
@@ -836,4 +827,21 @@ impl RecordBatchStream for ResultStream {
     fn schema(&self) -> SchemaRef {
         self.input.schema()
     }
+}
+
+/// `task_ctx` with `config` in place of its session's.
+pub(crate) fn with_config(
+    task_ctx: &TaskContext,
+    config: datafusion::prelude::SessionConfig,
+) -> Arc<TaskContext> {
+    Arc::new(TaskContext::new(
+        task_ctx.task_id(),
+        task_ctx.session_id(),
+        config,
+        task_ctx.scalar_functions().clone(),
+        task_ctx.higher_order_functions().clone(),
+        task_ctx.aggregate_functions().clone(),
+        task_ctx.window_functions().clone(),
+        task_ctx.runtime_env(),
+    ))
 }

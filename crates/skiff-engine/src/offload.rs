@@ -339,6 +339,7 @@ impl ExecutionPlan for OffloadExec {
             }
             _ => None,
         };
+        let context = own_files_only(&context);
         let Some((answer, files)) = offered else {
             counters.not_offered.add(1);
             return self.input.execute(partition, context);
@@ -375,6 +376,21 @@ impl ExecutionPlan for OffloadExec {
             _ => internal_err!("OffloadExec has one child"),
         }
     }
+}
+
+/// `context` with file-stream work stealing off. A partition the node
+/// runs never executes its input, so its files would stay in the scan's
+/// shared queue for a sibling running its own input (pushed back, not
+/// offered, fallen back) to take and read again: each partition reads its
+/// own files only. (The queue is made at the scan's first execution, from
+/// that context; every execution of the input passes through here.)
+fn own_files_only(context: &Arc<TaskContext>) -> Arc<TaskContext> {
+    let mut config = context.session_config().clone();
+    config
+        .options_mut()
+        .execution
+        .enable_file_stream_work_stealing = false;
+    crate::executor::with_config(context, config)
 }
 
 /// One partition's offered run.
@@ -603,6 +619,8 @@ mod tests {
         PushesBack,
         /// The offer itself fails.
         Fails,
+        /// The first offer is run whole, the others pushed back.
+        FirstOnly,
     }
 
     /// A node that answers from the file itself: the even values of each
@@ -621,13 +639,20 @@ mod tests {
 
     impl FragmentTarget for Fake {
         fn offer(&self, offer: Offer) -> Option<BoxFuture<'static, Result<Answer, String>>> {
-            self.offered.lock().unwrap().push(offer.files.len());
-            let node = self.node;
+            let node = {
+                let mut offered = self.offered.lock().unwrap();
+                offered.push(offer.files.len());
+                match self.node {
+                    Node::FirstOnly if offered.len() == 1 => Node::Whole,
+                    Node::FirstOnly => Node::PushesBack,
+                    node => node,
+                }
+            };
             Some(
                 async move {
                     let events: Vec<Result<FragmentEvent, String>> = match node {
                         Node::Fails => return Err("the node is gone".to_string()),
-                        Node::PushesBack => Vec::new(),
+                        Node::PushesBack | Node::FirstOnly => Vec::new(),
                         Node::Whole => (0..GROUPS)
                             .flat_map(|g| {
                                 [
@@ -686,8 +711,15 @@ mod tests {
     }
 
     async fn run(node: Node) -> (Vec<i64>, MetricsSet, Vec<usize>) {
+        run_over(node, 1).await
+    }
+
+    /// `run` over `files` copies of the file, a partition each.
+    async fn run_over(node: Node, files: usize) -> (Vec<i64>, MetricsSet, Vec<usize>) {
         let dir = tempfile::tempdir().unwrap();
-        write(&dir.path().join("t.parquet"));
+        for n in 0..files {
+            write(&dir.path().join(format!("t{n}.parquet")));
+        }
         let fake = Arc::new(Fake {
             node,
             offered: Mutex::default(),
@@ -697,7 +729,7 @@ mod tests {
             ..SkiffOptions::default()
         };
         let config = SessionConfig::new()
-            .with_target_partitions(1)
+            .with_target_partitions(files)
             .with_option_extension(options)
             .with_extension(Arc::new(OffloadTier::new(Arc::clone(&fake) as _)));
         let ctx = SessionContext::new_with_config(config);
@@ -754,6 +786,7 @@ mod tests {
                 Node::Breaks => assert_eq!((offloaded, pushed, fell), (1, 0, 1)),
                 Node::PushesBack => assert_eq!((offloaded, pushed, fell), (0, 1, 0)),
                 Node::Fails => assert_eq!((offloaded, pushed, fell), (0, 0, 1)),
+                Node::FirstOnly => unreachable!("two partitions"),
             }
             let received = count(&metrics, "fragment_rows_received");
             let expected = match node {
@@ -764,6 +797,24 @@ mod tests {
             };
             assert_eq!(received, expected, "{node:?}");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partition_pushed_back_reads_its_own_files_only() {
+        // Two files, a partition each: the node runs the first partition,
+        // the second runs its scan here; the first's file, never opened
+        // here, must not be read by the second's scan as well.
+        let even: Vec<i64> = (0..GROUPS as i64 * GROUP_ROWS)
+            .filter(|v| v % 2 == 0)
+            .collect();
+        let mut twice: Vec<i64> = even.iter().chain(&even).copied().collect();
+        twice.sort_unstable();
+        let (got, metrics, offered) = run_over(Node::FirstOnly, 2).await;
+        assert_eq!(offered, [1, 1]);
+        assert_eq!(count(&metrics, "fragments_offloaded"), 1);
+        assert_eq!(count(&metrics, "fragments_pushed_back"), 1);
+        assert_eq!(got.len(), twice.len(), "every row exactly once");
+        assert_eq!(got, twice);
     }
 
     #[test]
