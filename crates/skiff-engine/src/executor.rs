@@ -830,7 +830,7 @@ impl RecordBatchStream for ResultStream {
 }
 
 /// `task_ctx` with `config` in place of its session's.
-pub(crate) fn with_config(
+pub fn with_config(
     task_ctx: &TaskContext,
     config: datafusion::prelude::SessionConfig,
 ) -> Arc<TaskContext> {

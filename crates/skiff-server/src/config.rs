@@ -185,6 +185,10 @@ pub const DRIFT_FACTOR: f64 = 2.0;
 pub const CALIBRATION_FRAGMENTS: usize = 240;
 pub const CALIBRATION_ROWS: usize = 1 << 20;
 
+/// Each of calibration's timed transfers must end within twice its time
+/// on the emulated link plus this.
+pub const CALIBRATION_TRANSFER_SLACK: Duration = Duration::from_secs(10);
+
 /// How long a worker leaves a memory node alone after a fetch from it
 /// failed (its scans read storage meanwhile).
 pub const MEMORY_NODE_BACKOFF: Duration = Duration::from_secs(5);

@@ -15,16 +15,7 @@ use skiff_engine::{MigratedState, QueryExecution, pipeline};
 pub fn resume_context(ctx: &TaskContext, state: MigratedState) -> Arc<TaskContext> {
     let mut config = ctx.session_config().clone();
     config.set_extension(Arc::new(state));
-    Arc::new(TaskContext::new(
-        ctx.task_id(),
-        ctx.session_id(),
-        config,
-        ctx.scalar_functions().clone(),
-        ctx.higher_order_functions().clone(),
-        ctx.aggregate_functions().clone(),
-        ctx.window_functions().clone(),
-        ctx.runtime_env(),
-    ))
+    skiff_engine::executor::with_config(ctx, config)
 }
 
 /// Split the remaining `plan` into pipelines that read `state`, ready to

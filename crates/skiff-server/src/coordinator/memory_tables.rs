@@ -89,6 +89,13 @@ impl MemoryTables {
             .all(|w| state.acked.get(w).is_some_and(|e| *e >= epoch))
     }
 
+    /// Whether any table was held since the coordinator started (only
+    /// then can a fragment have been offered).
+    pub(crate) fn ever_held(&self) -> bool {
+        // Every load, unload and loss moves the epoch on from 1.
+        lock(&self.state).epoch > 1
+    }
+
     /// Whether memory nodes hold a version of every file of `paths`.
     pub(crate) fn holds_all(&self, paths: &[String]) -> bool {
         let state = lock(&self.state);

@@ -312,8 +312,12 @@ async fn node_stats(inner: &Inner) -> Vec<(u64, MemoryStats)> {
 
 /// What became of each query's offered fragments, in words, for
 /// `skiff.queries` (from the memory nodes' records; a query whose records
-/// the nodes have dropped has none).
+/// the nodes have dropped has none). The nodes are asked only once a
+/// table was held: `skiff.queries` is read often, fragments are rare.
 pub(crate) async fn offload_by_query(inner: &Inner) -> HashMap<u64, String> {
+    if !inner.memory_tables.ever_held() {
+        return HashMap::new();
+    }
     #[derive(Default)]
     struct Tally {
         offloaded: usize,

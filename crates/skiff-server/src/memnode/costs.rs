@@ -171,13 +171,6 @@ pub struct CostModels {
     pub link_bits_per_second: u64,
 }
 
-/// Which way a fragment goes, and why.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Decision {
-    pub offload: bool,
-    pub predicted: FragmentCosts,
-}
-
 impl CostModels {
     /// Read models a calibration wrote.
     pub fn load(path: &Path) -> Result<Self, String> {
@@ -222,14 +215,13 @@ impl CostModels {
         nanos(self.network.rate(network_features(bytes)) * bytes)
     }
 
-    /// Offload or push back `shape`: whichever path is predicted faster.
-    /// `load` fragments already share the node's `threads` threads, which
-    /// makes this one's execution as many times slower again; the push
-    /// back runs on one thread of a worker, taken to be as fast as one of
-    /// the node's.
-    pub(crate) fn decide(&self, shape: &Shape, threads: usize, load: usize) -> Decision {
+    /// Both paths of `shape` predicted. `load` fragments already share
+    /// the node's `threads` threads, which makes this one's execution as
+    /// many times slower again; the push back runs on one thread of a
+    /// worker, taken to be as fast as one of the node's.
+    pub(crate) fn predict(&self, shape: &Shape, threads: usize, load: usize) -> FragmentCosts {
         let share = 1 + load as u32;
-        let predicted = FragmentCosts {
+        FragmentCosts {
             execution_nanos: as_nanos(self.execution(shape, threads) * share),
             serialization_nanos: as_nanos(self.serialization(shape)),
             network_nanos: as_nanos(self.network(shape.output_bytes)),
@@ -237,10 +229,6 @@ impl CostModels {
             push_back_execution_nanos: as_nanos(self.execution(shape, 1)),
             output_bytes: shape.output_bytes.round() as u64,
             input_bytes: shape.input_bytes.round() as u64,
-        };
-        Decision {
-            offload: predicted.offload_nanos() < predicted.push_back_nanos(),
-            predicted,
         }
     }
 
@@ -301,6 +289,12 @@ impl Observed {
     }
 }
 
+/// Whether `predicted` says offload: strictly faster (a tie pushes back,
+/// which spares the node's few threads).
+pub(crate) fn offload_is_faster(predicted: &FragmentCosts) -> bool {
+    predicted.offload_nanos() < predicted.push_back_nanos()
+}
+
 fn nanos(n: f64) -> Duration {
     Duration::from_nanos(if n.is_finite() && n > 0.0 {
         n.min(u64::MAX as f64) as u64
@@ -309,7 +303,8 @@ fn nanos(n: f64) -> Duration {
     })
 }
 
-fn as_nanos(d: Duration) -> u64 {
+/// `d` in whole nanoseconds (saturating).
+pub(crate) fn as_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -376,14 +371,13 @@ pub(crate) mod tests {
         let models = trained();
         // 1% kept: sending 240 KB instead of 24 MB saves far more than the
         // node's slower run costs.
-        let selective = models.decide(&shape(1e6, 1e4), 2, 0);
-        assert!(selective.offload, "{selective:?}");
+        let selective = models.predict(&shape(1e6, 1e4), 2, 0);
+        assert!(offload_is_faster(&selective), "{selective:?}");
         // Everything kept: the same bytes cross either way, and the node
         // adds its execution and encoding.
-        let everything = models.decide(&shape(1e6, 1e6), 2, 0);
-        assert!(!everything.offload, "{everything:?}");
-        let p = everything.predicted;
-        assert!(p.network_nanos > 0 && p.push_back_network_nanos > 0);
+        let everything = models.predict(&shape(1e6, 1e6), 2, 0);
+        assert!(!offload_is_faster(&everything), "{everything:?}");
+        assert!(everything.network_nanos > 0 && everything.push_back_network_nanos > 0);
         // A rate times the size: twice the rows, about twice the time.
         let small = models.execution(&shape(3e5, 3e3), 2).as_secs_f64();
         let large = models.execution(&shape(6e5, 6e3), 2).as_secs_f64();
@@ -394,10 +388,10 @@ pub(crate) mod tests {
     fn a_busy_node_pushes_back() {
         let models = trained();
         let fragment = shape(1e6, 2e5);
-        let idle = models.decide(&fragment, 2, 0);
-        let busy = models.decide(&fragment, 2, 64);
-        assert!(busy.predicted.execution_nanos > 10 * idle.predicted.execution_nanos);
-        assert!(!busy.offload, "{busy:?}");
+        let idle = models.predict(&fragment, 2, 0);
+        let busy = models.predict(&fragment, 2, 64);
+        assert!(busy.execution_nanos > 10 * idle.execution_nanos);
+        assert!(!offload_is_faster(&busy), "{busy:?}");
     }
 
     #[test]
@@ -409,8 +403,8 @@ pub(crate) mod tests {
         let loaded = CostModels::load(&path).unwrap();
         let fragment = shape(5e5, 5e3);
         assert_eq!(
-            models.decide(&fragment, 2, 0),
-            loaded.decide(&fragment, 2, 0)
+            models.predict(&fragment, 2, 0),
+            loaded.predict(&fragment, 2, 0)
         );
         std::fs::write(&path, b"{\"execution\": 3}").unwrap();
         let err = CostModels::load(&path).unwrap_err();

@@ -48,7 +48,7 @@ use tonic::Status;
 use tracing::{debug, info, warn};
 
 use super::chunks::{ChunkStore, FragmentGroup};
-use super::costs::{CostModels, Observed, Shape};
+use super::costs::{CostModels, Observed, Shape, as_nanos, offload_is_faster};
 use super::estimate::{Estimate, Statistics, estimate};
 use super::sketches::ColumnSketch;
 use crate::config::{DRIFT_FACTOR, DRIFT_WINDOW, FRAGMENT_HISTORY};
@@ -113,16 +113,24 @@ impl CostState {
     /// Note a fragment the node ran; the models to refit and the samples
     /// to refit them with when the latest [`DRIFT_WINDOW`] fragments'
     /// median is off by more than [`DRIFT_FACTOR`].
+    /// `measured` is the run as it went, under `load` other fragments
+    /// (as the prediction counted them); its samples are taken as if
+    /// alone, as the models' rates are an idle node's.
     fn observe(
         &self,
         shape: &Shape,
         threads: usize,
         predicted: &FragmentCosts,
         measured: &FragmentCosts,
+        load: usize,
     ) -> Option<(Arc<CostModels>, Observed)> {
         let models = self.models()?;
+        let alone = FragmentCosts {
+            execution_nanos: measured.execution_nanos / (1 + load as u64),
+            ..*measured
+        };
         let mut drift = self.drift.lock().unwrap_or_else(|p| p.into_inner());
-        drift.observed.add(shape, threads, measured);
+        drift.observed.add(shape, threads, &alone);
         if predicted.execution_nanos > 0 && measured.execution_nanos > 0 {
             if drift.ratios.len() == DRIFT_WINDOW {
                 drift.ratios.pop_front();
@@ -260,7 +268,7 @@ impl Drop for Offloader {
 }
 
 fn nanos(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    as_nanos(since.elapsed())
 }
 
 /// Messages between the fragment's threads and the network.
@@ -332,10 +340,11 @@ pub(crate) fn answer(
                     prepared.predicted,
                 );
                 let mut shape = prepared.shape.clone();
+                let reason = prepared.reason.clone();
                 let ran = prepared.run(&tx, started, load).await;
                 let mut record = FragmentRecord {
                     offloaded: true,
-                    reason: ran.reason.clone(),
+                    reason,
                     input_rows: input_rows as u64,
                     estimated_rows,
                     execution_nanos: nanos(started),
@@ -343,7 +352,7 @@ pub(crate) fn answer(
                     ..base
                 };
                 drop(running);
-                match ran.outcome {
+                match ran {
                     Ok(Some((rows, measured))) => {
                         record.rows = rows;
                         record.measured = Some(measured);
@@ -377,12 +386,7 @@ fn refit_on_drift(
     let Some(predicted) = predicted else {
         return;
     };
-    // As if alone on the node: the models' rates are an idle node's.
-    let alone = FragmentCosts {
-        execution_nanos: measured.execution_nanos / (1 + load as u64),
-        ..*measured
-    };
-    let Some((models, observed)) = costs.observe(shape, threads, &predicted, &alone) else {
+    let Some((models, observed)) = costs.observe(shape, threads, &predicted, measured, load) else {
         return;
     };
     let costs = Arc::clone(costs);
@@ -567,15 +571,14 @@ pub(super) async fn prepare(
     let estimated = estimate(&logical, &statistics);
     let shape = shape(&logical, &schema, &groups, &estimated);
     let estimation = estimating.elapsed();
-    let decided = models.map(|m| m.decide(&shape, threads, load));
-    let predicted = decided.as_ref().map(|d| d.predicted);
-    let reason = match &decided {
-        Some(d) if auto => {
+    let predicted = models.map(|m| m.predict(&shape, threads, load));
+    let reason = match &predicted {
+        Some(p) if auto => {
             let (offload, back) = (
-                d.predicted.offload_nanos() as f64 / 1e6,
-                d.predicted.push_back_nanos() as f64 / 1e6,
+                p.offload_nanos() as f64 / 1e6,
+                p.push_back_nanos() as f64 / 1e6,
             );
-            if !d.offload {
+            if !offload_is_faster(p) {
                 return Err(PushBack {
                     reason: format!(
                         "predicted faster pushed back: {back:.1} ms against {offload:.1} ms here"
@@ -609,13 +612,6 @@ pub(super) async fn prepare(
     })
 }
 
-/// How a run ended: the rows sent and the parts measured; `None` when
-/// the receiver left first.
-pub(super) struct Ran {
-    reason: String,
-    pub(super) outcome: std::result::Result<Option<(u64, FragmentCosts)>, Status>,
-}
-
 /// The parts of a run's time, as it goes.
 #[derive(Default)]
 struct Clocks {
@@ -627,11 +623,10 @@ struct Clocks {
 
 impl Clocks {
     fn costs(&self) -> FragmentCosts {
-        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         FragmentCosts {
-            execution_nanos: nanos(self.execution),
-            serialization_nanos: nanos(self.serialization),
-            network_nanos: nanos(self.network),
+            execution_nanos: as_nanos(self.execution),
+            serialization_nanos: as_nanos(self.serialization),
+            network_nanos: as_nanos(self.network),
             output_bytes: self.bytes,
             ..FragmentCosts::default()
         }
@@ -641,19 +636,8 @@ impl Clocks {
 impl Prepared {
     /// Send the decision, then every row group's rows and mark, then the
     /// last mark: the rows sent and the measured parts. Stops quietly when
-    /// the receiver is gone.
+    /// the receiver is gone (`None`).
     pub(super) async fn run(
-        self,
-        tx: &mpsc::Sender<Result<FlightData, Status>>,
-        started: Instant,
-        load: usize,
-    ) -> Ran {
-        let reason = self.reason.clone();
-        let outcome = self.send(tx, started, load).await;
-        Ran { reason, outcome }
-    }
-
-    async fn send(
         self,
         tx: &mpsc::Sender<Result<FlightData, Status>>,
         started: Instant,
@@ -728,7 +712,7 @@ impl Prepared {
         let end = FragmentMark {
             end: true,
             rows: sent_rows,
-            execution_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            execution_nanos: as_nanos(elapsed),
             measured: Some(measured),
             ..FragmentMark::default()
         };

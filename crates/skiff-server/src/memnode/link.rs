@@ -31,9 +31,14 @@ impl Link {
         }
     }
 
+    /// How long `bytes` take on the wire alone.
+    pub fn time(&self, bytes: usize) -> Duration {
+        Duration::from_secs_f64(bytes as f64 / self.bytes_per_second)
+    }
+
     /// Wait until `bytes` have crossed: after everything sent before them.
     pub async fn send(&self, bytes: usize) {
-        let transmit = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+        let transmit = self.time(bytes);
         let done = {
             let mut free_at = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
             let start = (*free_at).max(Instant::now());
