@@ -2,8 +2,9 @@
 //! `../shared/papers/opportunistic-query-execution-smartnics.txt`).
 //!
 //! The coordinator puts an [`OffloadExec`] above each scan, filter and
-//! projection of a table that memory nodes hold, carrying that fragment as
-//! a Substrait plan; its input is the same fragment planned to run here.
+//! projection of a table that memory nodes hold (and above the partial half
+//! of an aggregation over them), carrying that fragment as a Substrait
+//! plan; its input is the same fragment planned to run here.
 //! When it runs, each partition offers its files to the node holding them
 //! (the session's [`OffloadTier`]): the node either runs the fragment over
 //! its chunks and streams the rows back (*offload*), or declines (*push
@@ -29,6 +30,7 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
@@ -52,7 +54,8 @@ use crate::options::{Offload, SkiffOptions};
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fragment {
     /// A Substrait `Plan` (protobuf bytes): one table's scan, its filter
-    /// and its projection.
+    /// and its projection, perhaps aggregated (the node then sends the
+    /// aggregation's partial states, as the input's partial half gives).
     pub plan: Vec<u8>,
     /// The columns the scan reads, with their types: what the node serves
     /// from its chunks under the table's name.
@@ -214,7 +217,11 @@ impl DisplayAs for OffloadExec {
             .iter()
             .map(|f| f.name().as_str())
             .collect();
-        write!(f, "OffloadExec: reads=[{}]", columns.join(", "))
+        write!(f, "OffloadExec: reads=[{}]", columns.join(", "))?;
+        if self.input.downcast_ref::<AggregateExec>().is_some() {
+            write!(f, ", partial aggregation")?;
+        }
+        Ok(())
     }
 }
 
@@ -516,14 +523,21 @@ fn offered_file(file: &PartitionedFile) -> OfferedFile {
 }
 
 /// The files partition `partition` of `input` reads, when `input` is a
-/// Parquet scan under filters and projections only (so that its partition
-/// `p` is the scan's file group `p`, and nothing picks row groups but the
-/// files' ranges); `None` otherwise.
+/// Parquet scan under filters, projections and at most an aggregation's
+/// partial half only (so that its partition `p` is the scan's file group
+/// `p`, and nothing picks row groups but the files' ranges); `None`
+/// otherwise.
 pub fn partition_files(
     input: &Arc<dyn ExecutionPlan>,
     partition: usize,
 ) -> Option<Vec<PartitionedFile>> {
     let mut node = input;
+    if node
+        .downcast_ref::<AggregateExec>()
+        .is_some_and(|a| *a.mode() == AggregateMode::Partial)
+    {
+        node = node.children().into_iter().next()?;
+    }
     loop {
         let passes = node.downcast_ref::<FilterExec>().is_some()
             || node.downcast_ref::<ProjectionExec>().is_some()
@@ -733,20 +747,7 @@ mod tests {
             .with_option_extension(options)
             .with_extension(Arc::new(OffloadTier::new(Arc::clone(&fake) as _)));
         let ctx = SessionContext::new_with_config(config);
-        ctx.register_parquet(
-            "t",
-            dir.path().to_str().unwrap(),
-            ParquetReadOptions::default(),
-        )
-        .await
-        .unwrap();
-        let input = ctx
-            .sql("SELECT v FROM t WHERE v % 2 = 0")
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let input = planned(&ctx, dir.path(), "SELECT v FROM t WHERE v % 2 = 0").await;
         assert!(partition_files(&input, 0).is_some(), "a plain scan");
         let fragment = Fragment {
             plan: Vec::new(),
@@ -761,6 +762,23 @@ mod tests {
         let metrics = offload.metrics().unwrap();
         let offered = fake.offered.lock().unwrap().clone();
         (got, metrics, offered)
+    }
+
+    /// `sql` planned in `ctx` over table `t`, the files of `dir`.
+    async fn planned(
+        ctx: &SessionContext,
+        dir: &std::path::Path,
+        sql: &str,
+    ) -> Arc<dyn ExecutionPlan> {
+        ctx.register_parquet("t", dir.to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+        ctx.sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
     }
 
     fn count(metrics: &MetricsSet, name: &str) -> usize {
@@ -821,5 +839,41 @@ mod tests {
     fn a_plan_that_is_not_a_plain_scan_has_no_partition_files() {
         let scan = crate::test_rows::scan(&[&[&[1, 2]]]);
         assert!(partition_files(&scan, 0).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_aggregations_partial_half_reads_its_scans_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..2 {
+            write(&dir.path().join(format!("t{n}.parquet")));
+        }
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+        let plan = planned(
+            &ctx,
+            dir.path(),
+            "SELECT v % 3, count(*) FROM t WHERE v > 5 GROUP BY v % 3",
+        )
+        .await;
+        let mut halves = Vec::new();
+        let _ = plan.apply(|node| {
+            if let Some(a) = node.downcast_ref::<AggregateExec>() {
+                halves.push((*a.mode(), Arc::clone(node)));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let [
+            (AggregateMode::FinalPartitioned, last),
+            (AggregateMode::Partial, first),
+        ] = halves.as_slice()
+        else {
+            panic!("two halves: {halves:?}");
+        };
+        // The partial half's partition p reads file group p; the final
+        // half, after an exchange, reads no files of its own.
+        for p in 0..2 {
+            let files = partition_files(first, p).unwrap();
+            assert_eq!(files.len(), 1);
+        }
+        assert!(partition_files(last, 0).is_none());
     }
 }

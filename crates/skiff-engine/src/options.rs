@@ -91,6 +91,11 @@ extensions_options! {
         /// projections, are offered to the node holding them to run there
         /// (`Offload`, `offload`).
         pub offload: Offload, default = Offload::Never
+        /// Offered fragments take the aggregation above their scan along
+        /// (its partial half: the node sends partial states); off offers
+        /// the scan, filter and projection only (the SmartNIC paper's
+        /// fragments, as `skiff bench offload` measures them).
+        pub offload_aggregations: bool, default = true
     }
 }
 

@@ -94,7 +94,9 @@ pub(super) async fn held_out(
         let mut answers = Vec::new();
         let mut seen = 0;
         for (i, route) in Route::ALL.into_iter().enumerate() {
-            exec(conn, &format!("SET skiff.offload = {}", route.setting())).await?;
+            for set in route.settings() {
+                exec(conn, &set).await?;
+            }
             seen = number(
                 conn,
                 "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",

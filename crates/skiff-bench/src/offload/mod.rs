@@ -14,7 +14,10 @@
 //!   (`always`: the node filters and sends the rows kept) and decided
 //!   (`auto`), with the node's predictions of both paths. Like the paper's
 //!   `SELECT *`, each query reads every column of the rows it keeps (a sum
-//!   of each, so that the client's own transfer is one row);
+//!   of each, so that the client's own transfer is one row; the paper's
+//!   fragments end at the projection, so the sums run on the worker:
+//!   `skiff.offload_aggregations = false`), and once more offloaded with
+//!   the sums' partial half on the node (past the paper);
 //! - the decision on held-out random fragments against the oracle and
 //!   both fixed policies (`decisions`).
 
@@ -58,15 +61,26 @@ enum Route {
     PushBack,
     Offload,
     Auto,
+    /// Offloaded with the query's aggregation (its partial half) on the
+    /// node: past the paper, whose fragments end at the projection.
+    Aggregated,
 }
 
 impl Route {
+    /// The paper's routes: its fragments are a scan, filter and projection.
     const ALL: [Route; 3] = [Route::PushBack, Route::Offload, Route::Auto];
+    /// The case studies' routes.
+    const CASES: [Route; 4] = [
+        Route::PushBack,
+        Route::Offload,
+        Route::Auto,
+        Route::Aggregated,
+    ];
 
     fn setting(self) -> &'static str {
         match self {
             Route::PushBack => "never",
-            Route::Offload => "always",
+            Route::Offload | Route::Aggregated => "always",
             Route::Auto => "auto",
         }
     }
@@ -76,7 +90,27 @@ impl Route {
             Route::PushBack => "pushed back",
             Route::Offload => "offloaded",
             Route::Auto => "decided",
+            Route::Aggregated => "aggregated on the node",
         }
+    }
+
+    /// Its name in the CSV.
+    fn tag(self) -> &'static str {
+        match self {
+            Route::Aggregated => "always-aggregated",
+            route => route.setting(),
+        }
+    }
+
+    /// The session's settings for it.
+    fn settings(self) -> [String; 2] {
+        [
+            format!("SET skiff.offload = {}", self.setting()),
+            format!(
+                "SET skiff.offload_aggregations = {}",
+                self == Route::Aggregated
+            ),
+        ]
     }
 }
 
@@ -203,8 +237,10 @@ async fn on_link(
     for (name, predicate) in QUERIES {
         let sql = query(predicate);
         let mut answers = Vec::new();
-        for route in Route::ALL {
-            exec(&conn, &format!("SET skiff.offload = {}", route.setting())).await?;
+        for route in Route::CASES {
+            for set in route.settings() {
+                exec(&conn, &set).await?;
+            }
             for run in 0..runs {
                 let started = Instant::now();
                 let rows = conn
@@ -233,7 +269,9 @@ async fn on_link(
                 "{name}: answers differ between routes: {answers:?}"
             )));
         }
-        exec(&conn, "SET skiff.offload = always").await?;
+        for set in Route::Offload.settings() {
+            exec(&conn, &set).await?;
+        }
         // The node's records of one more offloaded run: its estimate and
         // the rows it kept, exactly (EXPLAIN's figures are rounded).
         let last = number(
@@ -298,20 +336,22 @@ fn median(runs: &[Run], link: &str, query: &str, route: Route) -> Option<f64> {
 fn summary(title: &str, runs: &[Run], cardinalities: &[Cardinality]) -> String {
     let mut text = format!("{title}: median ms end to end; offloaded against pushed back\n");
     text.push_str(&format!(
-        "\n{:>8} {:>6} {:>14} {:>14} {:>14} {:>10} {:>22}\n",
+        "\n{:>8} {:>6} {:>14} {:>14} {:>14} {:>10} {:>22} {:>14}\n",
         "link",
         "query",
         "pushed back",
         "offloaded",
         "decided",
         "offloaded",
-        "predicted back / here"
+        "predicted back / here",
+        "node aggregates"
     ));
     for link in LINKS {
         for (query, _) in QUERIES {
             let back = median(runs, link, query, Route::PushBack);
             let off = median(runs, link, query, Route::Offload);
             let auto = median(runs, link, query, Route::Auto);
+            let aggregated = median(runs, link, query, Route::Aggregated);
             let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
             let ratio = match (off, back) {
                 (Some(o), Some(b)) if b > 0.0 => format!("{:.2}x", o / b),
@@ -327,15 +367,17 @@ fn summary(title: &str, runs: &[Run], cardinalities: &[Cardinality]) -> String {
                     )
                 });
             text.push_str(&format!(
-                "{link:>8} {query:>6} {:>14} {:>14} {:>14} {ratio:>10} {predicted:>22}\n",
+                "{link:>8} {query:>6} {:>14} {:>14} {:>14} {ratio:>10} {predicted:>22} {:>14}\n",
                 cell(back),
                 cell(off),
-                cell(auto)
+                cell(auto),
+                cell(aggregated)
             ));
         }
     }
     text.push_str(
-        "(predicted: the node's, ms, summed over the query's fragments, one per partition)\n",
+        "(predicted: the node's, ms, summed over the query's fragments, one per partition; \
+         node aggregates: offloaded with the sums' partial half, past the paper)\n",
     );
     text.push_str("\nThe node's cardinality estimate (its sketches) against the rows kept\n");
     for c in cardinalities.iter().filter(|c| c.link == LINKS[0]) {
@@ -359,7 +401,7 @@ fn csv(runs: &[Run]) -> String {
             "{},{},{},{},{:.3}\n",
             r.link,
             r.query,
-            r.route.setting(),
+            r.route.tag(),
             r.run,
             r.ms
         ));
@@ -397,7 +439,7 @@ fn plot(path: &Path, title: &str, runs: &[Run]) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut colour = 0;
     for (query, _) in QUERIES {
-        for route in Route::ALL {
+        for route in Route::CASES {
             let points: Vec<(f64, f64)> = LINKS
                 .iter()
                 .enumerate()

@@ -6,6 +6,12 @@
 //! Substrait plan whose scan reads only the columns it needs (the node
 //! serves those from its chunks under the table's name).
 //!
+//! An aggregation over such a scan (plain `GROUP BY`, aggregates whose
+//! partial states merge: `sum`, `count`, `min`, `max`, `avg`) is cut with
+//! it: the [`OffloadExec`] sits between the aggregation's partial and final
+//! halves, and the node runs the partial half (per row group), so what it
+//! sends are partial states the worker's final half merges.
+//!
 //! Only in plans that run on one worker (a distributed plan's scans are
 //! cut into tasks after planning) and when `skiff.offload` is not `never`.
 
@@ -29,6 +35,8 @@ use datafusion::logical_expr::{
     UserDefinedLogicalNodeCore,
 };
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use prost::Message;
 use skiff_engine::SkiffOptions;
@@ -105,16 +113,14 @@ impl QueryPlanner for FragmentPlanner {
         logical_plan: &LogicalPlan,
         session: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let wanted = session
-            .config_options()
-            .extensions
-            .get::<SkiffOptions>()
-            .is_some_and(|o| {
-                o.offload != Offload::Never && !o.mid_pipeline_cuts && o.batch_window_ms == 0
-            });
+        let options = session.config_options().extensions.get::<SkiffOptions>();
+        let wanted = options.is_some_and(|o| {
+            o.offload != Offload::Never && !o.mid_pipeline_cuts && o.batch_window_ms == 0
+        });
+        let aggregations = options.is_some_and(|o| o.offload_aggregations);
         let distributed = session.config().get_extension::<Placement>().is_some();
         let plan = if wanted && !distributed {
-            cut(logical_plan.clone())?
+            cut(logical_plan.clone(), aggregations)?
         } else {
             logical_plan.clone()
         };
@@ -128,10 +134,15 @@ impl QueryPlanner for FragmentPlanner {
     }
 }
 
-/// `plan` with every fragment wrapped in a [`FragmentNode`].
-fn cut(plan: LogicalPlan) -> Result<LogicalPlan> {
+/// `plan` with every fragment wrapped in a [`FragmentNode`] (aggregated
+/// ones too when `aggregations`).
+fn cut(plan: LogicalPlan, aggregations: bool) -> Result<LogicalPlan> {
     plan.transform_down(|node| {
-        if !is_fragment(&node) {
+        let fragment = match &node {
+            LogicalPlan::Aggregate(_) if !aggregations => false,
+            node => is_fragment(node),
+        };
+        if !fragment {
             return Ok(Transformed::no(node));
         }
         let wrapped = LogicalPlan::Extension(Extension {
@@ -142,13 +153,40 @@ fn cut(plan: LogicalPlan) -> Result<LogicalPlan> {
     .map(|t| t.data)
 }
 
-/// Whether `plan` is a scan of a table under at most a projection and a
-/// filter, with a filter somewhere (without one, running it on the node
-/// sends what the chunks would), and no subquery (whose tables the node
-/// does not hold) in any of its expressions.
+/// Aggregate functions whose partial states the node computes as the
+/// worker would (plain, deterministic, merged by the final half).
+const PARTIAL_AGGREGATES: [&str; 5] = ["sum", "count", "min", "max", "avg"];
+
+/// Whether `plan` is a fragment: a scan of a table under at most a
+/// projection and a filter, with a filter somewhere (without one, running
+/// it on the node sends what the chunks would), or an aggregation of such
+/// a scan (filtered or not: the partial states are what it sends); and no
+/// subquery (whose tables the node does not hold) in any expression.
 fn is_fragment(plan: &LogicalPlan) -> bool {
+    let LogicalPlan::Aggregate(aggregate) = plan else {
+        return scan_fragment(plan, false);
+    };
+    let plain_groups = aggregate
+        .group_expr
+        .iter()
+        .all(|e| !matches!(e, Expr::GroupingSet(_)) && self_contained([e]));
+    let partial = aggregate.aggr_expr.iter().all(|e| match e {
+        Expr::AggregateFunction(f) => {
+            PARTIAL_AGGREGATES.contains(&f.func.name())
+                && !f.params.distinct
+                && f.params.order_by.is_empty()
+                && self_contained(f.params.args.iter().chain(f.params.filter.as_deref()))
+        }
+        _ => false,
+    });
+    plain_groups && partial && scan_fragment(&aggregate.input, true)
+}
+
+/// Whether `plan` is a scan under at most a projection and a filter, with
+/// a filter somewhere unless `aggregated`, and self-contained.
+fn scan_fragment(plan: &LogicalPlan, aggregated: bool) -> bool {
     let mut node = plan;
-    let mut filtered = false;
+    let mut filtered = aggregated;
     let mut exprs: Vec<&Expr> = Vec::new();
     if let LogicalPlan::Projection(projection) = node {
         exprs.extend(&projection.expr);
@@ -163,7 +201,13 @@ fn is_fragment(plan: &LogicalPlan) -> bool {
         return false;
     };
     exprs.extend(&scan.filters);
-    let self_contained = exprs.iter().all(|e| {
+    (filtered || !scan.filters.is_empty()) && scan.fetch.is_none() && self_contained(exprs)
+}
+
+/// Whether no expression of `exprs` reads a subquery, an outer query or a
+/// parameter (none of which the node has).
+fn self_contained<'a>(exprs: impl IntoIterator<Item = &'a Expr>) -> bool {
+    exprs.into_iter().all(|e| {
         !e.exists(|e| {
             Ok(matches!(
                 e,
@@ -175,8 +219,7 @@ fn is_fragment(plan: &LogicalPlan) -> bool {
             ))
         })
         .unwrap_or(true)
-    });
-    (filtered || !scan.filters.is_empty()) && scan.fetch.is_none() && self_contained
+    })
 }
 
 struct FragmentExtension {
@@ -200,25 +243,57 @@ impl ExtensionPlanner for FragmentExtension {
         let [input] = physical_inputs else {
             return internal_err!("a fragment has one input");
         };
-        if !self.held(input) {
+        // An aggregation's fragment ends at its partial half.
+        let (offered, final_half) = match halves(input) {
+            Some((partial, final_half)) => (partial, Some(final_half)),
+            None if matches!(cut.input, LogicalPlan::Aggregate(_)) => {
+                debug!("an aggregation planned in one piece: fragment not offered");
+                return Ok(Some(Arc::clone(input)));
+            }
+            None => (Arc::clone(input), None),
+        };
+        if !self.held(&offered) {
             return Ok(Some(Arc::clone(input)));
         }
         let Some(state) = session.as_any().downcast_ref::<SessionState>() else {
             return Ok(Some(Arc::clone(input)));
         };
-        match fragment(&cut.input, state) {
-            Ok(cut) => Ok(Some(Arc::new(OffloadExec::new(
-                Arc::new(cut),
-                Arc::clone(input),
-            )))),
+        let cut = match fragment(&cut.input, state) {
+            Ok(cut) => cut,
             Err(e) => {
                 // Substrait cannot say everything DataFusion can: such a
                 // fragment runs on the worker.
                 debug!(error = %e, "fragment not offered");
-                Ok(Some(Arc::clone(input)))
+                return Ok(Some(Arc::clone(input)));
             }
+        };
+        let offload: Arc<dyn ExecutionPlan> = Arc::new(OffloadExec::new(Arc::new(cut), offered));
+        match final_half {
+            Some(final_half) => Ok(Some(final_half.replace_children(
+                vec![offload],
+                ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+            )?)),
+            None => Ok(Some(offload)),
         }
     }
+}
+
+/// `plan`'s partial half and `plan` itself, when `plan` is an
+/// aggregation's final half over its partial half (as DataFusion plans a
+/// logical aggregation).
+fn halves(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)> {
+    let last = plan.downcast_ref::<AggregateExec>()?;
+    if !matches!(
+        last.mode(),
+        AggregateMode::Final | AggregateMode::FinalPartitioned
+    ) {
+        return None;
+    }
+    let partial = Arc::clone(last.input());
+    let first = partial.downcast_ref::<AggregateExec>()?;
+    (*first.mode() == AggregateMode::Partial).then(|| (partial, Arc::clone(plan)))
 }
 
 impl FragmentExtension {

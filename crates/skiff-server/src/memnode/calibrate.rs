@@ -3,9 +3,10 @@
 //! (particle-like numbers, a small integer and a short string per row) is
 //! written as Parquet, loaded into a chunk store, and a corpus of
 //! fragments made from templates with random constants (ranges,
-//! equalities, lists, patterns, arithmetic; random projections; from
-//! nothing kept to everything) runs through the node's own fragment path
-//! on 1 to `threads` threads, each timed in its parts. Bytes of many sizes
+//! equalities, lists, patterns, arithmetic; random projections, or
+//! aggregations by few or many groups; from nothing kept to everything)
+//! runs through the node's own fragment path on 1 to `threads` threads,
+//! each timed in its parts. Bytes of many sizes
 //! cross a loopback connection through the node's link. A fifth of each
 //! set is held out to measure the fitted models' error; the models saved
 //! are then fitted on everything.
@@ -309,6 +310,9 @@ fn template(rng: &mut StdRng) -> (&'static str, String) {
             ),
         ),
     };
+    if rng.random_bool(AGGREGATED_SHARE) {
+        return ("aggregate", aggregated(&predicate, rng));
+    }
     let columns = [
         "id", "x", "y", "z", "vx", "vy", "vz", "mass", "charge", "kind",
     ];
@@ -330,6 +334,38 @@ fn template(rng: &mut StdRng) -> (&'static str, String) {
         name,
         format!("SELECT {} FROM t WHERE {predicate}", projection.join(", ")),
     )
+}
+
+/// The share of the corpus' fragments that aggregate what they keep.
+const AGGREGATED_SHARE: f64 = 0.25;
+
+/// An aggregation of the rows `predicate` keeps: by nothing, a column of
+/// few values, or a computed key of up to a hundred thousand, with one to
+/// five aggregates.
+fn aggregated(predicate: &str, rng: &mut StdRng) -> String {
+    let key = match rng.random_range(0..5) {
+        0 => None,
+        1 => Some("kind".to_string()),
+        2 => Some("charge".to_string()),
+        3 => Some("kind, charge".to_string()),
+        _ => Some(format!("id % {}", 10u64.pow(rng.random_range(1..6)))),
+    };
+    let all = ["count(*)", "sum(mass)", "avg(vx)", "min(x)", "max(y * vy)"];
+    let mut aggregates: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|_| rng.random_bool(0.5))
+        .collect();
+    if aggregates.is_empty() {
+        aggregates.push(all[rng.random_range(0..all.len())]);
+    }
+    match key {
+        Some(key) => format!(
+            "SELECT {key}, {} FROM t WHERE {predicate} GROUP BY {key}",
+            aggregates.join(", ")
+        ),
+        None => format!("SELECT {} FROM t WHERE {predicate}", aggregates.join(", ")),
+    }
 }
 
 /// One corpus fragment run: its shape as counted, its threads, its parts.

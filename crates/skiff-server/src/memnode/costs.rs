@@ -43,7 +43,7 @@ pub(crate) struct Shape {
 
 /// The operation vector's names grouped into the execution model's
 /// features (kernels of one group cost about the same per row).
-const GROUPS: [(&str, &[&str]); 6] = [
+const GROUPS: [(&str, &[&str]); 7] = [
     (
         "comparisons",
         &[
@@ -65,6 +65,7 @@ const GROUPS: [(&str, &[&str]); 6] = [
     ("lists", &["in_list", "case"]),
     ("strings", &["like"]),
     ("rows", &["filter", "select", "project"]),
+    ("aggregation", &["group", "aggregate"]),
 ];
 
 impl Shape {
@@ -177,6 +178,27 @@ impl CostModels {
         let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         serde_json::from_slice(&text)
             .map_err(|e| format!("{}: not a cost model file: {e}", path.display()))
+    }
+
+    /// Why these models cannot serve this build's features (a file
+    /// calibrated by a Skiff whose models saw other features), if so.
+    pub fn stale(&self) -> Option<String> {
+        let wanted = [
+            Shape::default().execution_features(1).len(),
+            Shape::default().serialization_features().len(),
+            network_features(1.0).len(),
+        ];
+        let models = [&self.execution, &self.serialization, &self.network];
+        let got: Vec<usize> = models
+            .iter()
+            .map(|m| m.samples.first().map_or(0, |s| s.features.len()))
+            .collect();
+        (got != wanted).then(|| {
+            format!(
+                "the cost models see {got:?} features, this Skiff {wanted:?}: \
+                 run `skiff memnode calibrate` again"
+            )
+        })
     }
 
     /// Write them, atomically: a crash leaves the old file or the new one.
@@ -406,6 +428,21 @@ pub(crate) mod tests {
             models.predict(&fragment, 2, 0),
             loaded.predict(&fragment, 2, 0)
         );
+        assert_eq!(loaded.stale(), None);
+        // Models whose samples another build's features made are stale.
+        let mut old = trained();
+        let narrower: Vec<Sample> = old
+            .execution
+            .samples
+            .iter()
+            .map(|s| Sample {
+                features: s.features[1..].to_vec(),
+                rate: s.rate,
+            })
+            .collect();
+        old.execution = Model::fit(narrower, 1).unwrap();
+        let why = old.stale().unwrap();
+        assert!(why.contains("calibrate"), "{why}");
         std::fs::write(&path, b"{\"execution\": 3}").unwrap();
         let err = CostModels::load(&path).unwrap_err();
         assert!(err.contains("not a cost model file"), "{err}");

@@ -1,5 +1,5 @@
 //! Offloaded fragments in process: the coordinator's cut of a query's
-//! scan, filter and projection, sent over Flight to a memory node holding
+//! scan, filter and projection (perhaps aggregated), sent over Flight to a memory node holding
 //! the files, answered row group by row group; and every way it is pushed
 //! back instead.
 
@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use futures::StreamExt;
 use skiff_engine::buffer::FileVersion;
 use skiff_engine::offload::{Fragment, FragmentEvent};
@@ -99,8 +103,14 @@ fn lines(batches: &[RecordBatch]) -> Vec<String> {
     lines
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_offloaded_fragment_answers_as_the_worker_would_row_group_by_row_group() {
+/// Two files of table `t` (the first's path returned) wholly held by a
+/// node serving over Flight.
+async fn two_files_held() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    [FileVersion; 2],
+    super::chunk_tests::Served,
+) {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
     write_file(&a, 0);
@@ -112,6 +122,12 @@ async fn an_offloaded_fragment_answers_as_the_worker_would_row_group_by_row_grou
         .await
         .unwrap();
     let node = served(store).await;
+    (dir, a, files, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offloaded_fragment_answers_as_the_worker_would_row_group_by_row_group() {
+    let (dir, a, files, node) = two_files_held().await;
 
     let sql = "SELECT id, upper(name) AS shout FROM t \
                WHERE score > 1000 AND id % 3 = 0 AND name LIKE '%7%'";
@@ -161,6 +177,71 @@ async fn an_offloaded_fragment_answers_as_the_worker_would_row_group_by_row_grou
     assert_eq!(marks, [(0, 1), (0, 2)]);
 }
 
+/// `partials`, a node's partial states of `sql`'s aggregation, merged by
+/// the final half DataFusion plans for `sql` over `dir` (as a worker's
+/// plan merges them: positionally).
+async fn merged(dir: &std::path::Path, sql: &str, partials: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(2));
+    ctx.register_parquet("t", dir.to_str().unwrap(), ParquetReadOptions::default())
+        .await
+        .unwrap();
+    let plan = ctx
+        .sql(sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let mut replaced = 0;
+    let plan = plan
+        .transform_up(|node| {
+            let partial = node
+                .downcast_ref::<AggregateExec>()
+                .is_some_and(|a| *a.mode() == AggregateMode::Partial);
+            if !partial {
+                return Ok(Transformed::no(node));
+            }
+            replaced += 1;
+            let schema = node.schema();
+            let rows: Vec<RecordBatch> = partials
+                .iter()
+                .map(|b| RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec()).unwrap())
+                .collect();
+            let scan: Arc<dyn ExecutionPlan> =
+                MemorySourceConfig::try_new_exec(&[rows], schema, None)?;
+            Ok(Transformed::yes(scan))
+        })
+        .unwrap()
+        .data;
+    assert_eq!(replaced, 1, "one partial half in {sql}");
+    collect(plan, ctx.task_ctx()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregated_fragment_answers_partial_states_the_worker_merges() {
+    let (dir, _, files, node) = two_files_held().await;
+    for sql in [
+        "SELECT id % 5 AS k, count(*) AS n, count(name) AS named, sum(id) AS s, \
+         avg(id) AS mean, min(score) AS lo, max(score) AS hi \
+         FROM t WHERE score > 100 GROUP BY id % 5",
+        "SELECT count(*), sum(id), max(name) FROM t WHERE id % 3 = 0",
+        // Unfiltered: the partial states are what it saves.
+        "SELECT name IS NULL AS unnamed, count(*) FROM t GROUP BY name IS NULL",
+    ] {
+        let (fragment, expected) = cut(dir.path(), sql).await;
+        let (decision, rows, marks, ended) =
+            ask(&node.addr, &request(&fragment, whole(&files))).await;
+        assert!(decision.offload, "{sql}: {}", decision.reason);
+        assert!(ended && marks.len() == 10, "{sql}: {marks:?}");
+        // Estimated as partial states: a row group's groups, on each of
+        // the node's threads.
+        assert!(decision.estimated_rows >= 10.0, "{sql}: {decision:?}");
+        let answer = merged(dir.path(), sql, rows).await;
+        assert!(!expected.is_empty());
+        assert_eq!(lines(&answer), lines(&expected), "{sql}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -197,7 +278,7 @@ async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
     let (decision, ..) = ask(&node.addr, &garbage).await;
     pushed_back(&decision, "Substrait");
 
-    // A plan that is no fragment: an aggregation.
+    // A plan that is no fragment: a sort and a limit.
     let ctx = SessionContext::new();
     ctx.register_parquet(
         "t",
@@ -207,13 +288,13 @@ async fn a_fragment_the_node_cannot_run_is_pushed_back_with_its_reason() {
     .await
     .unwrap();
     let plan: LogicalPlan = ctx
-        .sql("SELECT name, count(*) FROM t WHERE id > 10 GROUP BY name")
+        .sql("SELECT id FROM t WHERE id > 10 ORDER BY id DESC LIMIT 3")
         .await
         .unwrap()
         .into_optimized_plan()
         .unwrap();
-    let aggregate = fragment(&plan, &ctx.state()).unwrap();
-    let (decision, ..) = ask(&node.addr, &request(&aggregate, whole(&files))).await;
+    let sorted = fragment(&plan, &ctx.state()).unwrap();
+    let (decision, ..) = ask(&node.addr, &request(&sorted, whole(&files))).await;
     pushed_back(&decision, "unsupported fragment");
 
     // A predicate only the scan carries (as a table that applies it

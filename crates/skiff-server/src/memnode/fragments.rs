@@ -1,7 +1,9 @@
 //! Offloaded fragments on the memory node (opportunistic offload,
 //! `../shared/papers/opportunistic-query-execution-smartnics.txt`): a
 //! worker's [`FragmentRequest`] names a Substrait plan (one table's scan,
-//! filter and projection), the columns it reads and the files; the node
+//! filter and projection, perhaps aggregated: the node then runs the
+//! aggregation's partial half and sends partial states), the columns it
+//! reads and the files; the node
 //! plans it with DataFusion against its chunks and runs it on its own few
 //! threads (`--offload-threads`, the paper's embedded cores), row group by
 //! row group, marking each one's end, or pushes it back with the reason.
@@ -27,7 +29,11 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::FunctionRegistry;
 use datafusion::execution::session_state::SessionState;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableScanBuilder};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::combine_partial_final_agg::CombinePartialFinalAggregate;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_substrait::extensions::Extensions;
@@ -440,6 +446,9 @@ pub(super) struct Prepared {
 struct Sketched {
     rows: u64,
     columns: HashMap<String, ColumnSketch>,
+    /// Row groups times threads: the partial aggregations an aggregated
+    /// fragment runs.
+    partials: u64,
 }
 
 impl Sketched {
@@ -448,6 +457,7 @@ impl Sketched {
         files: &[FragmentFile],
         schema: &SchemaRef,
         groups: &[FragmentGroup],
+        threads: usize,
     ) -> Self {
         let files: Vec<ChunkFile> = files.iter().filter_map(|f| f.file.clone()).collect();
         let columns = schema
@@ -458,6 +468,7 @@ impl Sketched {
         Self {
             rows: groups.iter().map(|g| g.rows as u64).sum(),
             columns,
+            partials: (groups.len() * threads.max(1)) as u64,
         }
     }
 }
@@ -469,6 +480,10 @@ impl Statistics for Sketched {
 
     fn column(&self, name: &str) -> Option<&ColumnSketch> {
         self.columns.get(name)
+    }
+
+    fn partials(&self) -> u64 {
+        self.partials
     }
 }
 
@@ -541,8 +556,7 @@ pub(super) async fn prepare(
     let (counts, groups) = chunks.fragment_groups(&request.files, &schema)?;
     let plan =
         Plan::decode(request.plan.as_slice()).map_err(|e| format!("bad Substrait plan: {e}"))?;
-    let config = SessionConfig::new().with_target_partitions(threads);
-    let ctx = SessionContext::new_with_config(config);
+    let ctx = fragment_context(threads);
     let state = ctx.state();
     let extensions = Extensions::try_from(&plan.extensions).map_err(|e| e.to_string())?;
     let first = match groups.first() {
@@ -563,11 +577,11 @@ pub(super) async fn prepare(
     let logical = from_substrait_plan_with_consumer(&consumer, &plan)
         .await
         .map_err(|e| format!("cannot read the fragment: {e}"))?;
-    supported(&logical)?;
+    let aggregated = supported(&logical)?;
     let logical =
         lift_scan_filters(logical).map_err(|e| format!("cannot plan the fragment: {e}"))?;
     let estimating = Instant::now();
-    let statistics = Sketched::of(chunks, &request.files, &schema, &groups);
+    let statistics = Sketched::of(chunks, &request.files, &schema, &groups, threads);
     let estimated = estimate(&logical, &statistics);
     let shape = shape(&logical, &schema, &groups, &estimated);
     let estimation = estimating.elapsed();
@@ -596,6 +610,11 @@ pub(super) async fn prepare(
         .create_physical_plan(&logical)
         .await
         .map_err(|e| format!("cannot plan the fragment: {e}"))?;
+    let plan = match aggregated {
+        true => partial_half(&plan)
+            .ok_or_else(|| "cannot plan the fragment: no partial aggregation".to_string())?,
+        false => plan,
+    };
     Ok(Prepared {
         plan,
         ctx,
@@ -839,14 +858,17 @@ fn lift_scan_filters(plan: LogicalPlan) -> Result<LogicalPlan> {
 }
 
 /// Whether `plan` is what a fragment may be: one scan under filters and
-/// projections (what workers send; anything else is pushed back).
-fn supported(plan: &LogicalPlan) -> std::result::Result<(), String> {
+/// projections, perhaps under one aggregation (what workers send; anything
+/// else is pushed back); and whether it is aggregated.
+fn supported(plan: &LogicalPlan) -> std::result::Result<bool, String> {
     let mut scans = 0;
+    let mut aggregations = 0;
     let mut other = None;
     // Subqueries included: their scans would read the node's one table.
     let _ = plan.apply_with_subqueries(|node| {
         match node {
             LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Aggregate(_) => aggregations += 1,
             LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
             }
             node => other = Some(node.display().to_string()),
@@ -859,5 +881,47 @@ fn supported(plan: &LogicalPlan) -> std::result::Result<(), String> {
     if scans != 1 {
         return Err(format!("unsupported fragment: {scans} scans"));
     }
-    Ok(())
+    if aggregations > 1 {
+        return Err(format!("unsupported fragment: {aggregations} aggregations"));
+    }
+    Ok(aggregations == 1)
+}
+
+/// The session fragments are planned in: `threads` partitions, and an
+/// aggregation kept in its two halves (DataFusion would merge them into one
+/// where no exchange comes between; the node runs the partial half only).
+fn fragment_context(threads: usize) -> SessionContext {
+    let config = SessionConfig::new().with_target_partitions(threads);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .build();
+    let rules = state
+        .physical_optimizers()
+        .iter()
+        .filter(|rule| rule.name() != CombinePartialFinalAggregate::new().name())
+        .cloned()
+        .collect();
+    SessionContext::new_with_state(
+        SessionStateBuilder::new_from_existing(state)
+            .with_physical_optimizer_rules(rules)
+            .build(),
+    )
+}
+
+/// The partial half of the aggregation in `plan`: what the node runs of an
+/// aggregated fragment (the worker's final half merges the states).
+fn partial_half(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut found = None;
+    let _ = plan.apply(|node| {
+        if node
+            .downcast_ref::<AggregateExec>()
+            .is_some_and(|a| *a.mode() == AggregateMode::Partial)
+        {
+            found = Some(Arc::clone(node));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
 }

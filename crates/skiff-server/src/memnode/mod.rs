@@ -148,8 +148,15 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
                 "the cost models were calibrated for another number of offload threads"
             );
         }
-        info!(path = %path.display(), "offload cost models loaded");
-        offloader = offloader.with_models(models, Some(path.clone()));
+        match models.stale() {
+            // Refitting them would mix features: `auto` pushes back until
+            // a calibration replaces them.
+            Some(why) => warn!(path = %path.display(), "offload cost models not used: {why}"),
+            None => {
+                info!(path = %path.display(), "offload cost models loaded");
+                offloader = offloader.with_models(models, Some(path.clone()));
+            }
+        }
     }
     let service = MemnodeService::new(Arc::new(cache))
         .with_chunks(chunks)

@@ -360,8 +360,8 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
     }
 }
 
-/// Fragments (a scan, its filter and projection) offloaded to the memory
-/// node holding their table: `EXPLAIN ANALYZE` shows them offloaded, every
+/// Fragments (a scan, its filter and projection, perhaps aggregated)
+/// offloaded to the memory node holding their table: `EXPLAIN ANALYZE` shows them offloaded, every
 /// TPC-H answer equals DuckDB's; with `never` nothing is offered; with
 /// `auto` the node decides by the cost models `skiff memnode calibrate`
 /// trained, the same answer, its predictions in `EXPLAIN ANALYZE`,
@@ -482,9 +482,48 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
         number(0) >= 2.0 && number(1) > 0.0 && number(2) > 0.0,
         "{recorded:?}"
     );
+    // Every TPC-H query: decided (mixed), then all offered fragments run
+    // on the node, aggregations' partial halves included.
+    suite_matches_duckdb(&server, &client, "tpch", "decided").await;
+    client
+        .simple_query("SET skiff.offload = always")
+        .await
+        .expect("set");
     suite_matches_duckdb(&server, &client, "tpch", "offloaded").await;
     let log = server.log_text();
     assert!(log.contains("fragment offloaded"), "log:\n{log}");
+    // No node's rows were refused for their types (partial states as the
+    // worker's own) and no node failed a fragment.
+    assert!(
+        !log.contains("rows unlike") && !log.contains("fragment lost"),
+        "log:\n{log}"
+    );
+    let pricing = "EXPLAIN ANALYZE SELECT l_returnflag, sum(l_quantity), avg(l_discount), \
+                   count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' \
+                   GROUP BY l_returnflag";
+    let explained = format!(
+        "{:?}",
+        simple_rows(&client, pricing).await.expect("explain")
+    );
+    assert!(
+        explained.contains("partial aggregation")
+            && metric_sum(&explained, "fragments_offloaded") > 0,
+        "{explained}"
+    );
+    // Without aggregations, the scan and its filter alone.
+    client
+        .simple_query("SET skiff.offload_aggregations = false")
+        .await
+        .expect("set");
+    let explained = format!(
+        "{:?}",
+        simple_rows(&client, pricing).await.expect("explain")
+    );
+    assert!(
+        !explained.contains("partial aggregation")
+            && metric_sum(&explained, "fragments_offloaded") > 0,
+        "{explained}"
+    );
 
     // The memory node SIGKILLed while offloaded queries run: every answer
     // is still right, the fragments the node no longer answers run on the
@@ -821,8 +860,9 @@ async fn a_batch_fetches_each_shared_chunk_once() {
 }
 
 /// TPC-DS with every table in a memory node, its 99 queries sent four at
-/// a time in batches whose pipelines run grouped: every answer matches
-/// DuckDB's (slow: run with `SKIFF_SLOW_TESTS=1`).
+/// a time in batches whose pipelines run grouped, then each alone with
+/// every fragment offloaded to the node: every answer matches DuckDB's
+/// (slow: run with `SKIFF_SLOW_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_in_grouped_batches_matches_duckdb() {
     if !skiff_testkit::slow_tests("tpcds in grouped batches") {
@@ -849,5 +889,17 @@ async fn tpcds_in_grouped_batches_matches_duckdb() {
     assert!(
         log.matches("pipeline group").count() >= 20,
         "batches of TPC-DS queries share columns; log:\n{log}"
+    );
+    // Each query alone, every fragment offered run on the node (scans,
+    // filters, projections and aggregations' partial halves).
+    client
+        .simple_query("SET skiff.offload = always")
+        .await
+        .expect("set");
+    suite_matches_duckdb(&server, &client, "tpcds", "offloaded").await;
+    let log = server.log_text();
+    assert!(
+        log.contains("fragment offloaded") && !log.contains("rows unlike"),
+        "log:\n{log}"
     );
 }
