@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow_flight::FlightData;
 use async_trait::async_trait;
@@ -445,6 +445,7 @@ pub(super) struct Prepared {
 /// and the sketches of the fragment's columns over their files.
 struct Sketched {
     rows: u64,
+    schema: SchemaRef,
     columns: HashMap<String, ColumnSketch>,
     /// Row groups times threads: the partial aggregations an aggregated
     /// fragment runs.
@@ -467,6 +468,7 @@ impl Sketched {
             .collect();
         Self {
             rows: groups.iter().map(|g| g.rows as u64).sum(),
+            schema: Arc::clone(schema),
             columns,
             partials: (groups.len() * threads.max(1)) as u64,
         }
@@ -484,6 +486,11 @@ impl Statistics for Sketched {
 
     fn partials(&self) -> u64 {
         self.partials
+    }
+
+    fn data_type(&self, name: &str) -> Option<DataType> {
+        let field = self.schema.field_with_name(name).ok()?;
+        Some(field.data_type().clone())
     }
 }
 

@@ -241,6 +241,31 @@ impl ColumnSketch {
         quantiles.rank(&value, criteria)
     }
 
+    /// `n` values spread as the column's are: its quantiles at ranks
+    /// `(i + 1/2) / n`, smallest first; `None` for a column without
+    /// quantiles or values.
+    pub(crate) fn spread(&self, n: usize) -> Option<Vec<f64>> {
+        let quantiles = self.quantiles.as_ref()?;
+        let ranks: Vec<f64> = (0..n).map(|i| (i as f64 + 0.5) / n as f64).collect();
+        let values = quantiles
+            .quantiles(&ranks, datasketches::common::SearchCriteria::Inclusive)
+            .ok()??;
+        Some(values.into_iter().map(|v| v.into_inner()).collect())
+    }
+
+    /// The strings the sketch is sure are heavy hitters, each with the rows
+    /// holding it (the middle of its bounds).
+    pub(crate) fn heavy_strings(&self) -> Vec<(String, u64)> {
+        match &self.frequent {
+            Some(Frequent::Strings(frequent)) => frequent
+                .frequent_items(ErrorType::NoFalsePositives)
+                .iter()
+                .map(|r| (r.item().clone(), (r.lower_bound() + r.upper_bound()) / 2))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Bounds on how many rows hold a number equal to `value` (by the
     /// integer it counts as), when it is a heavy hitter; `None` otherwise.
     pub(crate) fn count_of_number(&self, value: i64) -> Option<(u64, u64)> {
