@@ -400,6 +400,9 @@ pub struct FragmentRecord {
     /// `auto`, `always`.
     #[prost(string, tag = "11")]
     pub mode: String,
+    /// The node's time estimating the rows kept (from its sketches).
+    #[prost(uint64, tag = "12")]
+    pub estimation_nanos: u64,
 }
 
 /// What a memory node holds of one column of one table.

@@ -8,6 +8,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::models::median_p90;
 use super::{Route, alike, query};
 use crate::BenchError;
 use crate::client::PgConn;
@@ -24,9 +25,18 @@ pub(super) struct Decided {
     pub pushed_back: u64,
     pub predicted_offload_ms: f64,
     pub predicted_push_back_ms: f64,
+    /// Over the fragments the node ran (`always` and `auto` runs): its
+    /// time estimating them, and running them.
+    pub estimation_ms: f64,
+    pub node_execution_ms: f64,
 }
 
 impl Decided {
+    /// Estimating as a share of running, on the node (Figure 10's CPU).
+    pub fn estimation_share(&self) -> Option<f64> {
+        (self.node_execution_ms > 0.0).then(|| self.estimation_ms / self.node_execution_ms)
+    }
+
     fn of(&self, route: Route) -> f64 {
         self.ms[Route::ALL.iter().position(|&r| r == route).unwrap_or(0)]
     }
@@ -93,6 +103,11 @@ pub(super) async fn held_out(
         let mut ms = [0.0; 3];
         let mut answers = Vec::new();
         let mut seen = 0;
+        let before = number(
+            conn,
+            "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",
+        )
+        .await?;
         for (i, route) in Route::ALL.into_iter().enumerate() {
             for set in route.settings() {
                 exec(conn, &set).await?;
@@ -137,6 +152,20 @@ pub(super) async fn held_out(
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0.0)
         };
+        let spent = conn
+            .rows(&format!(
+                "SELECT coalesce(sum(estimation_ms), 0), coalesce(sum(measured_execution_ms), 0) \
+                 FROM skiff.memory_fragments WHERE seq > {before} AND offloaded"
+            ))
+            .await
+            .map_err(|e| BenchError::Data(format!("skiff.memory_fragments: {e}")))?;
+        let ran = |i: usize| -> f64 {
+            spent
+                .first()
+                .and_then(|r| r.get(i).cloned().flatten())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
         let runs_of_auto = f64::from(runs.max(2));
         let one = Decided {
             link,
@@ -146,6 +175,8 @@ pub(super) async fn held_out(
             pushed_back: cell(1) as u64,
             predicted_offload_ms: cell(2) / runs_of_auto,
             predicted_push_back_ms: cell(3) / runs_of_auto,
+            estimation_ms: ran(0),
+            node_execution_ms: ran(1),
         };
         eprintln!(
             "link {link}: held-out {}/{count}: pushed back {:.1} ms, offloaded {:.1} ms, \
@@ -192,17 +223,34 @@ pub(super) fn summary(decided: &[Decided], links: &[&'static str]) -> String {
             decided_ms / oracle.max(1e-9),
         ));
     }
+    text.push_str(
+        "\nEstimating on the node as a share of running the fragment (held out, per fragment)\n",
+    );
+    for &link in links {
+        let shares: Vec<f64> = decided
+            .iter()
+            .filter(|d| d.link == link)
+            .filter_map(Decided::estimation_share)
+            .map(|s| s * 100.0)
+            .collect();
+        if shares.is_empty() {
+            continue;
+        }
+        let (median, p90) = median_p90(shares);
+        text.push_str(&format!("{link:>8}: median {median:.2}%, p90 {p90:.2}%\n"));
+    }
     text
 }
 
 pub(super) fn csv(decided: &[Decided]) -> String {
     let mut text = String::from(
         "link,predicate,pushed_back_ms,offloaded_ms,decided_ms,offloaded_partitions,\
-         pushed_back_partitions,predicted_offload_ms,predicted_push_back_ms,right\n",
+         pushed_back_partitions,predicted_offload_ms,predicted_push_back_ms,right,\
+         estimation_ms,node_execution_ms\n",
     );
     for d in decided {
         text.push_str(&format!(
-            "{},\"{}\",{:.3},{:.3},{:.3},{},{},{:.3},{:.3},{}\n",
+            "{},\"{}\",{:.3},{:.3},{:.3},{},{},{:.3},{:.3},{},{:.3},{:.3}\n",
             d.link,
             d.predicate,
             d.ms[0],
@@ -212,7 +260,9 @@ pub(super) fn csv(decided: &[Decided]) -> String {
             d.pushed_back,
             d.predicted_offload_ms,
             d.predicted_push_back_ms,
-            d.right()
+            d.right(),
+            d.estimation_ms,
+            d.node_execution_ms
         ));
     }
     text

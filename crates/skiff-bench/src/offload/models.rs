@@ -74,7 +74,7 @@ fn errors(c: &Calibrated, model: &str) -> Vec<f64> {
         .collect()
 }
 
-fn median_p90(mut values: Vec<f64>) -> (f64, f64) {
+pub(super) fn median_p90(mut values: Vec<f64>) -> (f64, f64) {
     if values.is_empty() {
         return (0.0, 0.0);
     }

@@ -424,6 +424,7 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
     let mut estimated = Float64Builder::new();
     let mut rows = Int64Builder::new();
     let mut millis = Float64Builder::new();
+    let mut estimation = Float64Builder::new();
     // Predicted (both paths) and measured (offloaded) parts, in ms.
     let mut parts: Vec<Float64Builder> = (0..7).map(|_| Float64Builder::new()).collect();
     let mut bytes: Vec<Int64Builder> = (0..2).map(|_| Int64Builder::new()).collect();
@@ -441,6 +442,7 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
             estimated.append_value(f.estimated_rows);
             rows.append_value(count(f.rows));
             millis.append_value(ms(f.execution_nanos));
+            estimation.append_value(ms(f.estimation_nanos));
             let p = f.predicted.as_ref();
             let m = f.measured.as_ref();
             let values = [
@@ -471,6 +473,7 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
         Field::new("estimated_rows", DataType::Float64, false),
         Field::new("rows", DataType::Int64, false),
         Field::new("execution_ms", DataType::Float64, false),
+        Field::new("estimation_ms", DataType::Float64, false),
         float("predicted_offload_ms"),
         float("predicted_push_back_ms"),
         float("predicted_execution_ms"),
@@ -492,6 +495,7 @@ pub(crate) async fn memory_fragments_table(inner: &Inner) -> Result<RecordBatch>
         Arc::new(estimated.finish()),
         Arc::new(rows.finish()),
         Arc::new(millis.finish()),
+        Arc::new(estimation.finish()),
     ];
     columns.extend(
         parts

@@ -239,15 +239,19 @@ impl CostModels {
 
     /// Both paths of `shape` predicted. `load` fragments already share
     /// the node's `threads` threads, which makes this one's execution as
-    /// many times slower again; the push back runs on one thread of a
-    /// worker, taken to be as fast as one of the node's.
+    /// many times slower again, and its link: whichever path they take,
+    /// their bytes cross it with this one's, so both paths' network times
+    /// are as many times longer (a query's partitions are offered at
+    /// once: pushed back together, their raw chunks queue on the link as
+    /// offloaded ones queue for the threads). The push back runs on one
+    /// thread of a worker, taken to be as fast as one of the node's.
     pub(crate) fn predict(&self, shape: &Shape, threads: usize, load: usize) -> FragmentCosts {
         let share = 1 + load as u32;
         FragmentCosts {
             execution_nanos: as_nanos(self.execution(shape, threads) * share),
             serialization_nanos: as_nanos(self.serialization(shape)),
-            network_nanos: as_nanos(self.network(shape.output_bytes)),
-            push_back_network_nanos: as_nanos(self.network(shape.input_bytes)),
+            network_nanos: as_nanos(self.network(shape.output_bytes) * share),
+            push_back_network_nanos: as_nanos(self.network(shape.input_bytes) * share),
             push_back_execution_nanos: as_nanos(self.execution(shape, 1)),
             output_bytes: shape.output_bytes.round() as u64,
             input_bytes: shape.input_bytes.round() as u64,
@@ -409,11 +413,18 @@ pub(crate) mod tests {
     #[test]
     fn a_busy_node_pushes_back() {
         let models = trained();
-        let fragment = shape(1e6, 2e5);
+        // A narrow column: its execution costs more than its bytes.
+        let mut fragment = shape(1e6, 2e5);
+        fragment.input_bytes = 1e6;
+        fragment.output_bytes = 2e5;
         let idle = models.predict(&fragment, 2, 0);
+        assert!(offload_is_faster(&idle), "{idle:?}");
         let busy = models.predict(&fragment, 2, 64);
         assert!(busy.execution_nanos > 10 * idle.execution_nanos);
         assert!(!offload_is_faster(&busy), "{busy:?}");
+        // The link is shared too: pushed back, the fragments' raw bytes
+        // queue on it together.
+        assert!(busy.push_back_network_nanos > 10 * idle.push_back_network_nanos);
     }
 
     #[test]

@@ -326,6 +326,7 @@ pub(crate) fn answer(
                     input_rows: back.input_rows,
                     estimated_rows: back.estimated_rows,
                     predicted: back.predicted,
+                    estimation_nanos: as_nanos(back.estimation),
                     ..base
                 });
                 let decision = FragmentDecision {
@@ -340,10 +341,11 @@ pub(crate) fn answer(
                 let _ = tx.send(Ok(decision_message(&decision))).await;
             }
             Ok(prepared) => {
-                let (input_rows, estimated_rows, predicted) = (
+                let (input_rows, estimated_rows, predicted, estimation) = (
                     prepared.estimated.input_rows,
                     prepared.estimated.output_rows,
                     prepared.predicted,
+                    prepared.estimation,
                 );
                 let mut shape = prepared.shape.clone();
                 let reason = prepared.reason.clone();
@@ -355,6 +357,7 @@ pub(crate) fn answer(
                     estimated_rows,
                     execution_nanos: nanos(started),
                     predicted,
+                    estimation_nanos: as_nanos(estimation),
                     ..base
                 };
                 drop(running);
@@ -409,6 +412,8 @@ pub(super) struct PushBack {
     input_rows: u64,
     estimated_rows: f64,
     predicted: Option<FragmentCosts>,
+    /// The time estimating took, when it was estimated.
+    estimation: Duration,
 }
 
 impl From<String> for PushBack {
@@ -607,6 +612,7 @@ pub(super) async fn prepare(
                     input_rows: estimated.input_rows as u64,
                     estimated_rows: estimated.output_rows,
                     predicted,
+                    estimation,
                 });
             }
             format!("predicted faster here: {offload:.1} ms against {back:.1} ms pushed back")

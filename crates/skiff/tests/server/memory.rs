@@ -360,6 +360,125 @@ async fn tpch_through_memory_nodes_matches_duckdb() {
     }
 }
 
+/// `skiff memnode calibrate` on a corpus of `fragments` over 8192 rows,
+/// for two offload threads, its models written to `path`.
+fn calibrate(path: &std::path::Path, fragments: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args([
+            "memnode",
+            "calibrate",
+            "--rows",
+            "8192",
+            "--offload-threads",
+            "2",
+        ])
+        .args(["--fragments", fragments, "--out"])
+        .arg(path)
+        .output()
+        .expect("skiff memnode calibrate")
+}
+
+/// Models from a small calibration at `path`; what it printed.
+fn calibrated(path: &std::path::Path) -> String {
+    let trained = calibrate(path, "20");
+    let said = String::from_utf8_lossy(&trained.stdout).to_string();
+    assert!(
+        trained.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    said
+}
+
+/// A server whose memory node runs fragments on two threads with the
+/// models at `models`.
+fn offloading_server(data: &std::path::Path, models: &std::path::Path) -> Server {
+    Server::start(
+        data,
+        Options {
+            extra: vec![
+                "--offload-threads".to_string(),
+                "2".to_string(),
+                "--offload-models".to_string(),
+                models.display().to_string(),
+            ],
+            ..Options::default()
+        },
+    )
+}
+
+/// The particle data set (the SmartNIC paper's) in a memory node: the
+/// paper's case studies and the bench's kinds of random fragment give the
+/// same answer pushed back, offloaded, decided by the node's models, and
+/// with the aggregation on the node or not (the rows kept are compared
+/// exactly, the aggregates' sums by their integers and extremes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn particles_answer_alike_in_every_offload_mode() {
+    let models = tempfile::tempdir().expect("a directory for the models");
+    let path = models.path().join("models.json");
+    calibrated(&path);
+    let server = offloading_server(&dataset(Benchmark::Particles, 0.01), &path);
+    let client = server.pg().await;
+    wait_for_workers(&client, 2).await;
+    let bytes = number(&client, "SELECT skiff.load_to_memory('particles')").await;
+    assert!(bytes > 0, "particles: {bytes} bytes loaded");
+    let predicates = [
+        "x >= 0.7 AND y < 0.3 AND z <= 0.1",
+        "x >= 0.5 AND y < 0.6 AND z <= 0.613",
+        "x BETWEEN 0.2 AND 0.35 AND y BETWEEN 0.1 AND 0.9",
+        "charge = 1 AND y >= 0.8",
+        "vx > 1.5 OR mass > 50",
+        "x * vx + y * vy > 0.5 OR id % 97 = 0",
+        "mass > 0.5",
+    ];
+    let mut compared = 0;
+    for predicate in predicates {
+        let queries = [
+            format!("SELECT id FROM particles WHERE {predicate} ORDER BY id"),
+            format!(
+                "SELECT count(*), sum(id), min(x), max(vy), sum(charge) \
+                 FROM particles WHERE {predicate}"
+            ),
+            format!(
+                "SELECT charge, count(*), sum(id), max(mass) FROM particles \
+                 WHERE {predicate} GROUP BY charge ORDER BY charge"
+            ),
+        ];
+        for sql in &queries {
+            let mut answers = Vec::new();
+            for (mode, aggregations) in [
+                ("never", true),
+                ("always", false),
+                ("always", true),
+                ("auto", false),
+                ("auto", true),
+            ] {
+                for set in [
+                    format!("SET skiff.offload = {mode}"),
+                    format!("SET skiff.offload_aggregations = {aggregations}"),
+                ] {
+                    client.simple_query(&set).await.expect("set");
+                }
+                let rows = simple_rows(&client, sql).await.expect(sql);
+                answers.push((mode, aggregations, rows));
+            }
+            let (_, _, first) = &answers[0];
+            assert!(!first.is_empty(), "{sql}");
+            for (mode, aggregations, rows) in &answers[1..] {
+                assert_eq!(rows, first, "{sql} in {mode} (aggregations {aggregations})");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, predicates.len() * 3 * 4);
+    let offloaded = number(
+        &client,
+        "SELECT count(*) FROM skiff.memory_fragments WHERE offloaded",
+    )
+    .await;
+    assert!(offloaded > 0, "nothing offloaded");
+}
+
 /// Fragments (a scan, its filter and projection, perhaps aggregated)
 /// offloaded to the memory node holding their table: `EXPLAIN ANALYZE` shows them offloaded, every
 /// TPC-H answer equals DuckDB's; with `never` nothing is offered; with
@@ -371,47 +490,15 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
     let models = tempfile::tempdir().expect("a directory for the models");
     let path = models.path().join("models.json");
     // Too small a corpus is refused; a small one trains models.
-    let calibrate = |fragments: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
-            .args([
-                "memnode",
-                "calibrate",
-                "--rows",
-                "8192",
-                "--offload-threads",
-                "2",
-            ])
-            .args(["--fragments", fragments, "--out"])
-            .arg(&path)
-            .output()
-            .expect("skiff memnode calibrate")
-    };
-    let refused = calibrate("3");
+    let refused = calibrate(&path, "3");
     assert!(!refused.status.success() && !path.exists());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--fragments"));
-    let trained = calibrate("20");
-    let said = String::from_utf8_lossy(&trained.stdout).to_string();
-    assert!(
-        trained.status.success(),
-        "{said}\n{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    let said = calibrated(&path);
     assert!(
         said.contains("models saved") && said.contains("held out"),
         "{said}"
     );
-    let server = Server::start(
-        &dataset(Benchmark::Tpch, 0.01),
-        Options {
-            extra: vec![
-                "--offload-threads".to_string(),
-                "2".to_string(),
-                "--offload-models".to_string(),
-                path.display().to_string(),
-            ],
-            ..Options::default()
-        },
-    );
+    let server = offloading_server(&dataset(Benchmark::Tpch, 0.01), &path);
     let client = server.pg().await;
     wait_for_workers(&client, 2).await;
     for table in TPCH_TABLES {
@@ -467,8 +554,8 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
     // The node's own record of the offloaded runs: rows estimated, kept.
     let recorded = simple_rows(
         &client,
-        "SELECT count(*), sum(rows), sum(estimated_rows) FROM skiff.memory_fragments \
-         WHERE offloaded",
+        "SELECT count(*), sum(rows), sum(estimated_rows), sum(estimation_ms) \
+         FROM skiff.memory_fragments WHERE offloaded",
     )
     .await
     .expect("skiff.memory_fragments");
@@ -479,7 +566,7 @@ async fn tpch_offloaded_to_the_memory_node_matches_duckdb() {
             .unwrap_or(0.0)
     };
     assert!(
-        number(0) >= 2.0 && number(1) > 0.0 && number(2) > 0.0,
+        number(0) >= 2.0 && number(1) > 0.0 && number(2) > 0.0 && number(3) > 0.0,
         "{recorded:?}"
     );
     // Every TPC-H query: decided (mixed), then all offered fragments run
@@ -861,14 +948,17 @@ async fn a_batch_fetches_each_shared_chunk_once() {
 
 /// TPC-DS with every table in a memory node, its 99 queries sent four at
 /// a time in batches whose pipelines run grouped, then each alone with
-/// every fragment offloaded to the node: every answer matches DuckDB's
-/// (slow: run with `SKIFF_SLOW_TESTS=1`).
+/// every fragment offloaded to the node, then decided by its cost models:
+/// every answer matches DuckDB's (slow: run with `SKIFF_SLOW_TESTS=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpcds_in_grouped_batches_matches_duckdb() {
     if !skiff_testkit::slow_tests("tpcds in grouped batches") {
         return;
     }
-    let server = Server::start(&dataset(Benchmark::Tpcds, 0.01), Options::default());
+    let models = tempfile::tempdir().expect("a directory for the models");
+    let path = models.path().join("models.json");
+    calibrated(&path);
+    let server = offloading_server(&dataset(Benchmark::Tpcds, 0.01), &path);
     let client = server.pg().await;
     wait_for_workers(&client, 2).await;
     let tables = simple_rows(
@@ -891,12 +981,21 @@ async fn tpcds_in_grouped_batches_matches_duckdb() {
         "batches of TPC-DS queries share columns; log:\n{log}"
     );
     // Each query alone, every fragment offered run on the node (scans,
-    // filters, projections and aggregations' partial halves).
-    client
-        .simple_query("SET skiff.offload = always")
-        .await
-        .expect("set");
-    suite_matches_duckdb(&server, &client, "tpcds", "offloaded").await;
+    // filters, projections and aggregations' partial halves), then each
+    // decided by the node's models.
+    for (mode, label) in [("always", "offloaded"), ("auto", "decided")] {
+        client
+            .simple_query(&format!("SET skiff.offload = {mode}"))
+            .await
+            .expect("set");
+        suite_matches_duckdb(&server, &client, "tpcds", label).await;
+    }
+    let decided = number(
+        &client,
+        "SELECT count(*) FROM skiff.memory_fragments WHERE mode = 'auto'",
+    )
+    .await;
+    assert!(decided > 0, "no fragment decided");
     let log = server.log_text();
     assert!(
         log.contains("fragment offloaded") && !log.contains("rows unlike"),
