@@ -43,8 +43,9 @@ pub enum BenchTarget {
     /// Tables in memory nodes and pipeline groups (TPC-H's data): the
     /// paper's Figures 4 and 5 and concurrent TPC-H streams (`--parts`).
     Groups,
-    /// Opportunistic offload on the particle data set: the SmartNIC
-    /// paper's case studies CQ1 and CQ2, offloaded and pushed back.
+    /// Opportunistic offload on the particle data set: a calibration per
+    /// link, the SmartNIC paper's case studies CQ1 and CQ2 (pushed back,
+    /// offloaded, decided, aggregated on the node) and held-out decisions.
     Offload,
 }
 

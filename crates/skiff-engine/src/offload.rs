@@ -532,10 +532,7 @@ pub fn partition_files(
     partition: usize,
 ) -> Option<Vec<PartitionedFile>> {
     let mut node = input;
-    if node
-        .downcast_ref::<AggregateExec>()
-        .is_some_and(|a| *a.mode() == AggregateMode::Partial)
-    {
+    if is_partial_half(node) {
         node = node.children().into_iter().next()?;
     }
     loop {
@@ -557,6 +554,13 @@ pub fn partition_files(
     let group = config.file_groups.get(partition)?;
     let plain = group.iter().all(|f| f.extensions.is_empty());
     plain.then(|| group.iter().cloned().collect())
+}
+
+/// Whether `plan` is an aggregation's partial half: what an aggregated
+/// fragment's node runs, and what its `OffloadExec` sits above.
+pub fn is_partial_half(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<AggregateExec>()
+        .is_some_and(|a| *a.mode() == AggregateMode::Partial)
 }
 
 fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {

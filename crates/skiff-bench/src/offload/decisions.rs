@@ -9,10 +9,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::models::median_p90;
-use super::{Route, alike, query};
+use super::{Route, alike, first_row_numbers, last_record, query};
 use crate::BenchError;
 use crate::client::PgConn;
-use crate::groups::{exec, median_after_warm_up, number};
+use crate::groups::{exec, median_after_warm_up};
 
 /// One held-out fragment on one link.
 pub(super) struct Decided {
@@ -103,20 +103,12 @@ pub(super) async fn held_out(
         let mut ms = [0.0; 3];
         let mut answers = Vec::new();
         let mut seen = 0;
-        let before = number(
-            conn,
-            "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",
-        )
-        .await?;
+        let before = last_record(conn).await?;
         for (i, route) in Route::ALL.into_iter().enumerate() {
             for set in route.settings() {
                 exec(conn, &set).await?;
             }
-            seen = number(
-                conn,
-                "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",
-            )
-            .await?;
+            seen = last_record(conn).await?;
             let mut timed = Vec::new();
             for run in 0..runs.max(2) {
                 let started = std::time::Instant::now();
@@ -137,35 +129,26 @@ pub(super) async fn held_out(
             )));
         }
         // The `auto` runs' records (the last route run).
-        let recorded = conn
-            .rows(&format!(
+        let recorded = first_row_numbers(
+            conn,
+            &format!(
                 "SELECT count(*) FILTER (WHERE offloaded), count(*) FILTER (WHERE NOT offloaded), \
                  coalesce(sum(predicted_offload_ms), 0), coalesce(sum(predicted_push_back_ms), 0) \
                  FROM skiff.memory_fragments WHERE seq > {seen} AND mode = 'auto'"
-            ))
-            .await
-            .map_err(|e| BenchError::Data(format!("skiff.memory_fragments: {e}")))?;
-        let cell = |i: usize| -> f64 {
-            recorded
-                .first()
-                .and_then(|r| r.get(i).cloned().flatten())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0)
-        };
-        let spent = conn
-            .rows(&format!(
+            ),
+        )
+        .await?;
+        let cell = |i: usize| recorded.get(i).copied().unwrap_or(0.0);
+        // Every run the node did itself, in all three routes.
+        let spent = first_row_numbers(
+            conn,
+            &format!(
                 "SELECT coalesce(sum(estimation_ms), 0), coalesce(sum(measured_execution_ms), 0) \
                  FROM skiff.memory_fragments WHERE seq > {before} AND offloaded"
-            ))
-            .await
-            .map_err(|e| BenchError::Data(format!("skiff.memory_fragments: {e}")))?;
-        let ran = |i: usize| -> f64 {
-            spent
-                .first()
-                .and_then(|r| r.get(i).cloned().flatten())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0)
-        };
+            ),
+        )
+        .await?;
+        let ran = |i: usize| spent.get(i).copied().unwrap_or(0.0);
         let runs_of_auto = f64::from(runs.max(2));
         let one = Decided {
             link,

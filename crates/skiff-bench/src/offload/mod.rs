@@ -274,11 +274,7 @@ async fn on_link(
         }
         // The node's records of one more offloaded run: its estimate and
         // the rows it kept, exactly (EXPLAIN's figures are rounded).
-        let last = number(
-            &conn,
-            "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",
-        )
-        .await?;
+        let last = last_record(&conn).await?;
         exec(&conn, &sql).await?;
         let recorded = conn
             .rows(&format!(
@@ -306,6 +302,30 @@ async fn on_link(
     }
     let held_out = decisions::held_out(&conn, link, HELD_OUT, runs, HELD_OUT_SEED).await?;
     Ok((timed, counted, held_out))
+}
+
+/// The number of the newest fragment record of the cluster's memory
+/// nodes (0 before any).
+async fn last_record(conn: &PgConn) -> Result<u64, BenchError> {
+    number(
+        conn,
+        "SELECT coalesce(max(seq), 0) FROM skiff.memory_fragments",
+    )
+    .await
+}
+
+/// The first row of `sql`, each cell as a number (0 for a null or a
+/// cell that is not one).
+async fn first_row_numbers(conn: &PgConn, sql: &str) -> Result<Vec<f64>, BenchError> {
+    let rows = conn
+        .rows(sql)
+        .await
+        .map_err(|e| BenchError::Data(format!("{sql}: {e}")))?;
+    Ok(rows.first().map_or_else(Vec::new, |row| {
+        row.iter()
+            .map(|v| v.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0.0))
+            .collect()
+    }))
 }
 
 /// Whether two answers are the same, sums of floats to 1e-9 of their size

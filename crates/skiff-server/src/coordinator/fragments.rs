@@ -40,7 +40,7 @@ use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceC
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use prost::Message;
 use skiff_engine::SkiffOptions;
-use skiff_engine::offload::{Fragment, OffloadExec};
+use skiff_engine::offload::{Fragment, OffloadExec, is_partial_half};
 use skiff_engine::options::Offload;
 use tracing::debug;
 
@@ -292,8 +292,7 @@ fn halves(
         return None;
     }
     let partial = Arc::clone(last.input());
-    let first = partial.downcast_ref::<AggregateExec>()?;
-    (*first.mode() == AggregateMode::Partial).then(|| (partial, Arc::clone(plan)))
+    is_partial_half(&partial).then(|| (partial, Arc::clone(plan)))
 }
 
 impl FragmentExtension {

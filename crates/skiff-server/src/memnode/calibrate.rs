@@ -6,10 +6,10 @@
 //! equalities, lists, patterns, arithmetic; random projections, or
 //! aggregations by few or many groups; from nothing kept to everything)
 //! runs through the node's own fragment path on 1 to `threads` threads,
-//! each timed in its parts. Bytes of many sizes
-//! cross a loopback connection through the node's link. A fifth of each
-//! set is held out to measure the fitted models' error; the models saved
-//! are then fitted on everything.
+//! each timed in its parts. Bytes of many sizes cross a loopback
+//! connection through the node's link. A fifth of each set is held out to
+//! measure the fitted models' error; the models saved are then fitted on
+//! everything.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -7,7 +7,8 @@
 //! aggregates updated.
 //!
 //! A conjunction's selectivity is the product of its terms' (independent
-//! columns), a disjunction's `a + b - ab`. A comparison of a column with a
+//! columns; one column's lower and upper bounds taken together, `low +
+//! high - 1`), a disjunction's `a + b - ab`. A comparison of a column with a
 //! constant is judged by the column's KLL quantiles (ranges) or its
 //! frequent items and distinct count (equality); a pattern by the heavy
 //! hitters it matches; `column % m = c` as `1/m`; any other predicate over

@@ -1,7 +1,7 @@
 //! Offloaded fragments in process: the coordinator's cut of a query's
-//! scan, filter and projection (perhaps aggregated), sent over Flight to a memory node holding
-//! the files, answered row group by row group; and every way it is pushed
-//! back instead.
+//! scan, filter and projection (perhaps aggregated), sent over Flight to a
+//! memory node holding the files, answered row group by row group; and
+//! every way it is pushed back instead.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,12 +11,11 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use futures::StreamExt;
 use skiff_engine::buffer::FileVersion;
-use skiff_engine::offload::{Fragment, FragmentEvent};
+use skiff_engine::offload::{Fragment, FragmentEvent, is_partial_half};
 use skiff_flight::chunks::chunk_file;
 use skiff_flight::fragments::{run_fragment, schema_bytes};
 use skiff_flight::protocol::{FragmentDecision, FragmentFile, FragmentRequest, OffloadMode};
@@ -195,10 +194,7 @@ async fn merged(dir: &std::path::Path, sql: &str, partials: Vec<RecordBatch>) ->
     let mut replaced = 0;
     let plan = plan
         .transform_up(|node| {
-            let partial = node
-                .downcast_ref::<AggregateExec>()
-                .is_some_and(|a| *a.mode() == AggregateMode::Partial);
-            if !partial {
+            if !is_partial_half(&node) {
                 return Ok(Transformed::no(node));
             }
             replaced += 1;

@@ -3,10 +3,10 @@
 //! worker's [`FragmentRequest`] names a Substrait plan (one table's scan,
 //! filter and projection, perhaps aggregated: the node then runs the
 //! aggregation's partial half and sends partial states), the columns it
-//! reads and the files; the node
-//! plans it with DataFusion against its chunks and runs it on its own few
-//! threads (`--offload-threads`, the paper's embedded cores), row group by
-//! row group, marking each one's end, or pushes it back with the reason.
+//! reads and the files; the node plans it with DataFusion against its
+//! chunks and runs it on its own few threads (`--offload-threads`, the
+//! paper's embedded cores), row group by row group, marking each one's end,
+//! or pushes it back with the reason.
 //!
 //! The plan is made once, over the first row group, and each row group then
 //! runs the same physical plan with its rows in the memory scan's place.
@@ -33,7 +33,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableScanBuilder};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::combine_partial_final_agg::CombinePartialFinalAggregate;
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_substrait::extensions::Extensions;
@@ -43,6 +43,7 @@ use datafusion_substrait::logical_plan::consumer::{
 use datafusion_substrait::substrait::proto::Plan;
 use futures::StreamExt;
 use prost::Message;
+use skiff_engine::offload::is_partial_half;
 use skiff_flight::fragments::{RowEncoder, decision_message, mark_message, schema_of};
 use skiff_flight::protocol::{
     ChunkFile, FragmentCosts, FragmentDecision, FragmentFile, FragmentMark, FragmentRecord,
@@ -904,22 +905,18 @@ fn supported(plan: &LogicalPlan) -> std::result::Result<bool, String> {
 /// aggregation kept in its two halves (DataFusion would merge them into one
 /// where no exchange comes between; the node runs the partial half only).
 fn fragment_context(threads: usize) -> SessionContext {
-    let config = SessionConfig::new().with_target_partitions(threads);
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_default_features()
-        .build();
-    let rules = state
-        .physical_optimizers()
-        .iter()
-        .filter(|rule| rule.name() != CombinePartialFinalAggregate::new().name())
-        .cloned()
+    let merging = CombinePartialFinalAggregate::new();
+    let rules = PhysicalOptimizer::new()
+        .rules
+        .into_iter()
+        .filter(|rule| rule.name() != merging.name())
         .collect();
-    SessionContext::new_with_state(
-        SessionStateBuilder::new_from_existing(state)
-            .with_physical_optimizer_rules(rules)
-            .build(),
-    )
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_target_partitions(threads))
+        .with_default_features()
+        .with_physical_optimizer_rules(rules)
+        .build();
+    SessionContext::new_with_state(state)
 }
 
 /// The partial half of the aggregation in `plan`: what the node runs of an
@@ -927,10 +924,7 @@ fn fragment_context(threads: usize) -> SessionContext {
 fn partial_half(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let mut found = None;
     let _ = plan.apply(|node| {
-        if node
-            .downcast_ref::<AggregateExec>()
-            .is_some_and(|a| *a.mode() == AggregateMode::Partial)
-        {
+        if is_partial_half(node) {
             found = Some(Arc::clone(node));
             return Ok(TreeNodeRecursion::Stop);
         }
