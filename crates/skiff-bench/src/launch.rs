@@ -3,8 +3,9 @@
 //!
 //! A coordinator (`skiff serve` or `skiff coordinator`) prints one line
 //! when it is ready, `skiff: PostgreSQL on A, Flight SQL on B, cluster on
-//! C` (`skiff serve` adds `, N workers (B MiB buffer pool each), M memory node` once its nodes have
-//! registered); [`Coordinator::start`] waits for that line and parses it.
+//! C, console on http://D/` (`skiff serve` adds `, N workers (B MiB buffer
+//! pool each), M memory node` once its nodes have registered);
+//! [`Coordinator::start`] waits for that line and parses it.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -27,6 +28,8 @@ pub struct Announcement {
     pub pg: Option<SocketAddr>,
     pub flight: Option<SocketAddr>,
     pub cluster: SocketAddr,
+    /// The web console (`console on http://A/`).
+    pub console: Option<SocketAddr>,
 }
 
 impl Announcement {
@@ -49,6 +52,13 @@ impl Announcement {
             pg: door("PostgreSQL on ")?,
             flight: door("Flight SQL on ")?,
             cluster: field("cluster on ")?.parse().ok()?,
+            console: match field("console on ") {
+                None | Some("off") => None,
+                Some(url) => {
+                    let addr = url.strip_prefix("http://")?;
+                    Some(addr.strip_suffix('/').unwrap_or(addr).parse().ok()?)
+                }
+            },
         })
     }
 }
@@ -191,6 +201,7 @@ pub fn serve(exe: &Path, data: &Path, workers: usize, partitions: usize) -> Comm
         .arg(data)
         .args(["--workers", &workers.to_string()])
         .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
+        .args(["--http-addr", "127.0.0.1:0"])
         .args(["--partitions", &partitions.to_string()])
         .env("SKIFF_LOG", "warn");
     command
@@ -203,19 +214,22 @@ mod tests {
     #[test]
     fn serve_announcement_parses() {
         let line = "skiff: PostgreSQL on 127.0.0.1:5433, Flight SQL on 127.0.0.1:4000, \
-                    cluster on 127.0.0.1:4100, 2 workers (512 MiB buffer pool each), \
-                    1 memory node";
+                    cluster on 127.0.0.1:4100, console on http://127.0.0.1:8080/, \
+                    2 workers (512 MiB buffer pool each), 1 memory node";
         let at = Announcement::parse(line).expect("an announcement");
         assert_eq!(at.pg, Some("127.0.0.1:5433".parse().expect("addr")));
         assert_eq!(at.flight, Some("127.0.0.1:4000".parse().expect("addr")));
         assert_eq!(at.cluster, "127.0.0.1:4100".parse().expect("addr"));
+        assert_eq!(at.console, Some("127.0.0.1:8080".parse().expect("addr")));
     }
 
     #[test]
     fn closed_front_doors_are_none() {
-        let line = "skiff: PostgreSQL on off, Flight SQL on [::1]:4000, cluster on [::1]:4100";
+        let line = "skiff: PostgreSQL on off, Flight SQL on [::1]:4000, cluster on [::1]:4100, \
+                    console on off";
         let at = Announcement::parse(line).expect("an announcement");
         assert_eq!(at.pg, None);
+        assert_eq!(at.console, None);
         assert_eq!(at.flight, Some("[::1]:4000".parse().expect("addr")));
     }
 

@@ -239,6 +239,14 @@ pub struct Heartbeat {
     /// The memory routes a worker reads with (their epoch; 0: none yet).
     #[prost(uint64, tag = "4")]
     pub memory_epoch: u64,
+    /// Bytes the node's work holds in memory now: a worker's memory pool
+    /// reservations, a memory node's table chunks and states in memory.
+    #[prost(uint64, tag = "5")]
+    pub memory_used: u64,
+    /// Bytes cached: a worker's buffer pool, a memory node's state cache
+    /// (memory and disk).
+    #[prost(uint64, tag = "6")]
+    pub cache_bytes: u64,
 }
 
 /// The files (or file ranges) the scans of a distributed query's tasks on
@@ -662,6 +670,9 @@ pub struct PipelineReport {
     /// `waiting`, `running` or `finished`.
     #[prost(string, tag = "3")]
     pub status: String,
+    /// Of `output_bytes`, those spilled to disk.
+    #[prost(uint64, tag = "9")]
+    pub spilled_bytes: u64,
     #[prost(uint64, tag = "4")]
     pub output_rows: u64,
     #[prost(uint64, tag = "5")]

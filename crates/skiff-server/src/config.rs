@@ -78,6 +78,8 @@ pub struct CoordinatorConfig {
     pub flight_addr: Option<SocketAddr>,
     /// Prometheus metrics endpoint (`/metrics`).
     pub metrics_addr: Option<SocketAddr>,
+    /// The web console (`crate::console`), which serves `/metrics` too.
+    pub http_addr: Option<SocketAddr>,
     /// Partitions per pipeline in plans made here; defaults to the cores.
     pub partitions: Option<usize>,
     pub limits: Limits,
@@ -97,6 +99,24 @@ pub const REMOVE_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Most workers one `skiff.add_workers(n)` starts.
 pub const ADD_WORKERS_MAX: usize = 64;
+
+/// How often the console's live pages hear the cluster's state.
+pub const CONSOLE_TICK: Duration = Duration::from_millis(500);
+
+/// How long a console login lasts without logging in again.
+pub const CONSOLE_LOGIN_TTL: Duration = Duration::from_secs(8 * 3600);
+
+/// Console logins kept at once; the oldest goes when a new one comes.
+pub const CONSOLE_LOGINS_MAX: usize = 1024;
+
+/// The pause before the console answers a wrong password: guessing is slow.
+pub const CONSOLE_REFUSAL_DELAY: Duration = Duration::from_millis(300);
+
+/// Largest request body the console reads (logins and actions are small).
+pub const CONSOLE_BODY_MAX: usize = 16 * 1024;
+
+/// How long a console action (one SQL function call) may take.
+pub const CONSOLE_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the coordinator tries to connect to a worker of a failed
 /// distributed query: a refused connection declares the worker dead (a

@@ -15,7 +15,9 @@
 //!   online, and buffer matching (old owners send moved partitions' blocks
 //!   to new owners), tables loaded into memory nodes and their routes,
 //!   the query batcher (`skiff.batch_window_ms`), and the query planner
-//!   that cuts fragments a memory node may run (`skiff.offload`);
+//!   that cuts fragments a memory node may run (`skiff.offload`), and the
+//!   web console that shows all of it live and acts on it (`console`,
+//!   `--http-addr`);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   (scans through its buffer pool) and hands queries off at pipeline
 //!   boundaries, serves the tasks of distributed queries, with the session
@@ -35,6 +37,7 @@
 pub mod auth;
 mod carried;
 pub mod config;
+mod console;
 pub mod coordinator;
 pub mod error;
 pub mod flight_sql;

@@ -1,19 +1,26 @@
-//! Counters and timings for the Prometheus endpoint (`--metrics-addr`,
-//! served at `/metrics`). Recording is free when no exporter is installed.
+//! Counters and timings for Prometheus, served at `/metrics` by the
+//! console (`--http-addr`) and by `--metrics-addr`. Recording is free
+//! until one of them installs the recorder.
 
-use std::net::SocketAddr;
+use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::coordinator::{QueryEntry, QueryStatus};
-use crate::error::{Result, ServerError};
 
-/// Serve `/metrics` on `addr` for the rest of the process's life.
-pub fn install(addr: SocketAddr) -> Result<()> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| ServerError::internal(format!("metrics endpoint on {addr}: {e}")))
+/// The process's recorder, installed by the first endpoint that serves it;
+/// `None` when another recorder was installed first.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!("metrics not recorded: {e}");
+                None
+            }
+        })
+        .as_ref()
 }
 
 pub(crate) fn query_ended(entry: &QueryEntry) {

@@ -18,6 +18,8 @@ pub struct Listening {
     pub cluster: SocketAddr,
     pub pg: Option<SocketAddr>,
     pub flight: Option<SocketAddr>,
+    /// The web console (and `/metrics`).
+    pub http: Option<SocketAddr>,
 }
 
 /// Bind every port of `config`, then serve until `shutdown`. `ready` hears
@@ -28,10 +30,14 @@ pub async fn serve_coordinator(
     ready: impl FnOnce(&Coordinator, &Listening),
 ) -> Result<()> {
     let coordinator = Coordinator::new(&config).await?;
-    if let Some(addr) = config.metrics_addr {
-        crate::metrics::install(addr)?;
-        info!(%addr, "metrics at /metrics");
-    }
+    let metrics_listener = match config.metrics_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let http_listener = match config.http_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let cluster_listener = bind(config.cluster_addr).await?;
     let pg_listener = match config.pg_addr {
         Some(addr) => Some(bind(addr).await?),
@@ -45,7 +51,14 @@ pub async fn serve_coordinator(
         cluster: local_addr(&cluster_listener)?,
         pg: pg_listener.as_ref().map(local_addr).transpose()?,
         flight: flight_listener.as_ref().map(local_addr).transpose()?,
+        http: http_listener.as_ref().map(local_addr).transpose()?,
     };
+    if let Some(listener) = &metrics_listener {
+        info!(addr = %local_addr(listener)?, "metrics at /metrics");
+    }
+    if let Some(addr) = listening.http {
+        info!(%addr, "web console (and /metrics)");
+    }
     if coordinator.users().required() {
         info!("clients must authenticate (SCRAM-SHA-256 / basic)");
     } else {
@@ -84,15 +97,35 @@ pub async fn serve_coordinator(
             None => Ok(()),
         }
     };
+    let console = async {
+        match http_listener {
+            Some(listener) => {
+                let listening = listening.clone();
+                crate::console::serve(coordinator.clone(), listener, listening, shutdown.clone())
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let metrics = async {
+        match metrics_listener {
+            Some(listener) => crate::console::serve_metrics(listener, shutdown.clone()).await,
+            None => Ok(()),
+        }
+    };
     ready(&coordinator, &listening);
-    let (cluster, pg, flight, ()) = tokio::join!(
+    let (cluster, pg, flight, console, metrics, ()) = tokio::join!(
         cluster,
         pg,
         flight,
+        console,
+        metrics,
         coordinator.sweep_until(shutdown.clone())
     );
     cluster.map_err(|e| ServerError::internal(format!("cluster service: {e}")))?;
     pg?;
     flight?;
+    console?;
+    metrics?;
     Ok(())
 }

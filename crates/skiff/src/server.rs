@@ -40,9 +40,15 @@ pub struct FrontArgs {
     /// Arrow Flight SQL address.
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub flight_addr: SocketAddr,
-    /// Prometheus metrics endpoint (`/metrics`); off unless given.
+    /// Prometheus metrics endpoint (`/metrics`) alone; off unless given
+    /// (the console serves `/metrics` too).
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// The web console (cluster, queries, pipelines, actions) and
+    /// `/metrics`; `off` disables it. Without users only loopback peers
+    /// are served, as on the PostgreSQL port.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR|off")]
+    pub http_addr: HttpAddr,
     /// Users file, one `name:password` or `name:role:password` per line
     /// (role `admin` or `user`, the default). SKIFF_USER/SKIFF_PASSWORD add
     /// an admin. Without any user only loopback clients may connect.
@@ -80,10 +86,29 @@ pub struct FrontArgs {
     pub state_dir: Option<PathBuf>,
 }
 
+/// An address to listen on, or `off`.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpAddr(pub Option<SocketAddr>);
+
+impl std::str::FromStr for HttpAddr {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        match text {
+            "off" => Ok(Self(None)),
+            addr => addr
+                .parse()
+                .map(|a| Self(Some(a)))
+                .map_err(|e| format!("'{addr}' is not host:port or off: {e}")),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   skiff serve --data DIR
   psql -h 127.0.0.1 -p 5433 -U skiff
+  open http://127.0.0.1:8080/ (the console)
   SKIFF_USER=skiff SKIFF_PASSWORD=secret skiff serve --data DIR --workers 4")]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -318,6 +343,7 @@ fn coordinator_config(
         pg_addr: Some(front.pg_addr),
         flight_addr: Some(front.flight_addr),
         metrics_addr: front.metrics_addr,
+        http_addr: front.http_addr.0,
         partitions: session.partitions(),
         limits: Limits {
             max_connections: front.max_connections,
@@ -438,8 +464,11 @@ fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize, us
     let flight = listening
         .flight
         .map_or("off".to_string(), |a| a.to_string());
+    let console = listening
+        .http
+        .map_or("off".to_string(), |a| format!("http://{a}/"));
     let mut line = format!(
-        "skiff: PostgreSQL on {pg}, Flight SQL on {flight}, cluster on {}",
+        "skiff: PostgreSQL on {pg}, Flight SQL on {flight}, cluster on {}, console on {console}",
         listening.cluster
     );
     if let Some((workers, memnodes, cache)) = nodes {

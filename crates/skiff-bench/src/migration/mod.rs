@@ -802,6 +802,7 @@ impl Cluster {
             .arg("--data")
             .arg(data)
             .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
+            .args(["--http-addr", "127.0.0.1:0"])
             .args(["--cluster-addr", "127.0.0.1:0"])
             // The experiments migrate queries with the test hooks.
             .arg("--fault-injection");

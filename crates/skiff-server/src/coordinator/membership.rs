@@ -44,6 +44,9 @@ pub struct Node {
     pub assigned: usize,
     /// Queries the node reported in its last heartbeat.
     pub running: Vec<RunningQuery>,
+    /// Memory and cache bytes, as of the last heartbeat.
+    pub memory_used: u64,
+    pub cache_bytes: u64,
     /// Being vacated: takes no new query.
     pub draining: bool,
     /// How long the last vacate took, once the worker held no query.
@@ -99,6 +102,8 @@ impl Membership {
                 last_heartbeat: Instant::now(),
                 assigned: 0,
                 running: Vec::new(),
+                memory_used: 0,
+                cache_bytes: 0,
                 draining: false,
                 vacate_ms: None,
             },
@@ -114,6 +119,8 @@ impl Membership {
         if node.state == NodeState::Alive {
             node.last_heartbeat = Instant::now();
             node.running = beat.queries.clone();
+            node.memory_used = beat.memory_used;
+            node.cache_bytes = beat.cache_bytes;
         }
         Some(node.state)
     }

@@ -36,7 +36,7 @@ mod queries;
 mod relay;
 mod resize;
 mod session;
-mod system_tables;
+pub(crate) mod system_tables;
 mod vacate;
 mod window_keys;
 mod workers;
@@ -68,7 +68,7 @@ use tracing::{info, warn};
 
 pub use catalog_store::{CatalogEntry, CatalogStore};
 pub use membership::{Membership, Node, NodeState, Placement};
-pub use queries::{QueryEntry, QueryInfo, QueryRegistry, QueryStatus};
+pub use queries::{Hop, HopKind, QueryEntry, QueryInfo, QueryRegistry, QueryStatus};
 pub use resize::WorkerLauncher;
 use session::Caller;
 pub use session::ClientSession;

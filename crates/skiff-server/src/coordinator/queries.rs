@@ -16,6 +16,41 @@ use crate::scan_progress::{ScanKey, ScanTally};
 
 /// Finished queries kept for `skiff.queries`.
 const RECENT_KEPT: usize = 200;
+/// Steps kept in one query's timeline; a query that moves more often
+/// keeps its first steps and its last ones.
+const TIMELINE_KEPT: usize = 64;
+
+/// One step of a query's life on the workers (the console's timeline of
+/// hand-offs).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Hop {
+    /// Milliseconds since the query began.
+    pub at_ms: u64,
+    pub kind: HopKind,
+    /// The worker the step happened on: where it runs from now, or where
+    /// the hand-off came from.
+    pub worker: Option<u64>,
+    /// State shipped through the state cache.
+    pub state_bytes: u64,
+    /// A hand-off's pause, extraction and upload, milliseconds.
+    pub took_ms: u64,
+    pub pipelines_finished: u32,
+    pub pipelines_total: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HopKind {
+    /// The query started (or continued) on `worker`.
+    Runs,
+    /// It handed its state off to move to another worker.
+    Migrated,
+    Suspended,
+    Resumed,
+    Snapshot,
+    WorkerLost,
+    StartedOver,
+}
 
 /// Where a query is in its life.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,8 +92,11 @@ pub struct QueryInfo {
     /// when the coordinator runs the query itself (system tables).
     pub worker: Option<(u64, String)>,
     pub rows_sent: u64,
-    /// The worker's last report on the query.
+    /// The worker's last report on the query, when it came (milliseconds
+    /// since the query began) and from which worker.
     pub progress: Option<RunningQuery>,
+    pub progress_at_ms: u64,
+    pub progress_from: Option<u64>,
     pub ended: Option<Instant>,
     /// State separation: hand-offs that moved the query to another worker,
     /// suspensions, starts from scratch after a failed hand-off, snapshots
@@ -86,6 +124,8 @@ pub struct QueryInfo {
     /// on (`skiff.retry_on_worker_loss`); how often it did.
     pub retry_on_loss: bool,
     pub loss_restarts: u32,
+    /// Where the query ran and how it moved, oldest first.
+    pub timeline: Vec<Hop>,
 }
 
 /// The files a distributed query's scans read, and how many of them its
@@ -197,6 +237,27 @@ impl QueryEntry {
             .unwrap_or_else(|| ServerError::canceled("canceling statement due to user request"))
     }
 
+    /// Add a step to the query's timeline; `handoff` gives a hand-off's
+    /// figures.
+    pub fn record(&self, kind: HopKind, worker: Option<u64>, handoff: Option<&Handoff>) {
+        let at_ms = self.started_at.elapsed().as_millis() as u64;
+        let hop = Hop {
+            at_ms,
+            kind,
+            worker,
+            state_bytes: handoff.map_or(0, |h| h.state_bytes),
+            took_ms: handoff.map_or(0, |h| h.pause_ms + h.extract_ms + h.put_ms),
+            pipelines_finished: handoff.map_or(0, |h| h.pipelines_finished),
+            pipelines_total: handoff.map_or(0, |h| h.pipelines_total),
+        };
+        let mut info = lock(&self.info);
+        if info.timeline.len() >= TIMELINE_KEPT {
+            // Keep the start; forget the oldest of the later steps.
+            info.timeline.remove(1);
+        }
+        info.timeline.push(hop);
+    }
+
     /// Record the end of the query; the first end recorded wins.
     pub fn finish(&self, status: QueryStatus) {
         let mut info = lock(&self.info);
@@ -231,6 +292,8 @@ impl QueryRegistry {
                 worker: None,
                 rows_sent: 0,
                 progress: None,
+                progress_at_ms: 0,
+                progress_from: None,
                 ended: None,
                 migrations: 0,
                 suspensions: 0,
@@ -246,6 +309,7 @@ impl QueryRegistry {
                 use_snapshot: false,
                 retry_on_loss: false,
                 loss_restarts: 0,
+                timeline: Vec::new(),
             }),
             resumed: Notify::new(),
             lost: Notify::new(),
@@ -325,7 +389,7 @@ impl QueryRegistry {
         }
     }
 
-    fn live_or_recent(&self, id: u64) -> Option<Arc<QueryEntry>> {
+    pub(crate) fn live_or_recent(&self, id: u64) -> Option<Arc<QueryEntry>> {
         self.get(id)
             .or_else(|| lock(&self.recent).iter().find(|e| e.id == id).cloned())
     }
@@ -333,7 +397,12 @@ impl QueryRegistry {
     /// Store the progress a worker reported.
     pub fn report(&self, report: &RunningQuery) {
         if let Some(entry) = self.get(report.query_id) {
-            entry.update(|info| info.progress = Some(report.clone()));
+            let at_ms = entry.started_at.elapsed().as_millis() as u64;
+            entry.update(|info| {
+                info.progress = Some(report.clone());
+                info.progress_at_ms = at_ms;
+                info.progress_from = info.worker.as_ref().map(|(id, _)| *id);
+            });
         }
     }
 

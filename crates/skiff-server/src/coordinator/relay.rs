@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use super::cost::{Choice, Snapshot, choose};
 use super::membership::Placement;
+use super::queries::HopKind;
 use super::workers::{flight_error, lost_or};
 use super::{Inner, QueryEntry, QueryStatus};
 use crate::error::{Cause, Result, ServerError, SqlState};
@@ -108,6 +109,8 @@ impl Relay {
                     };
                     if handoff.reason == HandoffReason::Snapshot as i32 {
                         let elapsed_ms = self.entry.elapsed().as_secs_f64() * 1000.0;
+                        self.entry
+                            .record(HopKind::Snapshot, Some(worker), Some(&handoff));
                         self.entry.update(|info| {
                             info.snapshots += 1;
                             info.state_bytes += handoff.state_bytes;
@@ -139,6 +142,8 @@ impl Relay {
                 .map_or(Placement::Avoid(source), Placement::Prefer);
             if let Some(snapshot) = info.snapshot.filter(|_| info.use_snapshot) {
                 info!(query = id, "continuing from the older snapshot, as chosen");
+                self.entry
+                    .record(HopKind::Migrated, Some(source), Some(&snapshot));
                 self.entry.update(|info| {
                     info.migrations += 1;
                     info.use_snapshot = false;
@@ -156,6 +161,8 @@ impl Relay {
         let reason = HandoffReason::try_from(handoff.reason).unwrap_or(HandoffReason::Migrate);
         let placement = match reason {
             HandoffReason::Suspend => {
+                self.entry
+                    .record(HopKind::Suspended, Some(source), Some(&handoff));
                 self.entry.update(|info| {
                     info.suspensions += 1;
                     info.state_bytes += handoff.state_bytes;
@@ -176,10 +183,13 @@ impl Relay {
                     info.migrate_to = None;
                 });
                 info!(query = id, "query resumed");
+                self.entry.record(HopKind::Resumed, None, None);
                 target.map_or(Placement::Any, Placement::Prefer)
             }
             _ => {
                 let target = self.entry.info().migrate_to;
+                self.entry
+                    .record(HopKind::Migrated, Some(source), Some(&handoff));
                 self.entry.update(|info| {
                     info.migrations += 1;
                     info.state_bytes += handoff.state_bytes;
@@ -244,6 +254,7 @@ impl Relay {
         }
         self.current = None;
         self.inner.membership.release(worker);
+        self.entry.record(HopKind::WorkerLost, Some(worker), None);
         // Its stream broke: do not wait for its heartbeats to stop.
         if self.inner.membership.mark_dead(worker) {
             self.inner.node_lost(worker);
@@ -295,6 +306,7 @@ impl Relay {
             query = id,
             "no worker takes queries; suspended until one does"
         );
+        self.entry.record(HopKind::Suspended, None, None);
         self.entry.update(|info| {
             info.status = QueryStatus::Suspended;
             info.suspensions += 1;
@@ -308,12 +320,14 @@ impl Relay {
             }
         }
         self.entry.update(|info| info.status = QueryStatus::Running);
+        self.entry.record(HopKind::Resumed, None, None);
         info!(query = id, "a worker takes queries again; resuming");
         Ok(())
     }
 
     async fn restart(&mut self, placement: Placement, why: &str) -> Result<Attempt> {
         self.hold_until_a_worker().await?;
+        self.entry.record(HopKind::StartedOver, None, None);
         self.entry.update(|info| {
             info.restarts += 1;
             info.snapshot = None;
@@ -417,6 +431,7 @@ async fn ship(
     addr: &str,
 ) -> Result<Attempt> {
     entry.update(|info| info.worker = Some((worker, addr.to_string())));
+    entry.record(HopKind::Runs, Some(worker), None);
     let started = async {
         let mut client = inner.workers.get(addr).await?;
         let response = client

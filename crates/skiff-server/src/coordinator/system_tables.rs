@@ -103,21 +103,11 @@ impl SchemaProvider for SystemSchema {
         let Some(inner) = self.coordinator.upgrade() else {
             return exec_err!("the coordinator is shutting down");
         };
-        let batch = match name {
-            "queries" => queries(&inner.queries, &memory_view::offload_by_query(&inner).await)?,
-            "pipelines" => pipelines(&inner.queries)?,
-            "workers" => workers(&inner.membership)?,
-            "partitions" => {
-                let tables = partitioned_tables(inner.engine.context()).await;
-                partitions(&inner.partition_map(), &tables)?
-            }
-            "cache" => buffer_view::cache_table(&inner).await?,
-            "matchings" => matchings(&inner.matching.records())?,
-            "memory_tables" => memory_view::memory_tables_table(&inner).await?,
-            "memory_fragments" => memory_view::memory_fragments_table(&inner).await?,
-            "pipeline_groups" => groups_view::pipeline_groups_table(&inner).await?,
-            history::NAME => return Ok(Some(Arc::new(history::TableHistory))),
-            _ => return Ok(None),
+        if name == history::NAME {
+            return Ok(Some(Arc::new(history::TableHistory)));
+        }
+        let Some(batch) = snapshot(&inner, name).await? else {
+            return Ok(None);
         };
         let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
         Ok(Some(Arc::new(table)))
@@ -126,6 +116,32 @@ impl SchemaProvider for SystemSchema {
     fn table_exist(&self, name: &str) -> bool {
         TABLES.contains(&name)
     }
+}
+
+/// The rows of the system table `name` now; `None` for a name that is not
+/// one (or is `table_history`, which reads the tables' logs when scanned).
+pub(crate) async fn snapshot(inner: &Inner, name: &str) -> Result<Option<RecordBatch>> {
+    Ok(Some(match name {
+        "queries" => queries(&inner.queries, &memory_view::offload_by_query(inner).await)?,
+        "pipelines" => pipelines(&inner.queries)?,
+        "workers" => workers(&inner.membership)?,
+        "partitions" => {
+            let tables = partitioned_tables(inner.engine.context()).await;
+            partitions(&inner.partition_map(), &tables)?
+        }
+        "cache" => buffer_view::cache_table(inner).await?,
+        "matchings" => matchings(&inner.matching.records())?,
+        "memory_tables" => memory_view::memory_tables_table(inner).await?,
+        "memory_fragments" => memory_view::memory_fragments_table(inner).await?,
+        "pipeline_groups" => groups_view::pipeline_groups_table(inner).await?,
+        _ => return Ok(None),
+    }))
+}
+
+/// `skiff.queries` without the memory nodes' offload records (which cost
+/// a call to each node): what the console lists every tick.
+pub(crate) fn queries_now(inner: &Inner) -> Result<RecordBatch> {
+    queries(&inner.queries, &HashMap::new())
 }
 
 fn micros(time: std::time::SystemTime) -> i64 {
@@ -446,6 +462,8 @@ fn workers(membership: &Membership) -> Result<RecordBatch> {
         Field::new("last_heartbeat_ms", DataType::Int64, false),
         Field::new("draining", DataType::Boolean, false),
         Field::new("vacate_ms", DataType::Int64, true),
+        Field::new("memory_used", DataType::Int64, false),
+        Field::new("cache_bytes", DataType::Int64, false),
     ]));
     let now = Instant::now();
     let mut id = Int64Builder::new();
@@ -460,7 +478,11 @@ fn workers(membership: &Membership) -> Result<RecordBatch> {
     let mut heartbeat = Int64Builder::new();
     let mut draining = BooleanBuilder::new();
     let mut vacate_ms = Int64Builder::new();
+    let mut memory_used = Int64Builder::new();
+    let mut cache_bytes = Int64Builder::new();
     for node in membership.nodes() {
+        memory_used.append_value(node.memory_used as i64);
+        cache_bytes.append_value(node.cache_bytes as i64);
         draining.append_value(node.draining);
         vacate_ms.append_option(node.vacate_ms.map(|ms| ms as i64));
         id.append_value(node.id as i64);
@@ -490,6 +512,8 @@ fn workers(membership: &Membership) -> Result<RecordBatch> {
         Arc::new(heartbeat.finish()),
         Arc::new(draining.finish()),
         Arc::new(vacate_ms.finish()),
+        Arc::new(memory_used.finish()),
+        Arc::new(cache_bytes.finish()),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

@@ -67,6 +67,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         pg_addr: None,
         flight_addr: Some("127.0.0.1:0".parse().unwrap()),
         metrics_addr: None,
+        http_addr: None,
         partitions: Some(2),
         limits,
         users,

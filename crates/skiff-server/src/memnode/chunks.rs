@@ -678,6 +678,11 @@ impl ChunkStore {
         merged
     }
 
+    /// Bytes of table chunks held.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
     /// Capacity, bytes held and a row per column of each table.
     pub fn stats(&self) -> MemoryStats {
         let inner = self.lock();

@@ -158,7 +158,19 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
             }
         }
     }
-    let service = MemnodeService::new(Arc::new(cache))
+    let cache = Arc::new(cache);
+    let reports = {
+        let (cache, chunks) = (Arc::clone(&cache), Arc::clone(&chunks));
+        move || {
+            let states = cache.stats();
+            Heartbeat {
+                memory_used: chunks.bytes() + states.memory_bytes,
+                cache_bytes: states.memory_bytes + states.disk_bytes,
+                ..Heartbeat::default()
+            }
+        }
+    };
+    let service = MemnodeService::new(cache)
         .with_chunks(chunks)
         .with_link(link)
         .with_offloader(Some(Arc::new(offloader)));
@@ -166,7 +178,7 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
     let heartbeats = report_from_own_thread(
         config.coordinator.clone(),
         identity,
-        Heartbeat::default,
+        reports,
         |_: &HeartbeatReply| {},
         shutdown.clone(),
     );

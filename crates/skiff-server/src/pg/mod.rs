@@ -287,4 +287,4 @@ fn with_severity(error: ServerError, severity: &str) -> PgWireError {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -27,10 +27,12 @@ const ITEMS: &str = "id,name,price,day\n\
                      2,pear,2.50,2024-02-29\n\
                      3,plum,,1999-12-31\n";
 
-/// A coordinator with one worker, serving PostgreSQL on a free port.
-struct Cluster {
-    pg: SocketAddr,
-    coordinator: Coordinator,
+/// A coordinator with one worker, serving PostgreSQL on a free port (and
+/// the console, when asked).
+pub(crate) struct Cluster {
+    pub pg: SocketAddr,
+    pub http: Option<SocketAddr>,
+    pub coordinator: Coordinator,
     shutdown: CancellationToken,
     _tasks: JoinSet<()>,
     _data: tempfile::TempDir,
@@ -42,7 +44,7 @@ impl Drop for Cluster {
     }
 }
 
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..WAIT_POLLS_MAX {
         if done() {
             return;
@@ -53,6 +55,11 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 async fn cluster(users: Users, limits: Limits) -> Cluster {
+    cluster_with(users, limits, false).await
+}
+
+/// A cluster serving the console on a free port when `console`.
+pub(crate) async fn cluster_with(users: Users, limits: Limits, console: bool) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("items.csv"), ITEMS).unwrap();
     let config = CoordinatorConfig {
@@ -62,6 +69,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         pg_addr: Some("127.0.0.1:0".parse().unwrap()),
         flight_addr: None,
         metrics_addr: None,
+        http_addr: console.then(|| "127.0.0.1:0".parse().unwrap()),
         partitions: Some(2),
         limits,
         users,
@@ -99,6 +107,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
     .await;
     Cluster {
         pg: listening.pg.unwrap(),
+        http: listening.http,
         coordinator,
         shutdown,
         _tasks: tasks,

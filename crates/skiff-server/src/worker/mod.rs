@@ -302,15 +302,16 @@ impl WorkerService {
                     .enumerate()
                     .map(|(i, status)| {
                         let breaker = graph.pipelines()[i].breaker.to_string();
-                        let (name, rows, bytes, elapsed) = match status {
-                            PipelineStatus::Waiting => ("waiting", 0, 0, 0),
+                        let (name, rows, bytes, spilled, elapsed) = match status {
+                            PipelineStatus::Waiting => ("waiting", 0, 0, 0, 0),
                             PipelineStatus::Running { started } => {
-                                ("running", 0, 0, started.elapsed().as_millis() as u64)
+                                ("running", 0, 0, 0, started.elapsed().as_millis() as u64)
                             }
                             PipelineStatus::Finished { elapsed, output } => (
                                 "finished",
                                 output.rows,
                                 output.memory_bytes + output.spilled_bytes,
+                                output.spilled_bytes,
                                 elapsed.as_millis() as u64,
                             ),
                         };
@@ -320,6 +321,7 @@ impl WorkerService {
                             status: name.to_string(),
                             output_rows: rows,
                             output_bytes: bytes,
+                            spilled_bytes: spilled,
                             elapsed_ms: elapsed,
                             inputs: graph.pipelines()[i]
                                 .inputs
@@ -339,9 +341,15 @@ impl WorkerService {
                 }
             })
             .collect();
+        let runtime = self.engine.context().runtime_env();
         Heartbeat {
             queries,
             scans: self.scans.report(),
+            memory_used: runtime.memory_pool.reserved() as u64,
+            cache_bytes: self
+                .engine
+                .buffer_pool()
+                .map_or(0, |pool| pool.bytes() as u64),
             ..Heartbeat::default()
         }
     }

@@ -4,6 +4,7 @@
 
 mod clients;
 mod cluster;
+mod console;
 mod golden;
 mod matching;
 mod memory;

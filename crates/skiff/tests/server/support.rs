@@ -13,6 +13,8 @@ pub struct Server {
     pub pg: SocketAddr,
     pub flight: SocketAddr,
     pub cluster: SocketAddr,
+    /// The web console.
+    pub console: Option<SocketAddr>,
     /// The server's stderr (its log), for failure messages.
     pub log: PathBuf,
     _log_dir: tempfile::TempDir,
@@ -87,6 +89,7 @@ impl Server {
             .arg("--data")
             .arg(data)
             .args(["--pg-addr", "127.0.0.1:0", "--flight-addr", "127.0.0.1:0"])
+            .args(["--http-addr", "127.0.0.1:0"])
             .args(["--partitions", "2"])
             .arg("--workers")
             .arg(options.workers.unwrap_or(2).to_string())
@@ -112,6 +115,7 @@ impl Server {
             pg: at.pg.expect("a PostgreSQL front door"),
             flight: at.flight.expect("a Flight SQL front door"),
             cluster: at.cluster,
+            console: at.console,
             process,
             log,
             _log_dir: log_dir,

@@ -1,0 +1,280 @@
+//! What the console's pages show, as JSON: the system tables' rows (the
+//! same views SQL reads, so the page and `SELECT * FROM skiff.workers`
+//! never disagree), a query's pipeline graph and its timeline of
+//! hand-offs, and the same pushed live as server-sent events.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow_json::writer::{JsonArray, WriterBuilder};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Console, login, refuse};
+use crate::config::CONSOLE_TICK;
+use crate::coordinator::Hop;
+use crate::coordinator::system_tables::{queries_now, snapshot};
+
+/// A batch's rows as JSON objects, nulls written out.
+fn rows(batch: &RecordBatch) -> Result<Value, String> {
+    let mut writer = WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, JsonArray>(Vec::new());
+    writer.write(batch).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())?;
+    let bytes = writer.into_inner();
+    if bytes.is_empty() {
+        return Ok(Value::Array(Vec::new()));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+async fn table(console: &Console, name: &str) -> Result<Value, String> {
+    match snapshot(console.coordinator.inner(), name).await {
+        Ok(Some(batch)) => rows(&batch),
+        Ok(None) => Err(format!("no system table {name}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The coordinator's own line of the cluster page.
+#[derive(Serialize)]
+struct CoordinatorView {
+    version: &'static str,
+    cluster: String,
+    pg: Option<String>,
+    flight: Option<String>,
+    uptime_ms: u64,
+    open_sessions: usize,
+    running_queries: usize,
+}
+
+async fn cluster_view(console: &Console) -> Result<Value, String> {
+    let listening = &console.listening;
+    let coordinator = CoordinatorView {
+        version: env!("CARGO_PKG_VERSION"),
+        cluster: listening.cluster.to_string(),
+        pg: listening.pg.map(|a| a.to_string()),
+        flight: listening.flight.map(|a| a.to_string()),
+        uptime_ms: console.started.elapsed().as_millis() as u64,
+        open_sessions: console.coordinator.open_sessions(),
+        running_queries: console.coordinator.queries().live().len(),
+    };
+    Ok(serde_json::json!({
+        "coordinator": coordinator,
+        "nodes": table(console, "workers").await?,
+        "partitions": table(console, "partitions").await?,
+    }))
+}
+
+fn queries_view(console: &Console) -> Result<Value, String> {
+    let batch = queries_now(console.coordinator.inner()).map_err(|e| e.to_string())?;
+    rows(&batch)
+}
+
+/// One pipeline of a query's graph, as its worker last reported it.
+#[derive(Serialize)]
+struct PipelineView {
+    id: u32,
+    breaker: String,
+    status: String,
+    output_rows: u64,
+    output_bytes: u64,
+    spilled_bytes: u64,
+    elapsed_ms: u64,
+    /// Pipelines whose outputs this one reads.
+    inputs: Vec<u32>,
+    group: String,
+}
+
+/// A query's page: its row of `skiff.queries`, its pipeline graph and its
+/// timeline. `None` when the coordinator does not know it (any more).
+async fn query_view(console: &Console, id: u64) -> Result<Option<Value>, String> {
+    let inner = console.coordinator.inner();
+    let Some(entry) = inner.queries.live_or_recent(id) else {
+        return Ok(None);
+    };
+    let all = match snapshot(inner, "queries").await {
+        Ok(Some(batch)) => rows(&batch)?,
+        Ok(None) => Value::Array(Vec::new()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let row = all
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r.get("id").and_then(Value::as_u64) == Some(id))
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    let info = entry.info();
+    let pipelines: Vec<PipelineView> = info
+        .progress
+        .iter()
+        .flat_map(|p| &p.pipelines)
+        .map(|p| PipelineView {
+            id: p.id,
+            breaker: p.breaker.clone(),
+            status: p.status.clone(),
+            output_rows: p.output_rows,
+            output_bytes: p.output_bytes,
+            spilled_bytes: p.spilled_bytes,
+            elapsed_ms: p.elapsed_ms,
+            inputs: p.inputs.clone(),
+            group: p.group.clone(),
+        })
+        .collect();
+    // The addresses of the workers its timeline names, while they are known.
+    let workers: BTreeMap<u64, String> = inner
+        .membership
+        .nodes()
+        .into_iter()
+        .filter(|n| info.timeline.iter().any(|h| h.worker == Some(n.id)))
+        .map(|n| (n.id, n.addr))
+        .collect();
+    let timeline: &[Hop] = &info.timeline;
+    Ok(Some(serde_json::json!({
+        "query": row,
+        "pipelines": pipelines,
+        "timeline": timeline,
+        "pipelines_reported_ms": info.progress_at_ms,
+        "pipelines_worker": info.progress_from,
+        "workers": workers,
+        "elapsed_ms": entry.elapsed().as_millis() as u64,
+    })))
+}
+
+fn answer(result: Result<Value, String>) -> Response {
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `GET /api/cluster`: the coordinator, every node, the partition map.
+pub(crate) async fn cluster(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = login::viewer(&console, &headers) {
+        return refused.into_response();
+    }
+    answer(cluster_view(&console).await)
+}
+
+/// `GET /api/queries`: running and recent queries (`skiff.queries`).
+pub(crate) async fn queries(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = login::viewer(&console, &headers) {
+        return refused.into_response();
+    }
+    answer(queries_view(&console))
+}
+
+/// `GET /api/queries/{id}`: one query's page.
+pub(crate) async fn query(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Response {
+    if let Err(refused) = login::viewer(&console, &headers) {
+        return refused.into_response();
+    }
+    match query_view(&console, id).await {
+        Ok(Some(value)) => Json(value).into_response(),
+        Ok(None) => refuse(StatusCode::NOT_FOUND, format!("no query {id} is known")),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct EventParams {
+    /// Also send this query's page.
+    query: Option<u64>,
+}
+
+/// Where one live stream is.
+struct Feed {
+    console: Arc<Console>,
+    headers: HeaderMap,
+    query: Option<u64>,
+    /// The last state sent: an unchanged state is not sent again.
+    last: String,
+    first: bool,
+    ended: bool,
+}
+
+async fn state_now(feed: &Feed) -> Result<Value, String> {
+    let mut state = serde_json::json!({
+        "cluster": cluster_view(&feed.console).await?,
+        "queries": queries_view(&feed.console)?,
+    });
+    if let Some(id) = feed.query {
+        state["query"] = query_view(&feed.console, id).await?.unwrap_or(Value::Null);
+    }
+    Ok(state)
+}
+
+/// The next event of a feed: the state when it changed, `logout` when the
+/// login ended (then the stream ends), nothing once the server stops.
+async fn next_event(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
+    loop {
+        if feed.ended {
+            return None;
+        }
+        if !feed.first {
+            tokio::select! {
+                () = tokio::time::sleep(CONSOLE_TICK) => {}
+                () = feed.console.shutdown.cancelled() => return None,
+            }
+        }
+        feed.first = false;
+        if login::viewer(&feed.console, &feed.headers).is_err() {
+            feed.ended = true;
+            return Some((Ok(Event::default().event("logout").data("{}")), feed));
+        }
+        let event = match state_now(&feed).await {
+            Ok(state) => {
+                let text = state.to_string();
+                if text == feed.last {
+                    continue;
+                }
+                feed.last.clone_from(&text);
+                Event::default().event("state").data(text)
+            }
+            Err(e) => Event::default()
+                .event("failure")
+                .data(serde_json::json!({ "error": e }).to_string()),
+        };
+        return Some((Ok(event), feed));
+    }
+}
+
+/// `GET /api/events[?query=ID]`: the cluster, the queries (and the query's
+/// page) whenever they change, checked every `CONSOLE_TICK`.
+pub(crate) async fn events(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Query(params): Query<EventParams>,
+) -> Response {
+    if let Err(refused) = login::viewer(&console, &headers) {
+        return refused.into_response();
+    }
+    let feed = Feed {
+        console,
+        headers,
+        query: params.query,
+        last: String::new(),
+        first: true,
+        ended: false,
+    };
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
+        Box::pin(futures::stream::unfold(feed, next_event));
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

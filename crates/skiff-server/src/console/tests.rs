@@ -1,0 +1,371 @@
+//! Every JSON endpoint of the console, over HTTP, against a coordinator and
+//! a worker in this process: logins and their cookie, the pages' data, the
+//! live feed, actions with and without their CSRF token and privilege,
+//! `/metrics`, and the security headers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE};
+use reqwest::{Client, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::login::CSRF_HEADER;
+use crate::auth::{Role, Users};
+use crate::config::Limits;
+use crate::pg::tests::{cluster_with, wait_until};
+
+fn users() -> Users {
+    let mut users = Users::default();
+    users.add("root".into(), "rootpw".into(), Role::Admin);
+    users.add("viewer".into(), "viewpw".into(), Role::User);
+    users
+}
+
+/// A response's body as JSON (the client is built without its json
+/// feature, as object_store builds it).
+async fn json_of(response: Response) -> Value {
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+/// A client of one console.
+struct Visitor {
+    client: Client,
+    base: String,
+    cookie: Option<String>,
+    csrf: Option<String>,
+}
+
+impl Visitor {
+    fn new(http: SocketAddr) -> Self {
+        Self {
+            client: Client::new(),
+            base: format!("http://{http}"),
+            cookie: None,
+            csrf: None,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Response {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(cookie) = &self.cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: &Value, csrf: Option<&str>) -> Response {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(cookie) = &self.cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        if let Some(csrf) = csrf {
+            request = request.header(CSRF_HEADER, csrf);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Log in; keeps the cookie and the CSRF token. Returns the session.
+    async fn log_in(&mut self, user: &str, password: &str) -> Value {
+        let response = self
+            .post(
+                "/api/login",
+                &json!({"user": user, "password": password}),
+                None,
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK, "login of {user}");
+        let cookie = response
+            .headers()
+            .get(SET_COOKIE)
+            .expect("a login cookie")
+            .to_str()
+            .unwrap()
+            .to_string();
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(cookie.contains(attribute), "{cookie} lacks {attribute}");
+        }
+        self.cookie = Some(cookie.split(';').next().unwrap().to_string());
+        let session: Value = json_of(response).await;
+        self.csrf = session["csrf"].as_str().map(str::to_string);
+        session
+    }
+
+    async fn json(&self, path: &str) -> Value {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+        json_of(response).await
+    }
+
+    async fn act(&self, action: &str, body: Value) -> (StatusCode, Value) {
+        let response = self
+            .post(
+                &format!("/api/actions/{action}"),
+                &body,
+                self.csrf.as_deref(),
+            )
+            .await;
+        let status = response.status();
+        (
+            status,
+            serde_json::from_slice(&response.bytes().await.unwrap()).unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// The first `state` event of the live feed at `path`.
+async fn first_state(visitor: &Visitor, path: &str) -> Value {
+    let mut response = visitor.get(path).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("an event within 20 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(start) = text.find("event: state\ndata: ")
+            && let Some(len) = text[start..].find("\n\n")
+        {
+            let data = &text[start + "event: state\ndata: ".len()..start + len];
+            return serde_json::from_str(data).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_answers_its_json() {
+    let cluster = cluster_with(users(), Limits::default(), true).await;
+    let http = cluster.http.expect("the console listens");
+    let mut root = Visitor::new(http);
+
+    // The page and its assets, with the security headers.
+    let page = root.get("/").await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let csp = page.headers()[CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("/assets/app.js") && !html.contains("<script>"),
+        "no inline script"
+    );
+    assert_eq!(root.get("/assets/app.js").await.status(), StatusCode::OK);
+    assert_eq!(root.get("/assets/style.css").await.status(), StatusCode::OK);
+    assert_eq!(
+        root.get("/assets/nope.js").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // Nothing but the page without a login; a wrong password is refused.
+    for path in [
+        "/api/session",
+        "/api/cluster",
+        "/api/queries",
+        "/api/queries/1",
+        "/api/events",
+    ] {
+        assert_eq!(
+            root.get(path).await.status(),
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+    }
+    let wrong = root
+        .post(
+            "/api/login",
+            &json!({"user": "root", "password": "nope"}),
+            None,
+        )
+        .await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers().get(SET_COOKIE).is_none());
+    let session = root.log_in("root", "rootpw").await;
+    assert_eq!(session["user"], "root");
+    assert_eq!(session["admin"], true);
+    assert_eq!(root.json("/api/session").await, session);
+
+    // A query, so that the query pages have something to show.
+    let pg_session = cluster.coordinator.open_session("root", None).unwrap();
+    let result = cluster
+        .coordinator
+        .execute(&pg_session, "SELECT count(*) FROM items")
+        .await
+        .unwrap();
+    let id = result.query_id;
+    let batches: Vec<_> = futures::TryStreamExt::try_collect(result.stream)
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let coordinator = cluster.coordinator.clone();
+    wait_until("the query finished", || {
+        coordinator
+            .queries()
+            .live_or_recent(id)
+            .is_some_and(|q| q.info().status.is_done())
+    })
+    .await;
+
+    let cluster_json = root.json("/api/cluster").await;
+    assert_eq!(cluster_json["coordinator"]["pg"], cluster.pg.to_string());
+    let nodes = cluster_json["nodes"].as_array().unwrap();
+    let worker = nodes
+        .iter()
+        .find(|n| n["role"] == "worker")
+        .expect("the worker is listed");
+    assert_eq!(worker["state"], "alive");
+    for field in [
+        "address",
+        "cores",
+        "memory",
+        "memory_used",
+        "cache_bytes",
+        "running_queries",
+    ] {
+        assert!(!worker[field].is_null(), "{field} in {worker}");
+    }
+    assert!(cluster_json["partitions"].is_array());
+
+    let queries = root.json("/api/queries").await;
+    let row = queries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["id"] == id)
+        .expect("the query is listed");
+    assert_eq!(row["state"], "finished");
+    assert_eq!(row["user"], "root");
+    assert_eq!(row["rows_sent"], 1);
+
+    let detail = root.json(&format!("/api/queries/{id}")).await;
+    assert_eq!(detail["query"]["id"], id);
+    assert_eq!(detail["query"]["sql"], "SELECT count(*) FROM items");
+    let timeline = detail["timeline"].as_array().unwrap();
+    assert_eq!(timeline[0]["kind"], "runs", "{timeline:?}");
+    assert_eq!(timeline[0]["worker"], worker["id"]);
+    assert!(detail["pipelines"].is_array());
+    assert_eq!(
+        root.get("/api/queries/999999").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    let state = first_state(&root, &format!("/api/events?query={id}")).await;
+    let live_nodes = state["cluster"]["nodes"].as_array().unwrap();
+    assert!(
+        live_nodes.iter().any(|n| n["id"] == worker["id"]),
+        "{state}"
+    );
+    assert!(
+        state["queries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["id"] == id)
+    );
+    assert_eq!(state["query"]["query"]["id"], id);
+
+    // Actions: the CSRF token is required; bad arguments are refused
+    // before any SQL runs; a query that is not running is not canceled.
+    let forged = root
+        .post("/api/actions/cancel", &json!({"query": id}), None)
+        .await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = root
+        .post(
+            "/api/actions/cancel",
+            &json!({"query": id}),
+            Some("not-the-token"),
+        )
+        .await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let (status, body) = root.act("cancel", json!({"query": id})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"sql": format!("SELECT skiff.cancel({id})"), "done": false})
+    );
+    let (status, _) = root.act("drain", json!({"worker": "x'; --"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = root.act("drain", json!({"worker": "no-such-worker"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("no live worker"),
+        "{body}"
+    );
+    let (status, _) = root.act("explode", json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = root.act("resume", json!({"query": 424242})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // A read-only user sees everything and may do nothing.
+    let mut viewer = Visitor::new(http);
+    let session = viewer.log_in("viewer", "viewpw").await;
+    assert_eq!(session["admin"], false);
+    assert_eq!(
+        viewer.json("/api/queries").await,
+        root.json("/api/queries").await
+    );
+    let (status, body) = viewer.act("cancel", json!({"query": id})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not an admin"),
+        "{body}"
+    );
+
+    // Prometheus: the query above counted.
+    let metrics = root.get("/metrics").await;
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    assert!(text.contains("skiff_queries_total"), "{text}");
+
+    // Logging out ends the login: its cookie opens nothing any more.
+    let out = root
+        .post("/api/logout", &json!({}), root.csrf.as_deref())
+        .await;
+    assert_eq!(out.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        root.get("/api/session").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        root.get("/api/cluster").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_users_a_loopback_visitor_is_a_trusted_admin() {
+    let cluster = cluster_with(Users::default(), Limits::default(), true).await;
+    let mut visitor = Visitor::new(cluster.http.expect("the console listens"));
+    let response = visitor.get("/api/session").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let cookie = response.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    visitor.cookie = Some(cookie.split(';').next().unwrap().to_string());
+    let session: Value = json_of(response).await;
+    assert_eq!(session["admin"], true);
+    assert_eq!(session["users_required"], false);
+    visitor.csrf = session["csrf"].as_str().map(str::to_string);
+    let (status, body) = visitor.act("add_workers", json!({"count": 1})).await;
+    // The coordinator runs without `skiff serve`: the function's own refusal.
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("skiff worker"),
+        "{body}"
+    );
+}
