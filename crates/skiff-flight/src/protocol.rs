@@ -247,6 +247,10 @@ pub struct Heartbeat {
     /// (memory and disk).
     #[prost(uint64, tag = "6")]
     pub cache_bytes: u64,
+    /// Queries that left the node since its last heartbeat, as they were
+    /// when they left (finished, failed or handed off).
+    #[prost(message, repeated, tag = "7")]
+    pub ended: Vec<RunningQuery>,
 }
 
 /// The files (or file ranges) the scans of a distributed query's tasks on

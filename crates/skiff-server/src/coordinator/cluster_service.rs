@@ -50,8 +50,8 @@ impl Handler for ClusterService {
                 let state = self.inner.membership.heartbeat(&beat);
                 let known = state == Some(NodeState::Alive);
                 if known {
-                    for query in &beat.queries {
-                        self.inner.queries.report(query);
+                    for query in beat.queries.iter().chain(&beat.ended) {
+                        self.inner.queries.report(beat.node_id, query);
                     }
                     for scan in &beat.scans {
                         let run = self.inner.scan_run;

@@ -395,13 +395,22 @@ impl QueryRegistry {
     }
 
     /// Store the progress a worker reported.
-    pub fn report(&self, report: &RunningQuery) {
-        if let Some(entry) = self.get(report.query_id) {
+    /// Only the worker the query runs on (or ended on) is heard: a worker
+    /// it was handed off from reports the plan it no longer runs.
+    pub fn report(&self, node: u64, report: &RunningQuery) {
+        if let Some(entry) = self.live_or_recent(report.query_id) {
             let at_ms = entry.started_at.elapsed().as_millis() as u64;
             entry.update(|info| {
+                if info.worker.as_ref().map(|(id, _)| *id) != Some(node) {
+                    return;
+                }
                 info.progress = Some(report.clone());
-                info.progress_at_ms = at_ms;
-                info.progress_from = info.worker.as_ref().map(|(id, _)| *id);
+                info.progress_at_ms = info.ended.map_or(at_ms, |ended| {
+                    ended
+                        .saturating_duration_since(entry.started_at)
+                        .as_millis() as u64
+                });
+                info.progress_from = Some(node);
             });
         }
     }

@@ -82,10 +82,15 @@ struct WorkerService {
     /// another count is rewritten for it.
     partitions: usize,
     running: Mutex<HashMap<u64, Running>>,
+    /// The last report of each query that left since the last heartbeat.
+    ended: Mutex<Vec<RunningQuery>>,
     /// The scans of distributed queries' tasks this worker runs.
     scans: Arc<ScanTally>,
     batches: batch::Batches,
 }
+
+/// Reports of ended queries a worker keeps until its next heartbeat.
+const ENDED_REPORTS_MAX: usize = 256;
 
 /// How long a worker told to stop waits for its queries to move away.
 const VACATE_GRACE: Duration = Duration::from_secs(30);
@@ -122,6 +127,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         engine,
         partitions,
         running: Mutex::new(HashMap::new()),
+        ended: Mutex::new(Vec::new()),
         scans: Arc::default(),
         batches: batch::Batches::default(),
     });
@@ -289,61 +295,15 @@ impl WorkerService {
 
     /// What the heartbeat tells the coordinator.
     fn report(&self) -> Heartbeat {
-        let running = lock(&self.running);
-        let queries = running
+        let queries = lock(&self.running)
             .iter()
-            .map(|(&query_id, r)| {
-                let progress = r.execution.progress();
-                let state = r.execution.state();
-                let graph = r.execution.graph();
-                let pipelines = state
-                    .status
-                    .iter()
-                    .enumerate()
-                    .map(|(i, status)| {
-                        let breaker = graph.pipelines()[i].breaker.to_string();
-                        let (name, rows, bytes, spilled, elapsed) = match status {
-                            PipelineStatus::Waiting => ("waiting", 0, 0, 0, 0),
-                            PipelineStatus::Running { started } => {
-                                ("running", 0, 0, 0, started.elapsed().as_millis() as u64)
-                            }
-                            PipelineStatus::Finished { elapsed, output } => (
-                                "finished",
-                                output.rows,
-                                output.memory_bytes + output.spilled_bytes,
-                                output.spilled_bytes,
-                                elapsed.as_millis() as u64,
-                            ),
-                        };
-                        PipelineReport {
-                            id: i as u32,
-                            breaker,
-                            status: name.to_string(),
-                            output_rows: rows,
-                            output_bytes: bytes,
-                            spilled_bytes: spilled,
-                            elapsed_ms: elapsed,
-                            inputs: graph.pipelines()[i]
-                                .inputs
-                                .iter()
-                                .map(|p| p.0 as u32)
-                                .collect(),
-                            group: r.groups.get(&PipelineId(i)).cloned().unwrap_or_default(),
-                        }
-                    })
-                    .collect();
-                RunningQuery {
-                    query_id,
-                    pipelines_finished: progress.pipelines_finished as u32,
-                    pipelines_total: progress.pipelines_total as u32,
-                    rows_running: progress.rows_running,
-                    pipelines,
-                }
-            })
+            .map(|(&query_id, r)| query_report(query_id, r))
             .collect();
+        let ended = std::mem::take(&mut *lock(&self.ended));
         let runtime = self.engine.context().runtime_env();
         Heartbeat {
             queries,
+            ended,
             scans: self.scans.report(),
             memory_used: runtime.memory_pool.reserved() as u64,
             cache_bytes: self
@@ -499,6 +459,56 @@ fn explain_analyze(execution: Arc<QueryExecution>) -> Result<SendableRecordBatch
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)))
 }
 
+/// A query's progress and its pipelines, as the heartbeat reports them.
+fn query_report(query_id: u64, r: &Running) -> RunningQuery {
+    let progress = r.execution.progress();
+    let state = r.execution.state();
+    let graph = r.execution.graph();
+    let pipelines = state
+        .status
+        .iter()
+        .enumerate()
+        .map(|(i, status)| {
+            let breaker = graph.pipelines()[i].breaker.to_string();
+            let (name, rows, bytes, spilled, elapsed) = match status {
+                PipelineStatus::Waiting => ("waiting", 0, 0, 0, 0),
+                PipelineStatus::Running { started } => {
+                    ("running", 0, 0, 0, started.elapsed().as_millis() as u64)
+                }
+                PipelineStatus::Finished { elapsed, output } => (
+                    "finished",
+                    output.rows,
+                    output.memory_bytes + output.spilled_bytes,
+                    output.spilled_bytes,
+                    elapsed.as_millis() as u64,
+                ),
+            };
+            PipelineReport {
+                id: i as u32,
+                breaker,
+                status: name.to_string(),
+                output_rows: rows,
+                output_bytes: bytes,
+                spilled_bytes: spilled,
+                elapsed_ms: elapsed,
+                inputs: graph.pipelines()[i]
+                    .inputs
+                    .iter()
+                    .map(|p| p.0 as u32)
+                    .collect(),
+                group: r.groups.get(&PipelineId(i)).cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
+    RunningQuery {
+        query_id,
+        pipelines_finished: progress.pipelines_finished as u32,
+        pipelines_total: progress.pipelines_total as u32,
+        rows_running: progress.rows_running,
+        pipelines,
+    }
+}
+
 /// Removes a query from the running set however its stream ends.
 struct Guard {
     service: Arc<WorkerService>,
@@ -507,7 +517,13 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        lock(&self.service.running).remove(&self.query_id);
+        let left = lock(&self.service.running).remove(&self.query_id);
+        if let Some(running) = left {
+            let mut ended = lock(&self.service.ended);
+            if ended.len() < ENDED_REPORTS_MAX {
+                ended.push(query_report(self.query_id, &running));
+            }
+        }
         debug!(query = self.query_id, "query left the worker");
     }
 }

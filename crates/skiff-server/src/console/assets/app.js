@@ -406,10 +406,11 @@ function queryView() {
 function reportedNote(page, q) {
   if (!page.pipelines.length) return null;
   const who = page.pipelines_worker === null ? "its worker" : "worker " + page.pipelines_worker;
-  let text = "As " + who + " reported them at " + ms(page.pipelines_reported_ms);
-  if (["finished", "failed", "canceled"].includes(q.state)) {
-    text += ", " + ms(Math.max(0, page.elapsed_ms - page.pipelines_reported_ms)) + " before the query ended";
-  }
+  const ended = ["finished", "failed", "canceled"].includes(q.state);
+  const before = Math.max(0, page.elapsed_ms - page.pipelines_reported_ms);
+  let text = ended && before === 0 ? "As they were when the query ended on " + who
+    : "As " + who + " reported them at " + ms(page.pipelines_reported_ms)
+      + (ended ? ", " + ms(before) + " before the query ended" : "");
   if (q.migrations > 0 || q.restarts > 0) text += "; after a hand-off a worker runs the remaining plan, its pipelines numbered anew";
   return h("p", { class: "muted", id: "pipelines-reported" }, text + ".");
 }
