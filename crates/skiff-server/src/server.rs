@@ -35,7 +35,15 @@ pub async fn serve_coordinator(
         None => None,
     };
     let http_listener = match config.http_addr {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(bind(addr).await.map_err(|e| {
+            ServerError::new(
+                e.state,
+                format!(
+                    "{} (the web console; pass --http-addr ADDR, or --http-addr off)",
+                    e.message
+                ),
+            )
+        })?),
         None => None,
     };
     let cluster_listener = bind(config.cluster_addr).await?;

@@ -253,7 +253,10 @@ async fn every_endpoint_answers_its_json() {
     // every pipeline finished, as the query ended.
     let mut detail = root.json(&format!("/api/queries/{id}")).await;
     for _ in 0..3000 {
-        if detail["pipelines"].as_array().is_some_and(|p| !p.is_empty()) {
+        if detail["pipelines"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -261,7 +264,10 @@ async fn every_endpoint_answers_its_json() {
     }
     let pipelines = detail["pipelines"].as_array().expect("pipelines");
     assert!(!pipelines.is_empty(), "{detail}");
-    assert!(pipelines.iter().all(|p| p["status"] == "finished"), "{detail}");
+    assert!(
+        pipelines.iter().all(|p| p["status"] == "finished"),
+        "{detail}"
+    );
     assert_eq!(detail["pipelines_worker"], worker["id"]);
     assert_eq!(detail["query"]["id"], id);
     assert_eq!(detail["query"]["sql"], "SELECT count(*) FROM items");
