@@ -3,7 +3,7 @@
 //! never disagree), a query's pipeline graph and its timeline of
 //! hand-offs, and the same pushed live as server-sent events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -202,27 +202,50 @@ struct Feed {
     console: Arc<Console>,
     headers: HeaderMap,
     query: Option<u64>,
-    /// The last state sent: an unchanged state is not sent again.
-    last: String,
+    /// Each part as last sent: an unchanged part is not sent again.
+    last: HashMap<&'static str, String>,
+    /// Events of this tick not sent yet.
+    pending: VecDeque<Event>,
     first: bool,
     ended: bool,
 }
 
-async fn state_now(feed: &Feed) -> Result<Value, String> {
-    let mut state = serde_json::json!({
-        "cluster": cluster_view(&feed.console).await?,
-        "queries": queries_view(&feed.console)?,
-    });
+/// The parts of the state, each its own event: the cluster, the running
+/// queries (which change every tick while they run), the ended ones (which
+/// change only when a query ends) and the query's page.
+async fn parts_now(feed: &Feed) -> Result<Vec<(&'static str, Value)>, String> {
+    let rows = queries_view(&feed.console)?;
+    let (ended, running): (Vec<Value>, Vec<Value>) = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .cloned()
+        .partition(|row| {
+            matches!(
+                row.get("state").and_then(Value::as_str),
+                Some("finished" | "failed" | "canceled")
+            )
+        });
+    let mut parts = vec![
+        ("cluster", cluster_view(&feed.console).await?),
+        ("running", Value::Array(running)),
+        ("ended", Value::Array(ended)),
+    ];
     if let Some(id) = feed.query {
-        state["query"] = query_view(&feed.console, id).await?.unwrap_or(Value::Null);
+        let page = query_view(&feed.console, id).await?.unwrap_or(Value::Null);
+        parts.push(("query", page));
     }
-    Ok(state)
+    Ok(parts)
 }
 
-/// The next event of a feed: the state when it changed, `logout` when the
-/// login ended (then the stream ends), nothing once the server stops.
+/// The next event of a feed: each part of the state that changed, `logout`
+/// when the login ended (then the stream ends), nothing once the server
+/// stops.
 async fn next_event(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)> {
     loop {
+        if let Some(event) = feed.pending.pop_front() {
+            return Some((Ok(event), feed));
+        }
         if feed.ended {
             return None;
         }
@@ -237,25 +260,29 @@ async fn next_event(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)>
             feed.ended = true;
             return Some((Ok(Event::default().event("logout").data("{}")), feed));
         }
-        let event = match state_now(&feed).await {
-            Ok(state) => {
-                let text = state.to_string();
-                if text == feed.last {
-                    continue;
+        match parts_now(&feed).await {
+            Ok(parts) => {
+                for (name, value) in parts {
+                    let text = value.to_string();
+                    if feed.last.get(name) != Some(&text) {
+                        feed.pending
+                            .push_back(Event::default().event(name).data(&text));
+                        feed.last.insert(name, text);
+                    }
                 }
-                feed.last.clone_from(&text);
-                Event::default().event("state").data(text)
             }
-            Err(e) => Event::default()
-                .event("failure")
-                .data(serde_json::json!({ "error": e }).to_string()),
-        };
-        return Some((Ok(event), feed));
+            Err(e) => feed.pending.push_back(
+                Event::default()
+                    .event("failure")
+                    .data(serde_json::json!({ "error": e }).to_string()),
+            ),
+        }
     }
 }
 
-/// `GET /api/events[?query=ID]`: the cluster, the queries (and the query's
-/// page) whenever they change, checked every `CONSOLE_TICK`.
+/// `GET /api/events[?query=ID]`: events `cluster`, `running`, `ended` (the
+/// queries' rows) and `query` (the query's page), each whenever it
+/// changed, checked every `CONSOLE_TICK`.
 pub(crate) async fn events(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
@@ -268,7 +295,8 @@ pub(crate) async fn events(
         console,
         headers,
         query: params.query,
-        last: String::new(),
+        last: HashMap::new(),
+        pending: VecDeque::new(),
         first: true,
         ended: false,
     };

@@ -3,6 +3,7 @@
 //! live feed, actions with and without their CSRF token and privilege,
 //! `/metrics`, and the security headers.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -117,26 +118,37 @@ impl Visitor {
     }
 }
 
-/// The first `state` event of the live feed at `path`.
-async fn first_state(visitor: &Visitor, path: &str) -> Value {
+/// The first events of the live feed at `path`, by name, once `names`
+/// have all come.
+async fn first_events(visitor: &Visitor, path: &str, names: &[&str]) -> HashMap<String, Value> {
     let mut response = visitor.get(path).await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut text = String::new();
+    let mut events = HashMap::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    while !names.iter().all(|n| events.contains_key(*n)) {
         let chunk = tokio::time::timeout_at(deadline, response.chunk())
             .await
-            .expect("an event within 20 s")
+            .expect("the events within 20 s")
             .unwrap()
             .expect("the stream stays open");
         text.push_str(&String::from_utf8_lossy(&chunk));
-        if let Some(start) = text.find("event: state\ndata: ")
-            && let Some(len) = text[start..].find("\n\n")
-        {
-            let data = &text[start + "event: state\ndata: ".len()..start + len];
-            return serde_json::from_str(data).unwrap();
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::to_string)
+            };
+            if let (Some(event), Some(data)) = (field("event: "), field("data: ")) {
+                events
+                    .entry(event)
+                    .or_insert_with(|| serde_json::from_str(&data).unwrap());
+            }
         }
     }
+    events
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,20 +291,32 @@ async fn every_endpoint_answers_its_json() {
         StatusCode::NOT_FOUND
     );
 
-    let state = first_state(&root, &format!("/api/events?query={id}")).await;
-    let live_nodes = state["cluster"]["nodes"].as_array().unwrap();
+    let events = first_events(
+        &root,
+        &format!("/api/events?query={id}"),
+        &["cluster", "running", "ended", "query"],
+    )
+    .await;
+    let live_nodes = events["cluster"]["nodes"].as_array().unwrap();
     assert!(
         live_nodes.iter().any(|n| n["id"] == worker["id"]),
-        "{state}"
+        "{events:?}"
     );
     assert!(
-        state["queries"]
+        events["ended"]
             .as_array()
             .unwrap()
             .iter()
             .any(|q| q["id"] == id)
     );
-    assert_eq!(state["query"]["query"]["id"], id);
+    assert!(
+        !events["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["id"] == id)
+    );
+    assert_eq!(events["query"]["query"]["id"], id);
 
     // Actions: the CSRF token is required; bad arguments are refused
     // before any SQL runs; a query that is not running is not canceled.

@@ -7,7 +7,8 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 let session = null;   // {user, admin, csrf, users_required}
-let state = null;     // the last state the server sent
+let state = null;     // what the views draw: {cluster, queries, query}
+let live = {};        // the parts the server sent last: cluster, running, ended, query
 let source = null;    // the EventSource
 let sourceQuery = undefined;
 
@@ -97,22 +98,34 @@ async function call(method, path, body) {
   return { ok: response.ok, status: response.status, payload };
 }
 
+function refresh() {
+  if (!live.cluster || !live.running || !live.ended) return;
+  state = { cluster: live.cluster, queries: live.running.concat(live.ended), query: live.query };
+  render();
+}
+
 function connect() {
   const query = currentQuery();
   if (source && sourceQuery === query) return;
   if (source) source.close();
+  live = {};
   sourceQuery = query;
   const url = "/api/events" + (query === null ? "" : "?query=" + encodeURIComponent(query));
   source = new EventSource(url);
-  const live = document.getElementById("live");
-  source.addEventListener("open", () => { live.textContent = "live"; live.classList.add("on"); });
-  source.addEventListener("error", () => { live.textContent = "reconnecting"; live.classList.remove("on"); });
-  source.addEventListener("state", (event) => {
-    state = JSON.parse(event.data);
-    render();
-  });
+  const light = document.getElementById("live");
+  source.addEventListener("open", () => { light.textContent = "live"; light.classList.add("on"); });
+  source.addEventListener("error", () => { light.textContent = "reconnecting"; light.classList.remove("on"); });
+  // Each part of the state comes when it changed; the parts of one tick
+  // arrive together, and the view redraws once for them.
+  for (const name of ["cluster", "running", "ended", "query"]) {
+    source.addEventListener(name, (event) => {
+      live[name] = JSON.parse(event.data);
+      clearTimeout(connect.redraw);
+      connect.redraw = setTimeout(refresh, 0);
+    });
+  }
   source.addEventListener("failure", (event) => {
-    live.textContent = "error: " + JSON.parse(event.data).error;
+    light.textContent = "error: " + JSON.parse(event.data).error;
   });
   source.addEventListener("logout", () => { source.close(); source = null; showLogin(); });
 }
@@ -595,8 +608,8 @@ async function boot() {
   });
   window.addEventListener("hashchange", () => {
     if (!session) return;
-    if (currentView() !== "query") state && (state.query = undefined);
     connect();
+    if (state) state.query = undefined;
     render();
   });
   const result = await call("GET", "/api/session");
