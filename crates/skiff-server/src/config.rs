@@ -118,6 +118,14 @@ pub const CONSOLE_BODY_MAX: usize = 16 * 1024;
 /// How long a console action (one SQL function call) may take.
 pub const CONSOLE_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Live streams (`/api/events`) open at once, for all logins together: each
+/// reads the cluster every tick, so a visitor may not open them without end.
+pub const CONSOLE_FEEDS_MAX: usize = 64;
+
+/// How often the Prometheus recorder drains its histograms (without it they
+/// grow with every query).
+pub const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
 /// How long the coordinator tries to connect to a worker of a failed
 /// distributed query: a refused connection declares the worker dead (a
 /// connection that only times out is left to the failure detector).

@@ -5,6 +5,9 @@
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::METRICS_UPKEEP;
 
 use crate::coordinator::{QueryEntry, QueryStatus};
 
@@ -21,6 +24,20 @@ pub fn handle() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Keep the recorder's histograms drained until `shutdown` (what its own
+/// HTTP listener would do).
+pub async fn upkeep_until(shutdown: CancellationToken) {
+    let Some(handle) = handle() else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(METRICS_UPKEEP) => handle.run_upkeep(),
+            () = shutdown.cancelled() => return,
+        }
+    }
 }
 
 pub(crate) fn query_ended(entry: &QueryEntry) {

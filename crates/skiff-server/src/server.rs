@@ -121,13 +121,19 @@ pub async fn serve_coordinator(
             None => Ok(()),
         }
     };
+    let upkeep = async {
+        if listening.http.is_some() || config.metrics_addr.is_some() {
+            crate::metrics::upkeep_until(shutdown.clone()).await;
+        }
+    };
     ready(&coordinator, &listening);
-    let (cluster, pg, flight, console, metrics, ()) = tokio::join!(
+    let (cluster, pg, flight, console, metrics, (), ()) = tokio::join!(
         cluster,
         pg,
         flight,
         console,
         metrics,
+        upkeep,
         coordinator.sweep_until(shutdown.clone())
     );
     cluster.map_err(|e| ServerError::internal(format!("cluster service: {e}")))?;

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow::array::RecordBatch;
 use arrow_json::writer::{JsonArray, WriterBuilder};
@@ -19,9 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Console, login, refuse};
-use crate::config::CONSOLE_TICK;
+use crate::config::{CONSOLE_FEEDS_MAX, CONSOLE_TICK};
 use crate::coordinator::Hop;
-use crate::coordinator::system_tables::{queries_now, snapshot};
+use crate::coordinator::system_tables::{offload_of, queries_now, rows_now};
 
 /// A batch's rows as JSON objects, nulls written out.
 fn rows(batch: &RecordBatch) -> Result<Value, String> {
@@ -38,7 +39,7 @@ fn rows(batch: &RecordBatch) -> Result<Value, String> {
 }
 
 async fn table(console: &Console, name: &str) -> Result<Value, String> {
-    match snapshot(console.coordinator.inner(), name).await {
+    match rows_now(console.coordinator.inner(), name).await {
         Ok(Some(batch)) => rows(&batch),
         Ok(None) => Err(format!("no system table {name}")),
         Err(e) => Err(e.to_string()),
@@ -95,19 +96,15 @@ struct PipelineView {
     group: String,
 }
 
-/// A query's page: its row of `skiff.queries`, its pipeline graph and its
-/// timeline. `None` when the coordinator does not know it (any more).
-async fn query_view(console: &Console, id: u64) -> Result<Option<Value>, String> {
+/// A query's page: its row of `skiff.queries` (among `rows`, with its
+/// offload record), its pipeline graph and its timeline. `None` when the
+/// coordinator does not know it (any more).
+async fn query_view(console: &Console, id: u64, rows: &Value) -> Result<Option<Value>, String> {
     let inner = console.coordinator.inner();
     let Some(entry) = inner.queries.live_or_recent(id) else {
         return Ok(None);
     };
-    let all = match snapshot(inner, "queries").await {
-        Ok(Some(batch)) => rows(&batch)?,
-        Ok(None) => Value::Array(Vec::new()),
-        Err(e) => return Err(e.to_string()),
-    };
-    let row = all
+    let mut row = rows
         .as_array()
         .and_then(|rows| {
             rows.iter()
@@ -115,6 +112,11 @@ async fn query_view(console: &Console, id: u64) -> Result<Option<Value>, String>
         })
         .cloned()
         .unwrap_or(Value::Null);
+    if let Some(offload) = offload_of(inner, id).await
+        && let Some(fields) = row.as_object_mut()
+    {
+        fields.insert("offload".into(), Value::String(offload));
+    }
     let info = entry.info();
     let pipelines: Vec<PipelineView> = info
         .progress
@@ -184,7 +186,11 @@ pub(crate) async fn query(
     if let Err(refused) = login::viewer(&console, &headers) {
         return refused.into_response();
     }
-    match query_view(&console, id).await {
+    let rows = match queries_view(&console) {
+        Ok(rows) => rows,
+        Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    match query_view(&console, id, &rows).await {
         Ok(Some(value)) => Json(value).into_response(),
         Ok(None) => refuse(StatusCode::NOT_FOUND, format!("no query {id} is known")),
         Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e),
@@ -197,8 +203,27 @@ pub(crate) struct EventParams {
     query: Option<u64>,
 }
 
+/// One of the live streams open; the count goes down when it ends.
+struct FeedSlot(Arc<AtomicUsize>);
+
+impl FeedSlot {
+    /// A slot when fewer than `CONSOLE_FEEDS_MAX` streams are open.
+    fn take(open: &Arc<AtomicUsize>) -> Option<FeedSlot> {
+        let before = open.fetch_add(1, Ordering::SeqCst);
+        let slot = FeedSlot(Arc::clone(open));
+        (before < CONSOLE_FEEDS_MAX).then_some(slot)
+    }
+}
+
+impl Drop for FeedSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Where one live stream is.
 struct Feed {
+    _slot: FeedSlot,
     console: Arc<Console>,
     headers: HeaderMap,
     query: Option<u64>,
@@ -226,15 +251,20 @@ async fn parts_now(feed: &Feed) -> Result<Vec<(&'static str, Value)>, String> {
                 Some("finished" | "failed" | "canceled")
             )
         });
+    let page = match feed.query {
+        Some(id) => Some(
+            query_view(&feed.console, id, &rows)
+                .await?
+                .unwrap_or(Value::Null),
+        ),
+        None => None,
+    };
     let mut parts = vec![
         ("cluster", cluster_view(&feed.console).await?),
         ("running", Value::Array(running)),
         ("ended", Value::Array(ended)),
     ];
-    if let Some(id) = feed.query {
-        let page = query_view(&feed.console, id).await?.unwrap_or(Value::Null);
-        parts.push(("query", page));
-    }
+    parts.extend(page.map(|page| ("query", page)));
     Ok(parts)
 }
 
@@ -291,7 +321,14 @@ pub(crate) async fn events(
     if let Err(refused) = login::viewer(&console, &headers) {
         return refused.into_response();
     }
+    let Some(slot) = FeedSlot::take(&console.feeds) else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{CONSOLE_FEEDS_MAX} live pages are open already; close one"),
+        );
+    };
     let feed = Feed {
+        _slot: slot,
         console,
         headers,
         query: params.query,

@@ -18,6 +18,7 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
 use axum::Router;
@@ -43,6 +44,8 @@ pub(crate) struct Console {
     pub started: Instant,
     /// Ends the live streams when the server stops.
     pub shutdown: CancellationToken,
+    /// Live streams open now (at most `CONSOLE_FEEDS_MAX`).
+    pub feeds: Arc<AtomicUsize>,
 }
 
 /// The console's routes over `console`.
@@ -81,6 +84,7 @@ pub(crate) async fn serve(
         listening,
         started: Instant::now(),
         shutdown: shutdown.clone(),
+        feeds: Arc::default(),
     });
     let app = router(console).into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)

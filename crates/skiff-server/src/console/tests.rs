@@ -411,3 +411,33 @@ async fn without_users_a_loopback_visitor_is_a_trusted_admin() {
         "{body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_pages_are_limited_and_a_closed_one_frees_its_place() {
+    use crate::config::CONSOLE_FEEDS_MAX;
+    let cluster = cluster_with(Users::default(), Limits::default(), true).await;
+    let mut visitor = Visitor::new(cluster.http.expect("the console listens"));
+    let response = visitor.get("/api/session").await;
+    let cookie = response.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    visitor.cookie = Some(cookie.split(';').next().unwrap().to_string());
+    let mut open = Vec::new();
+    for _ in 0..CONSOLE_FEEDS_MAX {
+        let feed = visitor.get("/api/events").await;
+        assert_eq!(feed.status(), StatusCode::OK);
+        open.push(feed);
+    }
+    let refused = visitor.get("/api/events").await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(open.pop());
+    // The server notices the closed stream when it next writes to it.
+    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..2000 {
+        let feed = visitor.get("/api/events").await;
+        status = feed.status();
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, StatusCode::OK, "a closed live page freed its place");
+}

@@ -19,6 +19,8 @@ const RECENT_KEPT: usize = 200;
 /// Steps kept in one query's timeline; a query that moves more often
 /// keeps its first steps and its last ones.
 const TIMELINE_KEPT: usize = 64;
+// `QueryEntry::record` keeps the first step when it drops one.
+const _: () = assert!(TIMELINE_KEPT >= 2);
 
 /// One step of a query's life on the workers (the console's timeline of
 /// hand-offs).

@@ -106,7 +106,7 @@ impl SchemaProvider for SystemSchema {
         if name == history::NAME {
             return Ok(Some(Arc::new(history::TableHistory)));
         }
-        let Some(batch) = snapshot(&inner, name).await? else {
+        let Some(batch) = rows_now(&inner, name).await? else {
             return Ok(None);
         };
         let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
@@ -120,7 +120,7 @@ impl SchemaProvider for SystemSchema {
 
 /// The rows of the system table `name` now; `None` for a name that is not
 /// one (or is `table_history`, which reads the tables' logs when scanned).
-pub(crate) async fn snapshot(inner: &Inner, name: &str) -> Result<Option<RecordBatch>> {
+pub(crate) async fn rows_now(inner: &Inner, name: &str) -> Result<Option<RecordBatch>> {
     Ok(Some(match name {
         "queries" => queries(&inner.queries, &memory_view::offload_by_query(inner).await)?,
         "pipelines" => pipelines(&inner.queries)?,
@@ -142,6 +142,12 @@ pub(crate) async fn snapshot(inner: &Inner, name: &str) -> Result<Option<RecordB
 /// a call to each node): what the console lists every tick.
 pub(crate) fn queries_now(inner: &Inner) -> Result<RecordBatch> {
     queries(&inner.queries, &HashMap::new())
+}
+
+/// `skiff.queries.offload` of query `id`: its fragments offloaded and
+/// pushed back, from the memory nodes' records.
+pub(crate) async fn offload_of(inner: &Inner, id: u64) -> Option<String> {
+    memory_view::offload_by_query(inner).await.remove(&id)
 }
 
 fn micros(time: std::time::SystemTime) -> i64 {
