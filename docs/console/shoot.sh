@@ -52,3 +52,17 @@ sleep 2
 shot cluster "#/cluster" 760
 $PSQL -At -c "SELECT skiff.cancel(id) FROM skiff.queries WHERE state = 'running' AND sql LIKE '%l_partkey + b.l_partkey%'" > /dev/null
 echo "migrated $MIG running $RUN"
+# The pod page: a two-host Pasha static pod under TPC-C's standard mix,
+# watched by a server started with --pod.
+kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true
+POD=/dev/shm/skiff-console-shot-$$
+$BIN serve --data "$D" --workers 1 --pg-addr 127.0.0.1:15433 --flight-addr 127.0.0.1:15051 \
+  --http-addr 127.0.0.1:18080 --pod "$POD" > "$T/serve2.out" 2> "$T/serve2.err" &
+SERVE=$!
+for i in $(seq 1 120); do grep -q "console on" "$T/serve2.out" && break; sleep 1; done
+$BIN pod run --shm "$POD" --hosts 2 --warehouses 4 --workers 1 --arch d --mix standard \
+  --multi-warehouse-pct 60 --duration 25 > /dev/null 2>&1 &
+PODRUN=$!
+sleep 20
+shot pod "#/pod" 900
+wait $PODRUN || true

@@ -107,6 +107,9 @@ pub const TXN_POD_UNDO_ENTRIES_MAX: usize = 128;
 pub const LEASE_MS: u64 = 400;
 /// Interval of the heartbeat and of the survivors' lease check.
 pub const LEASE_BEAT_MS: u64 = 100;
+/// How often a worker adds what it counted to its host's live figures
+/// (`memory::live`): a watcher's rates lag by at most this.
+pub const LIVE_PUBLISH_MS: u64 = 100;
 /// A NewOrder holds at most this many stock rows at once.
 const ORDER_LINES_PER_ORDER_MAX_FOR_SLOTS: u64 = 15;
 

@@ -28,6 +28,9 @@
 //!   [`HostCommand::current_exe_pod_host`]; this crate's `skiff-pod-host`
 //!   binary does the same for its tests.
 //! - [`remove_pod`]: delete a pod's files.
+//! - [`live`]`(&Path) -> `[`LivePod`]: a running (or finished) pod's state
+//!   and every host's running totals per transaction type (commits,
+//!   aborts, CXL misses), read without writing; what the console draws.
 //!
 //! [`PodConfig::new`] starts hosts as threads ([`Launch::Threads`]); the CLI
 //! should set [`Launch::Processes`] so each host is its own process.
@@ -74,6 +77,7 @@ pub use memory::params::Mix;
 pub use run::bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
 pub use run::config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
 pub use run::host::{HostArgs, host_main};
+pub use run::live::{LiveHost, LiveKind, LivePod, live};
 pub use run::report::{
     AuditReport, FaultReport, LogReport, Modeled, MovementReport, RunReport, TxnReport,
 };

@@ -594,3 +594,87 @@ fn standard_mix_runs_every_architecture_consistently() {
         }
     }
 }
+
+#[test]
+fn live_figures_grow_during_the_run_and_end_equal_to_the_report() {
+    let pod = Pod::new("live");
+    let mut cfg = config(&pod, Arch::SharedEverything, 2, 2, 2);
+    cfg.mix = skiff_pod::Mix::Standard;
+    // The auditor's reads are not a transaction type of the figures.
+    cfg.auditor = false;
+    cfg.multi_warehouse_pct = 60.0;
+    let path = cfg.shm_path.clone();
+    let report = std::thread::scope(|s| {
+        let run = s.spawn(|| skiff_pod::run(&cfg));
+        // A watcher sees the run going: some commits, then more.
+        let mut seen: Vec<u64> = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !run.is_finished() && std::time::Instant::now() < deadline {
+            if let Ok(live) = skiff_pod::live(&path)
+                && live.state == "running"
+            {
+                let committed: u64 = live
+                    .hosts
+                    .iter()
+                    .flat_map(|h| &h.kinds)
+                    .map(|k| k.committed)
+                    .sum();
+                if committed > 0 {
+                    seen.push(committed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let report = run.join().unwrap().unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            seen.windows(2).all(|w| w[0] <= w[1]) && seen.first() < seen.last(),
+            "running totals seen by the watcher: {seen:?}"
+        );
+        report
+    });
+    eprintln!("{report}");
+    let live = skiff_pod::live(&path).unwrap();
+    assert_eq!(live.state, "done");
+    assert_eq!(live.hosts.len(), 2);
+    assert!(
+        live.hosts
+            .iter()
+            .all(|h| h.life == "alive" && h.incarnation == 1)
+    );
+    // Every worker published its last tally as it stopped: the totals are
+    // the report's (no warm-up), per type, over both hosts.
+    let total = |name: &str, f: fn(&skiff_pod::LiveKind) -> u64| -> u64 {
+        live.hosts
+            .iter()
+            .flat_map(|h| &h.kinds)
+            .filter(|k| k.name == name)
+            .map(f)
+            .sum()
+    };
+    for (name, txn) in [
+        ("new_order", &report.new_order),
+        ("payment", &report.payment),
+        ("delivery", &report.delivery),
+        ("order_status", &report.order_status),
+        ("stock_level", &report.stock_level),
+    ] {
+        assert_eq!(total(name, |k| k.committed), txn.committed, "{name}");
+        assert_eq!(total(name, |k| k.aborted), txn.aborted, "{name}");
+        assert!(txn.committed > 0, "{name}: {report}");
+    }
+    let misses: u64 = live
+        .hosts
+        .iter()
+        .flat_map(|h| &h.kinds)
+        .map(|k| k.misses)
+        .sum();
+    assert_eq!(misses, report.cxl.misses(), "{report}");
+    assert!(misses > 0);
+    // Not a pod: a clear error, nothing created.
+    let other = Pod::new("not-a-pod");
+    std::fs::write(&other.0, vec![0u8; 8192]).unwrap();
+    let e = skiff_pod::live(&other.0).unwrap_err().to_string();
+    assert!(e.contains("not a usable pod file"), "{e}");
+    let e = skiff_pod::live(&other.0.with_extension("missing")).unwrap_err();
+    assert!(matches!(e, PodError::Io { .. }), "{e}");
+}

@@ -80,6 +80,9 @@ pub struct CoordinatorConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// The web console (`crate::console`), which serves `/metrics` too.
     pub http_addr: Option<SocketAddr>,
+    /// Pod files (`skiff pod run --shm PATH`) whose live figures the
+    /// console's pod page draws; a missing file is a pod not started yet.
+    pub pods: Vec<PathBuf>,
     /// Partitions per pipeline in plans made here; defaults to the cores.
     pub partitions: Option<usize>,
     pub limits: Limits,
@@ -121,6 +124,16 @@ pub const CONSOLE_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Live streams (`/api/events`) open at once, for all logins together: each
 /// reads the cluster every tick, so a visitor may not open them without end.
 pub const CONSOLE_FEEDS_MAX: usize = 64;
+
+/// Readings of each pod the console keeps (one a `CONSOLE_TICK` while it
+/// runs): a minute of throughput for the pod page's chart.
+pub const CONSOLE_POD_HISTORY: usize = 120;
+
+/// The pod page's rates are over the last this long.
+pub const CONSOLE_POD_RATE_WINDOW: Duration = Duration::from_secs(1);
+
+/// Pod files one console watches (`--pod`).
+pub const CONSOLE_PODS_MAX: usize = 16;
 
 /// How often the Prometheus recorder drains its histograms (without it they
 /// grow with every query).

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::CoordinatorConfig;
+use crate::config::{CONSOLE_PODS_MAX, CoordinatorConfig};
 use crate::coordinator::{ClusterService, Coordinator};
-use crate::error::{Result, ServerError};
+use crate::error::{Result, ServerError, SqlState};
 use crate::node::{bind, local_addr};
 
 /// Where a started coordinator listens (ports chosen when 0 was asked).
@@ -46,6 +46,15 @@ pub async fn serve_coordinator(
         })?),
         None => None,
     };
+    if config.pods.len() > CONSOLE_PODS_MAX {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!(
+                "{} pods to watch; the console watches at most {CONSOLE_PODS_MAX}",
+                config.pods.len()
+            ),
+        ));
+    }
     let cluster_listener = bind(config.cluster_addr).await?;
     let pg_listener = match config.pg_addr {
         Some(addr) => Some(bind(addr).await?),
@@ -109,8 +118,15 @@ pub async fn serve_coordinator(
         match http_listener {
             Some(listener) => {
                 let listening = listening.clone();
-                crate::console::serve(coordinator.clone(), listener, listening, shutdown.clone())
-                    .await
+                let pods = config.pods.clone();
+                crate::console::serve(
+                    coordinator.clone(),
+                    listener,
+                    listening,
+                    pods,
+                    shutdown.clone(),
+                )
+                .await
             }
             None => Ok(()),
         }

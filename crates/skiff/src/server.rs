@@ -49,6 +49,12 @@ pub struct FrontArgs {
     /// are served, as on the PostgreSQL port.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR|off")]
     pub http_addr: HttpAddr,
+    /// A pod file (`skiff pod run --shm PATH`) whose transactions the
+    /// console's pod page draws live: throughput, aborts and CXL misses per
+    /// transaction type and host. Repeat for several; the file may appear
+    /// later.
+    #[arg(long, value_name = "PATH")]
+    pub pod: Vec<PathBuf>,
     /// Users file, one `name:password` or `name:role:password` per line
     /// (role `admin` or `user`, the default). SKIFF_USER/SKIFF_PASSWORD add
     /// an admin. Without any user only loopback clients may connect.
@@ -344,6 +350,7 @@ fn coordinator_config(
         flight_addr: Some(front.flight_addr),
         metrics_addr: front.metrics_addr,
         http_addr: front.http_addr.0,
+        pods: front.pod.clone(),
         partitions: session.partitions(),
         limits: Limits {
             max_connections: front.max_connections,

@@ -123,6 +123,11 @@ impl<'m> HostRecord<'m> {
         mono_ms().saturating_sub(beat) > 2 * LEASE_BEAT_MS
     }
 
+    /// The last heartbeat (CLOCK_MONOTONIC ms; 0 before the first).
+    pub(crate) fn heartbeat_ms(&self) -> u64 {
+        self.u64(HEARTBEAT_MS).load(Acquire)
+    }
+
     pub(crate) fn beat(&self) {
         self.u64(HEARTBEAT_MS).store(mono_ms(), Release);
     }

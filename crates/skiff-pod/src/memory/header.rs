@@ -30,7 +30,7 @@ use crate::tpcc::random::NurandConstants;
 pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
 pub(crate) const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
 /// Bump on any change of header, layout or row format.
-pub(crate) const FORMAT_VERSION: u64 = 4;
+pub(crate) const FORMAT_VERSION: u64 = 5;
 
 /// Run states in `run_state`.
 pub(crate) mod state {

@@ -4,7 +4,9 @@
 //!
 //! Pod file:
 //! ```text
-//! [header page][coherent region: host stats | lock words of pod tables][shared region: pod tables]
+//! [header page]
+//! [coherent region: host stats | host records | live figures | lock words]
+//! [shared region: pod tables]
 //! ```
 //! Partition file of host h (only if some table is private or replicated):
 //! ```text
@@ -18,6 +20,7 @@
 use crate::arch::{Place, TableGroup, movable, place};
 use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
 use crate::error::{PodError, Result};
+use crate::memory::live::HOST_LIVE_BYTES;
 use crate::memory::params::Params;
 use crate::run::stats::HOST_STATS_BYTES;
 use crate::tpcc::schema::*;
@@ -224,7 +227,8 @@ pub(crate) struct Layout {
     pub part_bytes: u64,
     pub host_stats_off: u64,
     /// Coherent: the GSN counter, then one [`HOST_RECORD_BYTES`] record per
-    /// host (lease, liveness, reported commits; `lease`).
+    /// host (lease, liveness, reported commits; `lease`), then one
+    /// [`HOST_LIVE_BYTES`] slot of live figures per host (`live`).
     pub recovery_off: u64,
     /// Shared region: one transaction slot (undo images for survivors,
     /// `recovery`) per worker and auditor of every host.
@@ -257,7 +261,7 @@ impl Layout {
 
         let stats_bytes = crate::constants::HOSTS_MAX as u64 * HOST_STATS_BYTES
             + RECOVERY_GLOBAL_BYTES
-            + crate::constants::HOSTS_MAX as u64 * HOST_RECORD_BYTES;
+            + crate::constants::HOSTS_MAX as u64 * (HOST_RECORD_BYTES + HOST_LIVE_BYTES);
         if params.orders_per_district == 0 {
             params.orders_per_district = Self::fitting_orders(&params, &placement, stats_bytes)?;
         }
@@ -400,6 +404,7 @@ impl Layout {
             self.part_bytes,
             self.host_stats_off,
             HOST_STATS_BYTES,
+            HOST_LIVE_BYTES,
             self.recovery_off,
             self.txn_slots_off,
             TXN_SLOT_BYTES,
@@ -426,6 +431,16 @@ impl Layout {
     /// Rows of `array` per warehouse (per pod for ITEM).
     pub(crate) fn rows_of(&self, array: Array) -> u64 {
         array.rows(self.params.orders_per_district as u64)
+    }
+
+    /// Host `host`'s live figures in the coherent region (`live`), after
+    /// every host's record.
+    pub(crate) fn host_live(&self, host: u16) -> u64 {
+        assert!((host as usize) < crate::constants::HOSTS_MAX);
+        self.recovery_off
+            + RECOVERY_GLOBAL_BYTES
+            + crate::constants::HOSTS_MAX as u64 * HOST_RECORD_BYTES
+            + host as u64 * HOST_LIVE_BYTES
     }
 
     /// Host `host`'s record in the coherent region (`lease`).

@@ -12,6 +12,7 @@ pub(crate) mod files;
 pub(crate) mod futex;
 pub(crate) mod header;
 pub(crate) mod layout;
+pub(crate) mod live;
 pub(crate) mod params;
 pub(crate) mod region;
 
@@ -34,6 +35,8 @@ pub(crate) enum Parts {
     Own(u16),
     /// The coordinator (loading) and `check` map them all.
     All,
+    /// A watcher (`run::live`) reads the pod file only.
+    None,
 }
 
 pub(crate) struct PodMemory {

@@ -23,8 +23,10 @@ use crate::memory::files::wal_path;
 use crate::memory::futex;
 use crate::memory::header::{Control, state};
 use crate::memory::layout::Array;
+use crate::memory::live::{Figures, HostLive};
 use crate::memory::params::Mix;
 use crate::memory::{Parts, PodMemory};
+use crate::run::live::Tally;
 use crate::run::stats::ProtocolCounters;
 use crate::run::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
 use crate::tpcc::audit::audit_warehouse;
@@ -478,6 +480,8 @@ fn worker(
     let mut cpu_start = thread_cpu_ns();
     let mut window = control.window();
     let mut done = 0u64;
+    let live = HostLive::of(mem, host);
+    let mut tally = Tally::new();
     while control.state() == state::RUNNING {
         if window.restarted() {
             // The warm-up ended: what follows is what the run reports.
@@ -494,6 +498,8 @@ fn worker(
         let now = unix_now();
         let started = Instant::now();
         let kind = Kind::pick(params, &mut rng);
+        let (misses_before, aborted_before) =
+            (txn.cxl_counters().misses(), stats.of(kind).0.aborted);
         gate.enter();
         let (outcome, remote) = run_one(
             &mut txn,
@@ -524,7 +530,17 @@ fn worker(
             }
             Err(e) => return Err(PodError::Corrupt(format!("host {host} worker {id}: {e:?}"))),
         }
+        tally.count(
+            kind as usize,
+            Figures {
+                committed: matches!(outcome, Ok(Outcome::Committed)) as u64,
+                aborted: stats.of(kind).0.aborted - aborted_before,
+                misses: txn.cxl_counters().misses() - misses_before,
+            },
+        );
+        tally.publish_due(&live, Instant::now());
     }
+    tally.publish(&live, Instant::now());
     stats.cxl = txn.cxl_counters();
     stats.cpu_ns = thread_cpu_ns() - cpu_start;
     stats.protocol = protocol_counters(&txn);
@@ -772,6 +788,16 @@ mod tests {
         assert_eq!(home_warehouses(3..=7, 2, 1), vec![4, 6]);
         assert_eq!(home_warehouses(3..=4, 3, 2), vec![3]);
         assert_eq!(home_warehouses(5..=5, 1, 0), vec![5]);
+    }
+
+    #[test]
+    fn live_figures_name_the_kinds_in_their_order() {
+        use crate::run::live::KIND_NAMES;
+        assert_eq!(KIND_NAMES[Kind::NewOrder as usize], "new_order");
+        assert_eq!(KIND_NAMES[Kind::Payment as usize], "payment");
+        assert_eq!(KIND_NAMES[Kind::Delivery as usize], "delivery");
+        assert_eq!(KIND_NAMES[Kind::OrderStatus as usize], "order_status");
+        assert_eq!(KIND_NAMES[Kind::StockLevel as usize], "stock_level");
     }
 
     #[test]

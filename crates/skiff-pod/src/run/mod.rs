@@ -4,12 +4,13 @@
 //!
 //! The group is everything a run is made of above the transactions: what a
 //! caller configures (`config`), a host process and its threads (`host`,
-//! `participant`), the figures they keep (`stats`) and report (`report`),
-//! and the Figure 3 sweep (`bench`).
+//! `participant`), the figures they keep (`stats`), publish while they run
+//! (`live`) and report (`report`), and the Figure 3 sweep (`bench`).
 
 pub(crate) mod bench;
 pub(crate) mod config;
 pub(crate) mod host;
+pub(crate) mod live;
 pub(crate) mod participant;
 pub(crate) mod report;
 pub(crate) mod stats;

@@ -197,6 +197,14 @@ pub(crate) async fn query(
     }
 }
 
+/// `GET /api/pod`: the watched pods' live figures (`pod`).
+pub(crate) async fn pod(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = login::viewer(&console, &headers) {
+        return refused.into_response();
+    }
+    Json(console.pods.view()).into_response()
+}
+
 #[derive(Deserialize)]
 pub(crate) struct EventParams {
     /// Also send this query's page.
@@ -237,7 +245,7 @@ struct Feed {
 
 /// The parts of the state, each its own event: the cluster, the running
 /// queries (which change every tick while they run), the ended ones (which
-/// change only when a query ends) and the query's page.
+/// change only when a query ends), the pods and the query's page.
 async fn parts_now(feed: &Feed) -> Result<Vec<(&'static str, Value)>, String> {
     let rows = queries_view(&feed.console)?;
     let (ended, running): (Vec<Value>, Vec<Value>) = rows
@@ -263,6 +271,7 @@ async fn parts_now(feed: &Feed) -> Result<Vec<(&'static str, Value)>, String> {
         ("cluster", cluster_view(&feed.console).await?),
         ("running", Value::Array(running)),
         ("ended", Value::Array(ended)),
+        ("pod", feed.console.pods.view()),
     ];
     parts.extend(page.map(|page| ("query", page)));
     Ok(parts)
@@ -311,8 +320,8 @@ async fn next_event(mut feed: Feed) -> Option<(Result<Event, Infallible>, Feed)>
 }
 
 /// `GET /api/events[?query=ID]`: events `cluster`, `running`, `ended` (the
-/// queries' rows) and `query` (the query's page), each whenever it
-/// changed, checked every `CONSOLE_TICK`.
+/// queries' rows), `pod` (the pod page) and `query` (the query's page),
+/// each whenever it changed, checked every `CONSOLE_TICK`.
 pub(crate) async fn events(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,

@@ -13,10 +13,12 @@ mod actions;
 mod api;
 mod assets;
 mod login;
+mod pod;
 #[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
@@ -46,6 +48,8 @@ pub(crate) struct Console {
     pub shutdown: CancellationToken,
     /// Live streams open now (at most `CONSOLE_FEEDS_MAX`).
     pub feeds: Arc<AtomicUsize>,
+    /// The pods of the pod page (`--pod`).
+    pub pods: pod::PodWatch,
 }
 
 /// The console's routes over `console`.
@@ -60,6 +64,7 @@ fn router(console: Arc<Console>) -> Router {
         .route("/api/cluster", get(api::cluster))
         .route("/api/queries", get(api::queries))
         .route("/api/queries/{id}", get(api::query))
+        .route("/api/pod", get(api::pod))
         .route("/api/events", get(api::events))
         .route("/api/actions/{action}", post(actions::act))
         .layer(DefaultBodyLimit::max(CONSOLE_BODY_MAX))
@@ -75,6 +80,7 @@ pub(crate) async fn serve(
     coordinator: Coordinator,
     listener: TcpListener,
     listening: Listening,
+    pods: Vec<PathBuf>,
     shutdown: CancellationToken,
 ) -> Result<()> {
     crate::metrics::handle();
@@ -85,12 +91,13 @@ pub(crate) async fn serve(
         started: Instant::now(),
         shutdown: shutdown.clone(),
         feeds: Arc::default(),
+        pods: pod::PodWatch::new(pods),
     });
-    let app = router(console).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(|e| ServerError::internal(format!("console: {e}")))
+    let app = router(Arc::clone(&console)).into_make_service_with_connect_info::<SocketAddr>();
+    let served =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let (served, ()) = tokio::join!(served, console.pods.sample_until(shutdown));
+    served.map_err(|e| ServerError::internal(format!("console: {e}")))
 }
 
 /// Serve `/metrics` alone (`--metrics-addr`) until `shutdown`.

@@ -153,7 +153,7 @@ async fn first_events(visitor: &Visitor, path: &str, names: &[&str]) -> HashMap<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_its_json() {
-    let cluster = cluster_with(users(), Limits::default(), true).await;
+    let cluster = cluster_with(users(), Limits::default(), Some(&[])).await;
     let http = cluster.http.expect("the console listens");
     let mut root = Visitor::new(http);
 
@@ -389,7 +389,7 @@ async fn every_endpoint_answers_its_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_users_a_loopback_visitor_is_a_trusted_admin() {
-    let cluster = cluster_with(Users::default(), Limits::default(), true).await;
+    let cluster = cluster_with(Users::default(), Limits::default(), Some(&[])).await;
     let mut visitor = Visitor::new(cluster.http.expect("the console listens"));
     let response = visitor.get("/api/session").await;
     assert_eq!(response.status(), StatusCode::OK);
@@ -415,7 +415,7 @@ async fn without_users_a_loopback_visitor_is_a_trusted_admin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_pages_are_limited_and_a_closed_one_frees_its_place() {
     use crate::config::CONSOLE_FEEDS_MAX;
-    let cluster = cluster_with(Users::default(), Limits::default(), true).await;
+    let cluster = cluster_with(Users::default(), Limits::default(), Some(&[])).await;
     let mut visitor = Visitor::new(cluster.http.expect("the console listens"));
     let response = visitor.get("/api/session").await;
     let cookie = response.headers()[SET_COOKIE].to_str().unwrap().to_string();
@@ -440,4 +440,150 @@ async fn live_pages_are_limited_and_a_closed_one_frees_its_place() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(status, StatusCode::OK, "a closed live page freed its place");
+}
+
+/// A unique pod file in /dev/shm, removed with its partitions on drop.
+struct PodFile(std::path::PathBuf);
+
+impl Drop for PodFile {
+    fn drop(&mut self) {
+        let _ = skiff_pod::remove_pod(&self.0);
+    }
+}
+
+/// `GET /api/pod` until `done` holds of it (or a minute passed).
+async fn pod_until(visitor: &Visitor, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = visitor.json("/api/pod").await;
+        if done(&page["pods"][0]) {
+            return page["pods"][0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting until {what}: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_page_follows_a_pod_from_before_it_starts_to_after_it_is_gone() {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let pod = PodFile(dir.join(format!("skiff-console-pod-{}", std::process::id())));
+    let _ = skiff_pod::remove_pod(&pod.0);
+    let cluster = cluster_with(
+        Users::default(),
+        Limits::default(),
+        Some(std::slice::from_ref(&pod.0)),
+    )
+    .await;
+    let mut visitor = Visitor::new(cluster.http.expect("the console listens"));
+    assert_eq!(
+        visitor.get("/api/pod").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let response = visitor.get("/api/session").await;
+    let cookie = response.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    visitor.cookie = Some(cookie.split(';').next().unwrap().to_string());
+
+    // Before the pod exists: the page says why there is nothing.
+    let waiting = pod_until(&visitor, "the missing file is read", |p| {
+        p["error"].is_string()
+    })
+    .await;
+    assert_eq!(waiting["path"], pod.0.display().to_string());
+    assert!(waiting["pod"].is_null(), "{waiting}");
+    let events = first_events(&visitor, "/api/events", &["pod"]).await;
+    assert_eq!(events["pod"]["pods"][0]["path"], waiting["path"]);
+
+    // A two-host Pasha static run of the standard mix, as threads here.
+    let mut cfg = skiff_pod::PodConfig::new(&pod.0, 2, 2);
+    cfg.arch = skiff_pod::Arch::PashaStatic;
+    cfg.mix = skiff_pod::Mix::Standard;
+    cfg.multi_warehouse_pct = 60.0;
+    cfg.duration = Duration::from_secs(3);
+    let run = tokio::task::spawn_blocking(move || skiff_pod::run(&cfg));
+
+    // While it runs: both hosts alive, committing, each with a rate and a
+    // line on the chart.
+    let running = pod_until(&visitor, "both hosts commit with a rate", |p| {
+        p["pod"]["state"] == "running"
+            && p["series"].as_array().is_some_and(|s| s.len() >= 2)
+            && p["hosts"].as_array().is_some_and(|hosts| {
+                hosts.len() == 2
+                    && hosts
+                        .iter()
+                        .all(|h| h["commits_per_s"].as_f64().is_some_and(|r| r > 0.0))
+            })
+    })
+    .await;
+    for host in running["hosts"].as_array().unwrap() {
+        assert_eq!(host["life"], "alive", "{running}");
+        assert!(host["heartbeat_age_ms"].is_u64(), "{running}");
+        let kinds: Vec<&str> = host["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "new_order",
+                "payment",
+                "delivery",
+                "order_status",
+                "stock_level"
+            ]
+        );
+    }
+    assert_eq!(running["pod"]["arch"], "pasha-static");
+    assert_eq!(running["pod"]["mix"], "standard");
+    for (_, rates) in
+        serde_json::from_value::<Vec<(f64, Vec<f64>)>>(running["series"].clone()).unwrap()
+    {
+        assert_eq!(rates.len(), 2);
+    }
+
+    // Once done: the totals are the run's report, and no rate is shown.
+    let report = run.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    let done = pod_until(&visitor, "the pod is done", |p| p["pod"]["state"] == "done").await;
+    let total = |name: &str, field: &str| -> u64 {
+        done["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|h| h["kinds"].as_array().unwrap())
+            .filter(|k| k["name"] == name)
+            .map(|k| k[field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(total("new_order", "committed"), report.new_order.committed);
+    assert_eq!(total("payment", "committed"), report.payment.committed);
+    assert_eq!(total("delivery", "aborted"), report.delivery.aborted);
+    assert!(report.new_order.committed > 0, "{report}");
+    for host in done["hosts"].as_array().unwrap() {
+        assert!(host["commits_per_s"].is_null(), "{done}");
+        assert!(host["heartbeat_age_ms"].is_null(), "{done}");
+    }
+    // Misses per commit: what the pod file says, over the run.
+    let new_order = &done["hosts"][0]["kinds"][0];
+    let expected = new_order["misses"].as_f64().unwrap() / new_order["committed"].as_f64().unwrap();
+    assert_eq!(new_order["misses_per_commit"].as_f64().unwrap(), expected);
+
+    // Gone again: back to waiting, nothing of the old run kept.
+    skiff_pod::remove_pod(&pod.0).unwrap();
+    let gone = pod_until(&visitor, "the removed pod is noticed", |p| {
+        p["pod"].is_null()
+    })
+    .await;
+    assert!(
+        gone["error"].is_string() && gone["series"] == json!([]),
+        "{gone}"
+    );
 }

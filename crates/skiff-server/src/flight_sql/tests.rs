@@ -68,6 +68,7 @@ async fn cluster(users: Users, limits: Limits) -> Cluster {
         flight_addr: Some("127.0.0.1:0".parse().unwrap()),
         metrics_addr: None,
         http_addr: None,
+        pods: Vec::new(),
         partitions: Some(2),
         limits,
         users,

@@ -55,11 +55,16 @@ pub(crate) async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 async fn cluster(users: Users, limits: Limits) -> Cluster {
-    cluster_with(users, limits, false).await
+    cluster_with(users, limits, None).await
 }
 
-/// A cluster serving the console on a free port when `console`.
-pub(crate) async fn cluster_with(users: Users, limits: Limits, console: bool) -> Cluster {
+/// A cluster serving the console on a free port when `console` says which
+/// pod files it watches.
+pub(crate) async fn cluster_with(
+    users: Users,
+    limits: Limits,
+    console: Option<&[std::path::PathBuf]>,
+) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("items.csv"), ITEMS).unwrap();
     let config = CoordinatorConfig {
@@ -69,7 +74,8 @@ pub(crate) async fn cluster_with(users: Users, limits: Limits, console: bool) ->
         pg_addr: Some("127.0.0.1:0".parse().unwrap()),
         flight_addr: None,
         metrics_addr: None,
-        http_addr: console.then(|| "127.0.0.1:0".parse().unwrap()),
+        http_addr: console.map(|_| "127.0.0.1:0".parse().unwrap()),
+        pods: console.map(<[_]>::to_vec).unwrap_or_default(),
         partitions: Some(2),
         limits,
         users,

@@ -266,16 +266,26 @@ async fn the_console_shows_the_cluster_live_and_acts_for_admins_only() {
     let users = tempfile::tempdir().expect("users dir");
     let file = users.path().join("users");
     std::fs::write(&file, USERS).expect("users file");
+    // The pod page watches a pod file the walk-through runs a pod on.
+    let shm = std::path::Path::new("/dev/shm");
+    let pod_dir = if shm.is_dir() { shm } else { users.path() };
+    let pod = PodFiles(pod_dir.join(format!("skiff-console-it-{}", std::process::id())));
+    let pod = &pod.0;
     let server = Server::start(
         &data,
         Options {
-            extra: vec!["--users".into(), file.display().to_string()],
+            extra: vec![
+                "--users".into(),
+                file.display().to_string(),
+                "--pod".into(),
+                pod.display().to_string(),
+            ],
             ..Options::default()
         },
     );
     let console = server.console.expect("the console listens");
     let client = browser.client.clone();
-    let steps = std::panic::AssertUnwindSafe(walk_through(&client, &server, console));
+    let steps = std::panic::AssertUnwindSafe(walk_through(&client, &server, console, pod));
     let outcome = match steps.catch_unwind().await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e),
@@ -295,6 +305,15 @@ async fn the_console_shows_the_cluster_live_and_acts_for_admins_only() {
     let _ = browser.client.clone().close().await;
 }
 
+/// A pod's files, removed on drop.
+struct PodFiles(PathBuf);
+
+impl Drop for PodFiles {
+    fn drop(&mut self) {
+        let _ = skiff_pod::remove_pod(&self.0);
+    }
+}
+
 /// Save the page as a PNG under `target/console-screenshots/`.
 async fn screenshot(client: &Client, name: &str) -> String {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots");
@@ -308,7 +327,12 @@ async fn screenshot(client: &Client, name: &str) -> String {
     }
 }
 
-async fn walk_through(client: &Client, server: &Server, console: SocketAddr) -> Result<(), String> {
+async fn walk_through(
+    client: &Client,
+    server: &Server,
+    console: SocketAddr,
+    pod: &std::path::Path,
+) -> Result<(), String> {
     let base = format!("http://{console}/");
     let e = |e: fantoccini::error::CmdError| e.to_string();
 
@@ -466,12 +490,87 @@ async fn walk_through(client: &Client, server: &Server, console: SocketAddr) -> 
     .await?;
     drop(admin);
 
+    // The pod page: a two-host pod run from the command line appears with
+    // its hosts' throughput, a line per host, and ends done.
+    client.goto(&format!("{base}#/pod")).await.map_err(e)?;
+    eventually("the pod page waiting for its pod", || async {
+        let waiting = js(
+            client,
+            "return document.querySelector('.pod-waiting') !== null;",
+        )
+        .await
+        .ok()?;
+        waiting.as_bool()?.then_some(())
+    })
+    .await?;
+    let pod_run = std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args([
+            "pod",
+            "run",
+            "--hosts",
+            "2",
+            "--warehouses",
+            "2",
+            "--arch",
+            "d",
+        ])
+        .args([
+            "--multi-warehouse-pct",
+            "60",
+            "--duration",
+            "4",
+            "--keep",
+            "--shm",
+        ])
+        .arg(pod)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("skiff pod run: {e}"))?;
+    let rates = eventually("both hosts' throughput on the pod page", || async {
+        let rates = js(
+            client,
+            "return [0, 1].map((h) => { \
+               const cell = document.querySelector( \
+                 `tr[data-host=\"${h}\"][data-kind=new_order] .commits-per-s`); \
+               return cell ? Number(cell.textContent) : null; });",
+        )
+        .await
+        .ok()?;
+        let lines = js(
+            client,
+            "return document.querySelectorAll('polyline.series').length;",
+        )
+        .await
+        .ok()?;
+        let rates: Vec<f64> = rates
+            .as_array()?
+            .iter()
+            .map(|r| r.as_f64())
+            .collect::<Option<_>>()?;
+        (lines == json!(2) && rates.iter().all(|r| *r > 0.0)).then_some(rates)
+    })
+    .await?;
+    let _ = screenshot(client, "pod").await;
+    let ran = tokio::task::spawn_blocking(move || pod_run.wait_with_output())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if !ran.status.success() {
+        return Err(format!(
+            "skiff pod run failed: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        ));
+    }
+    shown(client, ".pod .state", "done").await?;
+    assert_eq!(rates.len(), 2);
+
     // A read-only user sees the pages without a single action button, and
     // requests sent anyway (without the CSRF token, or with it) are refused.
     click(client, "#logout").await?;
     log_in(client, &base, "viewer", "viewpw").await?;
     shown(client, "#whoami", "viewer (read-only)").await?;
-    for page in ["#/cluster", "#/queries", &format!("#/query/{id}")] {
+    for page in ["#/cluster", "#/queries", &format!("#/query/{id}"), "#/pod"] {
         client.goto(&format!("{base}{page}")).await.map_err(e)?;
         eventually(&format!("{page} drawn"), || async {
             let drawn = js(

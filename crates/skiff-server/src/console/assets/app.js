@@ -8,7 +8,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 let session = null;   // {user, admin, csrf, users_required}
 let state = null;     // what the views draw: {cluster, queries, query}
-let live = {};        // the parts the server sent last: cluster, running, ended, query
+let live = {};        // the parts the server sent last: cluster, running, ended, pod, query
 let source = null;    // the EventSource
 let sourceQuery = undefined;
 
@@ -100,7 +100,8 @@ async function call(method, path, body) {
 
 function refresh() {
   if (!live.cluster || !live.running || !live.ended) return;
-  state = { cluster: live.cluster, queries: live.running.concat(live.ended), query: live.query };
+  state = { cluster: live.cluster, queries: live.running.concat(live.ended), query: live.query,
+    pod: live.pod };
   render();
 }
 
@@ -117,7 +118,7 @@ function connect() {
   source.addEventListener("error", () => { light.textContent = "reconnecting"; light.classList.remove("on"); });
   // Each part of the state comes when it changed; the parts of one tick
   // arrive together, and the view redraws once for them.
-  for (const name of ["cluster", "running", "ended", "query"]) {
+  for (const name of ["cluster", "running", "ended", "pod", "query"]) {
     source.addEventListener(name, (event) => {
       live[name] = JSON.parse(event.data);
       clearTimeout(connect.redraw);
@@ -558,10 +559,114 @@ function timelineView(page) {
   return h("div", {}, h("div", { class: "scroll" }, svg), table);
 }
 
+const KIND_TEXT = { new_order: "NewOrder", payment: "Payment", delivery: "Delivery",
+  order_status: "OrderStatus", stock_level: "StockLevel" };
+
+function rate(v) {
+  if (v === null || v === undefined) return "–";
+  return v >= 100 ? Number(v).toFixed(0) : Number(v).toFixed(1);
+}
+
+function share(part, whole) {
+  return whole > 0 ? (100 * part / whole).toFixed(1) + "%" : "–";
+}
+
+// The pods --pod names: each one's run, a minute of throughput per host,
+// and per host and transaction type what it committed and aborted and the
+// CXL misses it cost. The pod runs on its own (skiff pod run); its hosts
+// publish running totals in the pod file, which the coordinator reads.
 function podView() {
-  return h("div", {}, h("h1", {}, "Pod"),
-    h("p", { class: "muted", id: "pod-none" },
-      "No pod reports to this coordinator. The pod runs on its own (skiff pod run); its figures are in its report."));
+  const watched = (state.pod && state.pod.pods) || [];
+  if (!watched.length) {
+    return h("div", {}, h("h1", {}, "Pod"), h("p", { class: "muted", id: "pod-none" },
+      "No pod is watched. Start the server with --pod PATH, then run skiff pod run --shm PATH: " +
+      "its hosts' throughput, aborts and CXL misses appear here as it runs."));
+  }
+  return h("div", {}, h("h1", {}, "Pod"), watched.map(podSection));
+}
+
+function podSection(w) {
+  const title = h("h2", {}, w.path);
+  if (!w.pod) {
+    return h("div", { class: "pod", "data-pod": w.path }, title,
+      h("p", { class: "muted pod-waiting" }, "No pod here yet (" + w.error + ")."));
+  }
+  const p = w.pod;
+  const running = p.state === "running" || p.state === "stopping";
+  const sum = (field) => w.hosts.reduce((a, x) => a + x.kinds.reduce((b, k) => b + Number(k[field]), 0), 0);
+  const committed = sum("committed"), aborted = sum("aborted"), misses = sum("misses");
+  const tps = w.hosts.reduce((a, x) => a + (x.commits_per_s || 0), 0);
+  const cards = h("div", { class: "cards" },
+    card("State", badge(p.state)),
+    card("Architecture", p.arch + " · " + p.cc),
+    card("Mix", p.mix),
+    card("Hosts × workers", w.hosts.length + " × " + p.workers_per_host),
+    card("Warehouses", p.warehouses + " · " + p.multi_warehouse_pct + "% multi"),
+    card("Commits/s", running ? rate(tps) : "–"),
+    card("Committed", num(committed)),
+    card("Aborted attempts", share(aborted, committed + aborted)),
+    card("CXL misses/commit", committed ? (misses / committed).toFixed(1) : "–"));
+  const reason = p.stop_reason ? h("p", { class: "error" }, "Stopped early: " + p.stop_reason) : null;
+  const head = ["host", "life", "transaction", "committed", "commits/s", "aborts/s", "aborted", "misses/commit"];
+  const rows = [];
+  for (const host of w.hosts) {
+    const life = host.life + (host.incarnation > 1 ? " (restarted " + (host.incarnation - 1) + "×)" : "");
+    const kinds = host.kinds.filter((k) => k.committed > 0 || k.aborted > 0);
+    kinds.forEach((k, i) => {
+      rows.push(h("tr", { "data-host": host.host, "data-kind": k.name },
+        h("td", { class: "num" }, i === 0 ? host.host : ""),
+        h("td", {}, i === 0 ? badge(life) : ""),
+        h("td", {}, KIND_TEXT[k.name] || k.name),
+        h("td", { class: "num" }, num(k.committed)),
+        h("td", { class: "num commits-per-s" }, rate(k.commits_per_s)),
+        h("td", { class: "num" }, rate(k.aborts_per_s)),
+        h("td", { class: "num" }, share(k.aborted, k.committed + k.aborted)),
+        h("td", { class: "num" }, k.misses_per_commit === null ? "–" : k.misses_per_commit.toFixed(1))));
+    });
+    if (!kinds.length) {
+      rows.push(h("tr", { "data-host": host.host }, h("td", { class: "num" }, host.host),
+        h("td", {}, badge(life)), h("td", { class: "muted", colspan: 6 }, "nothing committed yet")));
+    }
+  }
+  const table = h("table", { class: "pod-hosts" },
+    h("thead", {}, h("tr", {}, head.map((x) => h("th", {}, x)))), h("tbody", {}, rows));
+  return h("div", { class: "pod", "data-pod": w.path }, title, cards, reason,
+    h("h2", {}, "Commits per second, each host"), throughputChart(w), h("h2", {}, "Hosts"), table);
+}
+
+// A line per host over the last minute of readings.
+function throughputChart(w) {
+  const points = w.series;
+  if (points.length < 2) return h("p", { class: "muted pod-chart-empty" }, "The chart fills in while the pod runs.");
+  const L = 56, W = 1000, H = 160, T = 10;
+  const width = L + W + 20, height = T + H + 24;
+  // The last minute, or since the run's first reading when it is younger.
+  const end = points[points.length - 1][0];
+  const span = Math.min(60, Math.max(5, end - points[0][0]));
+  const start = end - span;
+  const top = Math.max(1, ...points.filter((p) => p[0] >= start).flatMap((p) => p[1]));
+  const xOf = (t) => L + ((t - start) / span) * W;
+  const yOf = (v) => T + H - (v / top) * H;
+  const svg = s("svg", { class: "pod-chart", width, height, viewBox: "0 0 " + width + " " + height });
+  svg.append(s("rect", { class: "lane", x: L, y: T, width: W, height: H }),
+    s("text", { x: 4, y: T + 10, "font-size": 10, fill: "#667085" }, rate(top)),
+    s("text", { x: 4, y: T + H, "font-size": 10, fill: "#667085" }, "0"),
+    s("text", { x: L, y: T + H + 16, "font-size": 10, fill: "#667085" }, "-" + span.toFixed(0) + " s"),
+    s("text", { x: L + W - 24, y: T + H + 16, "font-size": 10, fill: "#667085" }, "now"));
+  w.hosts.forEach((host, i) => {
+    const line = points.filter((p) => p[0] >= start && p[1][i] !== undefined)
+      .map((p) => xOf(p[0]).toFixed(1) + "," + yOf(p[1][i]).toFixed(1)).join(" ");
+    const path = s("polyline", { class: "series", "data-host": host.host, points: line },
+      s("title", {}, "host " + host.host));
+    path.style.stroke = colour(host.host);
+    svg.append(path);
+  });
+  const legend = h("div", { class: "legend" }, w.hosts.map((host) => {
+    const sw = h("span", { class: "swatch" });
+    sw.style.background = colour(host.host);
+    return h("span", {}, sw, "host " + host.host);
+  }));
+  return h("div", {}, legend, h("div", { class: "scroll" }, svg));
 }
 
 // ---------------------------------------------------------------- login

@@ -1,0 +1,271 @@
+//! The pod page's figures. The pod runs on its own (`skiff pod run`); its
+//! hosts publish running totals into the pod file's coherent region
+//! (`skiff_pod::live`). The console reads the files `--pod` names every
+//! `CONSOLE_TICK`, read-only, keeps the last `CONSOLE_POD_HISTORY` samples
+//! of each, and turns them into rates per transaction type and host:
+//! commits and aborts per second, CXL misses per commit, and a minute of
+//! throughput per host for the chart.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+use skiff_pod::LivePod;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{CONSOLE_POD_HISTORY, CONSOLE_POD_RATE_WINDOW, CONSOLE_TICK};
+
+/// One reading of one pod file.
+struct Sample {
+    at: Instant,
+    pod: LivePod,
+}
+
+/// What is known of one pod file.
+struct Watched {
+    path: PathBuf,
+    /// Oldest first; only readings of the pod now at `path`.
+    samples: VecDeque<Sample>,
+    /// Why the last reading failed (no file yet, not a pod, ...).
+    error: Option<String>,
+}
+
+/// The pods the console watches (`--pod`), and their recent readings.
+pub(crate) struct PodWatch {
+    started: Instant,
+    watched: Mutex<Vec<Watched>>,
+}
+
+/// Commits over every type.
+fn committed(pod: &LivePod, host: usize) -> u64 {
+    pod.hosts
+        .get(host)
+        .map_or(0, |h| h.kinds.iter().map(|k| k.committed).sum())
+}
+
+/// Whether `later` can be a later reading of the same run as `earlier`:
+/// same shape and no total went down (a new run at the path starts at 0).
+fn same_run(earlier: &LivePod, later: &LivePod) -> bool {
+    earlier.hosts.len() == later.hosts.len()
+        && earlier.arch == later.arch
+        && earlier.hosts.iter().zip(&later.hosts).all(|(a, b)| {
+            a.incarnation <= b.incarnation
+                && a.kinds.iter().zip(&b.kinds).all(|(x, y)| {
+                    x.committed <= y.committed && x.aborted <= y.aborted && x.misses <= y.misses
+                })
+        })
+}
+
+fn running(pod: &LivePod) -> bool {
+    matches!(pod.state, "running" | "stopping")
+}
+
+impl PodWatch {
+    pub(crate) fn new(paths: Vec<PathBuf>) -> PodWatch {
+        PodWatch {
+            started: Instant::now(),
+            watched: Mutex::new(
+                paths
+                    .into_iter()
+                    .map(|path| Watched {
+                        path,
+                        samples: VecDeque::new(),
+                        error: None,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, Vec<Watched>> {
+        // A panic while holding it leaves readings, never a broken
+        // invariant: keep going with them.
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads every pod file once. A running pod gets a sample every call
+    /// (its rates are the last second's); an idle one only when something
+    /// changed, so a finished run's page stays as it ended.
+    pub(crate) fn sample(&self) {
+        let now = Instant::now();
+        for w in self.watched().iter_mut() {
+            match skiff_pod::live(&w.path) {
+                Ok(pod) => {
+                    w.error = None;
+                    let last = w.samples.back();
+                    if last.is_some_and(|last| !same_run(&last.pod, &pod)) {
+                        w.samples.clear();
+                    }
+                    let changed = w.samples.back().is_none_or(|last| {
+                        running(&pod) || last.pod.state != pod.state || !same_run(&pod, &last.pod)
+                    });
+                    if changed {
+                        w.samples.push_back(Sample { at: now, pod });
+                        while w.samples.len() > CONSOLE_POD_HISTORY {
+                            w.samples.pop_front();
+                        }
+                    }
+                }
+                Err(e) => {
+                    w.samples.clear();
+                    w.error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Samples every `CONSOLE_TICK` until `shutdown`, when pods are watched.
+    pub(crate) async fn sample_until(&self, shutdown: CancellationToken) {
+        if self.watched().is_empty() {
+            return;
+        }
+        loop {
+            self.sample();
+            tokio::select! {
+                () = tokio::time::sleep(CONSOLE_TICK) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// The pod page: each watched pod's state, its hosts' totals and rates
+    /// per transaction type, and a minute of throughput per host.
+    pub(crate) fn view(&self) -> Value {
+        let watched = self.watched();
+        let pods: Vec<PodView> = watched.iter().map(|w| self.pod_view(w)).collect();
+        serde_json::json!({ "pods": pods })
+    }
+
+    fn pod_view(&self, w: &Watched) -> PodView {
+        let path = w.path.display().to_string();
+        let Some(last) = w.samples.back() else {
+            return PodView {
+                path,
+                error: Some(
+                    w.error
+                        .clone()
+                        .unwrap_or_else(|| "not read yet".to_string()),
+                ),
+                pod: None,
+                hosts: Vec::new(),
+                series: Vec::new(),
+            };
+        };
+        // The rates: from the newest reading at least a rate window older
+        // than the last one (or the oldest there is).
+        let base = w
+            .samples
+            .iter()
+            .rev()
+            .find(|s| last.at.duration_since(s.at) >= CONSOLE_POD_RATE_WINDOW)
+            .or(w.samples.front())
+            .filter(|base| running(&last.pod) && base.at < last.at);
+        let hosts = last
+            .pod
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let before = base.and_then(|b| b.pod.hosts.get(i));
+                let seconds = base.map_or(0.0, |b| last.at.duration_since(b.at).as_secs_f64());
+                let per_s = |now: u64, then: Option<u64>| match then {
+                    Some(then) if seconds > 0.0 => Some(now.saturating_sub(then) as f64 / seconds),
+                    _ => None,
+                };
+                let kinds: Vec<KindView> = host
+                    .kinds
+                    .iter()
+                    .enumerate()
+                    .map(|(k, kind)| {
+                        let then = before.and_then(|b| b.kinds.get(k));
+                        KindView {
+                            name: kind.name,
+                            committed: kind.committed,
+                            aborted: kind.aborted,
+                            misses: kind.misses,
+                            commits_per_s: per_s(kind.committed, then.map(|t| t.committed)),
+                            aborts_per_s: per_s(kind.aborted, then.map(|t| t.aborted)),
+                            misses_per_commit: (kind.committed > 0)
+                                .then(|| kind.misses as f64 / kind.committed as f64),
+                        }
+                    })
+                    .collect();
+                HostView {
+                    host: host.host,
+                    life: host.life,
+                    incarnation: host.incarnation,
+                    heartbeat_age_ms: host.heartbeat_age_ms.filter(|_| running(&last.pod)),
+                    commits_per_s: per_s(
+                        committed(&last.pod, i),
+                        before.map(|b| b.kinds.iter().map(|k| k.committed).sum()),
+                    ),
+                    kinds,
+                }
+            })
+            .collect();
+        // Throughput per host between consecutive readings while it ran.
+        let series = w
+            .samples
+            .iter()
+            .zip(w.samples.iter().skip(1))
+            .filter(|(_, b)| running(&b.pod))
+            .map(|(a, b)| {
+                let dt = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
+                let t = b.at.duration_since(self.started).as_secs_f64();
+                let rates = (0..b.pod.hosts.len())
+                    .map(|h| committed(&b.pod, h).saturating_sub(committed(&a.pod, h)) as f64 / dt)
+                    .map(|r| (r * 10.0).round() / 10.0)
+                    .collect();
+                ((t * 10.0).round() / 10.0, rates)
+            })
+            .collect();
+        let mut pod = last.pod.clone();
+        pod.hosts.clear();
+        PodView {
+            path,
+            error: None,
+            pod: Some(pod),
+            hosts,
+            series,
+        }
+    }
+}
+
+/// One watched pod on the page.
+#[derive(Serialize)]
+struct PodView {
+    path: String,
+    /// Why there is nothing to show (no such file yet, not a pod).
+    error: Option<String>,
+    /// Its run's state and parameters (`hosts` is in `hosts` below).
+    pod: Option<LivePod>,
+    hosts: Vec<HostView>,
+    /// `(seconds since the console started, [commits/s of each host])`.
+    series: Vec<(f64, Vec<f64>)>,
+}
+
+#[derive(Serialize)]
+struct HostView {
+    host: u16,
+    life: &'static str,
+    incarnation: u32,
+    heartbeat_age_ms: Option<u64>,
+    /// Over every type; `None` unless the pod runs.
+    commits_per_s: Option<f64>,
+    kinds: Vec<KindView>,
+}
+
+#[derive(Serialize)]
+struct KindView {
+    name: &'static str,
+    committed: u64,
+    aborted: u64,
+    misses: u64,
+    commits_per_s: Option<f64>,
+    aborts_per_s: Option<f64>,
+    /// Over the run so far (aborted attempts' misses included).
+    misses_per_commit: Option<f64>,
+}
