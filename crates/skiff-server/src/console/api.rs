@@ -134,12 +134,18 @@ async fn query_view(console: &Console, id: u64, rows: &Value) -> Result<Option<V
             group: p.group.clone(),
         })
         .collect();
-    // The addresses of the workers its timeline names, while they are known.
+    // A distributed query's stages: the worker of each task.
+    let stages = info.routes.as_ref().map(|r| r.stages()).unwrap_or_default();
+    // The addresses of the workers its timeline and stages name, while
+    // they are known.
     let workers: BTreeMap<u64, String> = inner
         .membership
         .nodes()
         .into_iter()
-        .filter(|n| info.timeline.iter().any(|h| h.worker == Some(n.id)))
+        .filter(|n| {
+            info.timeline.iter().any(|h| h.worker == Some(n.id))
+                || stages.iter().flatten().any(|w| *w == n.id)
+        })
         .map(|n| (n.id, n.addr))
         .collect();
     let timeline: &[Hop] = &info.timeline;
@@ -147,6 +153,7 @@ async fn query_view(console: &Console, id: u64, rows: &Value) -> Result<Option<V
         "query": row,
         "pipelines": pipelines,
         "timeline": timeline,
+        "stages": stages,
         "pipelines_reported_ms": info.progress_at_ms,
         "pipelines_worker": info.progress_from,
         "workers": workers,

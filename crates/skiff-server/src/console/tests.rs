@@ -153,7 +153,7 @@ async fn first_events(visitor: &Visitor, path: &str, names: &[&str]) -> HashMap<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_its_json() {
-    let cluster = cluster_with(users(), Limits::default(), Some(&[])).await;
+    let mut cluster = cluster_with(users(), Limits::default(), Some(&[])).await;
     let http = cluster.http.expect("the console listens");
     let mut root = Visitor::new(http);
 
@@ -286,6 +286,49 @@ async fn every_endpoint_answers_its_json() {
     let timeline = detail["timeline"].as_array().unwrap();
     assert_eq!(timeline[0]["kind"], "runs", "{timeline:?}");
     assert_eq!(timeline[0]["worker"], worker["id"]);
+    assert_eq!(
+        detail["stages"],
+        json!([]),
+        "a query on one worker has no stages"
+    );
+
+    // A distributed query's page lists its stages, each task's worker
+    // (one worker has nothing to split: a second one joins).
+    cluster.add_worker().await;
+    let set = cluster
+        .coordinator
+        .execute(&pg_session, "SET skiff.distribute = on")
+        .await
+        .unwrap();
+    let _: Vec<_> = futures::TryStreamExt::try_collect(set.stream)
+        .await
+        .unwrap();
+    let result = cluster
+        .coordinator
+        .execute(&pg_session, "SELECT count(*) FROM items")
+        .await
+        .unwrap();
+    let distributed = result.query_id;
+    let _: Vec<_> = futures::TryStreamExt::try_collect(result.stream)
+        .await
+        .unwrap();
+    let page = root.json(&format!("/api/queries/{distributed}")).await;
+    let stages = page["stages"].as_array().expect("stages");
+    assert!(!stages.is_empty(), "{page}");
+    for tasks in stages {
+        let tasks = tasks.as_array().expect("a stage's tasks");
+        assert!(!tasks.is_empty(), "{page}");
+        for w in tasks {
+            // Each task's worker is named, with its address.
+            assert!(page["workers"][w.to_string()].is_string(), "{w} in {page}");
+        }
+    }
+    assert!(
+        page["query"]["tasks"]
+            .as_str()
+            .is_some_and(|t| t.contains("stage")),
+        "{page}"
+    );
     assert_eq!(
         root.get("/api/queries/999999").await.status(),
         StatusCode::NOT_FOUND

@@ -60,6 +60,12 @@ impl Routes {
         lock(&self.0).push(workers);
     }
 
+    /// The worker of each task of each stage routed so far, in routing
+    /// order (the console draws them).
+    pub(crate) fn stages(&self) -> Vec<Vec<WorkerId>> {
+        lock(&self.0).clone()
+    }
+
     /// `skiff.queries.tasks`: `3 stages; worker 1: 3 tasks, worker 2: 2
     /// tasks`; `None` before any stage was routed.
     pub(crate) fn describe(&self) -> Option<String> {

@@ -33,6 +33,7 @@ pub(crate) struct Cluster {
     pub pg: SocketAddr,
     pub http: Option<SocketAddr>,
     pub coordinator: Coordinator,
+    cluster_addr: SocketAddr,
     shutdown: CancellationToken,
     _tasks: JoinSet<()>,
     _data: tempfile::TempDir,
@@ -95,29 +96,40 @@ pub(crate) async fn cluster_with(
         }
     });
     let (coordinator, listening) = listening.await.unwrap();
-    let worker = WorkerConfig {
-        coordinator: listening.cluster.to_string(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        partitions: Some(2),
-        memory_limit: None,
-        spill_dir: None,
-        cache_memory: Some(64 << 20),
-    };
-    let token = shutdown.clone();
-    tasks.spawn(async move {
-        let _ = run_worker(worker, token).await;
-    });
-    wait_until("a worker registered", || {
-        coordinator.membership().live(Role::Worker) > 0
-    })
-    .await;
-    Cluster {
+    let mut cluster = Cluster {
         pg: listening.pg.unwrap(),
         http: listening.http,
         coordinator,
+        cluster_addr: listening.cluster,
         shutdown,
         _tasks: tasks,
         _data: data,
+    };
+    cluster.add_worker().await;
+    cluster
+}
+
+impl Cluster {
+    /// Start one more worker here and wait until it registered.
+    pub(crate) async fn add_worker(&mut self) {
+        let before = self.coordinator.membership().live(Role::Worker);
+        let worker = WorkerConfig {
+            coordinator: self.cluster_addr.to_string(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            partitions: Some(2),
+            memory_limit: None,
+            spill_dir: None,
+            cache_memory: Some(64 << 20),
+        };
+        let token = self.shutdown.clone();
+        self._tasks.spawn(async move {
+            let _ = run_worker(worker, token).await;
+        });
+        let coordinator = self.coordinator.clone();
+        wait_until("a worker registered", || {
+            coordinator.membership().live(Role::Worker) > before
+        })
+        .await;
     }
 }
 

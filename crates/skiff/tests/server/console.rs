@@ -439,6 +439,49 @@ async fn walk_through(
     let _ = screenshot(client, "query-after-migration").await;
     check(&name, task.await.map_err(|e| e.to_string())?)?;
 
+    // A distributed query's page draws its stages: a box per task, on the
+    // workers.
+    let spread = connect(config.clone()).await.map_err(|e| e.to_string())?;
+    spread
+        .simple_query("SET skiff.distribute = on")
+        .await
+        .map_err(|e| e.to_string())?;
+    check(&name, run_pg(&spread, &sql).await)?;
+    let rows = admin
+        .simple_query(
+            "SELECT id FROM skiff.queries WHERE tasks IS NOT NULL ORDER BY id DESC LIMIT 1",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let spread_id = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .ok_or("no distributed query listed")?;
+    client
+        .goto(&format!("{base}#/query/{spread_id}"))
+        .await
+        .map_err(e)?;
+    let task_workers = eventually("the stages' tasks", || async {
+        let workers = js(
+            client,
+            "return [...document.querySelectorAll('#stages .task')].map(t => t.dataset.worker);",
+        )
+        .await
+        .ok()?;
+        let workers: std::collections::BTreeSet<String> = workers
+            .as_array()?
+            .iter()
+            .filter_map(|w| w.as_str().map(str::to_string))
+            .collect();
+        (!workers.is_empty()).then_some(workers)
+    })
+    .await?;
+    assert!(task_workers.len() >= 2, "tasks on {task_workers:?}");
+    let _ = screenshot(client, "query-distributed").await;
+
     // Drain a worker from the cluster page, then undrain it.
     client.goto(&format!("{base}#/cluster")).await.map_err(e)?;
     let worker = eventually("a worker to drain", || async {

@@ -394,6 +394,7 @@ function queryView() {
   if (session.admin && ["running", "planning", "suspended"].includes(q.state)) {
     toolbar.append(actionButton("Cancel", "cancel", { query: q.id }, "Cancel query " + q.id + "?", true));
   }
+  const distributed = page.stages && page.stages.length > 0;
   const cards = h("div", { class: "cards" },
     card("State", badge(q.state || "")),
     card("Worker", q.worker || (q.tasks ? "distributed" : "—")),
@@ -409,9 +410,11 @@ function queryView() {
     h("pre", { class: "sql" }, q.sql || ""),
     q.error ? h("p", { class: "error", id: "query-error" }, q.error) : null,
     q.decision ? h("p", { class: "muted" }, "Decision: " + q.decision) : null,
-    h("h2", {}, "Pipelines"), reportedNote(page, q), pipelineGraph(page.pipelines), pipelineTable(page.pipelines),
-    h("h2", {}, "Timeline"), timelineView(page),
-    q.tasks ? h("div", {}, h("h2", {}, "Stages and tasks"), h("pre", { class: "sql", id: "tasks" }, q.tasks)) : null,
+    // A distributed query runs as stages of tasks on several workers and
+    // does not move: its stages take the place of pipelines and timeline.
+    distributed ? stagesView(page, q) : [
+      h("h2", {}, "Pipelines"), reportedNote(page, q), pipelineGraph(page.pipelines), pipelineTable(page.pipelines),
+      h("h2", {}, "Timeline"), timelineView(page)],
     q.offload ? h("div", {}, h("h2", {}, "Offloaded fragments"), h("p", {}, q.offload)) : null);
 }
 
@@ -504,6 +507,29 @@ const HOP_TEXT = {
   runs: "runs on", migrated: "handed off (migration)", suspended: "suspended", resumed: "resumed",
   snapshot: "snapshot", worker_lost: "worker lost", started_over: "started over",
 };
+
+// A distributed query's stages, in the order they were routed: a row per
+// stage, a box per task coloured by the worker it runs on.
+function stagesView(page, q) {
+  const workers = [...new Set(page.stages.flat())].sort((a, b) => a - b);
+  const legend = h("div", { class: "legend" }, workers.map((w) => {
+    const sw = h("span", { class: "swatch" });
+    sw.style.background = colour(w);
+    const tasks = page.stages.flat().filter((x) => x === w).length;
+    return h("span", {}, sw, "worker " + w + (page.workers[w] ? " (" + page.workers[w] + ")" : "") +
+      ": " + tasks + " task" + (tasks === 1 ? "" : "s"));
+  }));
+  const rows = page.stages.map((tasks, i) => h("div", { class: "stage", "data-stage": i + 1 },
+    h("span", { class: "stage-name" }, "stage " + (i + 1)),
+    h("div", { class: "grid" }, tasks.map((w, t) => {
+      const cell = h("div", { class: "cell task", "data-worker": w,
+        title: "stage " + (i + 1) + ", task " + t + " on worker " + w }, t);
+      cell.style.background = colour(w);
+      return cell;
+    }))));
+  return h("div", { id: "stages" }, h("h2", {}, "Stages and tasks"),
+    h("p", { class: "muted" }, q.tasks), legend, rows);
+}
 
 // The timeline: a lane per worker the query ran on, a bar while it ran
 // there, an arrow for each hand-off from one worker to the next.
