@@ -2,7 +2,8 @@
 # The screenshots of docs/console.md: a `skiff serve` of three workers over
 # the test suite's partitioned TPC-H (SF 0.01; run the suite once first),
 # a migrated query, a stream of queries held on their workers and a long
-# one, a drained worker; each page shot by the distribution's headless
+# one, a distributed query, a drained worker, and a pod run watched by a
+# second server (--pod); each page shot by the distribution's headless
 # Chromium through chromedriver's WebDriver API (curl).
 # Usage: docs/console/shoot.sh [OUT_DIR]   (from the repository root)
 set -euo pipefail
@@ -46,6 +47,11 @@ RUN=$($PSQL -At -c "SELECT id FROM skiff.queries WHERE state = 'running' AND wor
 shot queries "#/queries" 640
 shot query-running "#/query/$RUN" 1400
 shot query-migrated "#/query/$MIG" 1100
+# A distributed query: its stages' tasks over the workers.
+{ echo "SET skiff.distribute = on;"; cat "$(q q05)"; } > "$T/dist.sql"
+$PSQL -f "$T/dist.sql" > /dev/null
+DIST=$($PSQL -At -c "SELECT id FROM skiff.queries WHERE tasks IS NOT NULL ORDER BY id DESC LIMIT 1")
+shot query-distributed "#/query/$DIST" 900
 # A drain: the held queries on worker 1 migrate to the others.
 $PSQL -At -c "SELECT skiff.drain('1')" > /dev/null
 sleep 2

@@ -308,10 +308,45 @@ struct Target<'a> {
 /// Sweep every query of `bench` at every boundary from `source` to
 /// `target`.
 async fn sweep(bench: &str, source: &Engine, target: &Target<'_>) {
+    // Two shards of the queries at once: one query at a time left a core
+    // of two idle, and each migration is its own execution on the engines.
+    let mut shards = vec![Vec::new(); SWEEP_SHARDS];
+    for (i, query) in queries(bench).into_iter().enumerate() {
+        shards[i % SWEEP_SHARDS].push(query);
+    }
+    let swept = futures::future::join_all(
+        shards
+            .into_iter()
+            .map(|shard| sweep_shard(bench, shard, source, target)),
+    )
+    .await;
+    let migrations: usize = swept.iter().map(|(m, _)| m).sum();
+    let failures: Vec<String> = swept.into_iter().flat_map(|(_, f)| f).collect();
+    assert!(migrations > 0, "nothing migrated");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!("{migrations} migrations match DuckDB");
+}
+
+/// Queries of a sweep run at once (`sweep`).
+const SWEEP_SHARDS: usize = 2;
+
+/// Migrates each of `shard`'s queries at every boundary: the migrations
+/// and the failures.
+async fn sweep_shard(
+    bench: &str,
+    shard: Vec<(String, String)>,
+    source: &Engine,
+    target: &Target<'_>,
+) -> (usize, Vec<String>) {
     let golden_dir = repo_root().join(format!("tests/golden/{bench}/sf0.01"));
     let mut failures = Vec::new();
     let mut migrations = 0;
-    for (query, sql) in queries(bench) {
+    for (query, sql) in shard {
         let answers = match load_golden(&golden_dir, &query) {
             Ok(Expected::Answers(answers)) => answers,
             // The engine's golden tests check that Skiff fails too.
@@ -350,14 +385,7 @@ async fn sweep(bench: &str, source: &Engine, target: &Target<'_>) {
         }
         println!("{query}: {}", summary.join(" "));
     }
-    assert!(migrations > 0, "nothing migrated");
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    println!("{migrations} migrations match DuckDB");
+    (migrations, failures)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
