@@ -115,7 +115,16 @@ function connect() {
   source = new EventSource(url);
   const light = document.getElementById("live");
   source.addEventListener("open", () => { light.textContent = "live"; light.classList.add("on"); });
-  source.addEventListener("error", () => { light.textContent = "reconnecting"; light.classList.remove("on"); });
+  source.addEventListener("error", () => {
+    light.textContent = "reconnecting";
+    light.classList.remove("on");
+    // The browser retries a dropped stream by itself, but gives up on a
+    // refusal (a restarted server knows no login of ours): ask who we are.
+    if (source.readyState === EventSource.CLOSED) {
+      source = null;
+      setTimeout(recover, 1000);
+    }
+  });
   // Each part of the state comes when it changed; the parts of one tick
   // arrive together, and the view redraws once for them.
   for (const name of ["cluster", "running", "ended", "pod", "query"]) {
@@ -129,6 +138,16 @@ function connect() {
     light.textContent = "error: " + JSON.parse(event.data).error;
   });
   source.addEventListener("logout", () => { source.close(); source = null; showLogin(); });
+}
+
+// After a refused stream: log in again (a loopback visitor without users
+// is let in at once), or show the form; try again while the server is away.
+async function recover() {
+  let result;
+  try { result = await call("GET", "/api/session"); } catch (_) { result = null; }
+  if (result && result.ok) start(result.payload);
+  else if (result && result.status === 401) showLogin();
+  else setTimeout(recover, 1000);
 }
 
 // ---------------------------------------------------------------- actions
