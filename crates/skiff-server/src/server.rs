@@ -29,6 +29,21 @@ pub async fn serve_coordinator(
     shutdown: CancellationToken,
     ready: impl FnOnce(&Coordinator, &Listening),
 ) -> Result<()> {
+    if !config.pods.is_empty() && config.http_addr.is_none() {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            "--pod draws a pod on the web console, which --http-addr off turns off",
+        ));
+    }
+    if config.pods.len() > CONSOLE_PODS_MAX {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!(
+                "{} pods to watch; the console watches at most {CONSOLE_PODS_MAX}",
+                config.pods.len()
+            ),
+        ));
+    }
     let coordinator = Coordinator::new(&config).await?;
     let metrics_listener = match config.metrics_addr {
         Some(addr) => Some(bind(addr).await?),
@@ -46,15 +61,6 @@ pub async fn serve_coordinator(
         })?),
         None => None,
     };
-    if config.pods.len() > CONSOLE_PODS_MAX {
-        return Err(ServerError::new(
-            SqlState::InvalidParameterValue,
-            format!(
-                "{} pods to watch; the console watches at most {CONSOLE_PODS_MAX}",
-                config.pods.len()
-            ),
-        ));
-    }
     let cluster_listener = bind(config.cluster_addr).await?;
     let pg_listener = match config.pg_addr {
         Some(addr) => Some(bind(addr).await?),

@@ -61,9 +61,13 @@ impl Mapping {
     /// Maps an existing file whole. `writable: false` maps it read-only (for
     /// `check`); any write through such a mapping asserts.
     pub(crate) fn open(path: &Path, writable: bool) -> Result<Mapping> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking: opening a FIFO put where a pod was expected must
+        // not hang the reader (mapping it then fails); no effect on files.
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| PodError::io(path, e))?;
         let len = file.metadata().map_err(|e| PodError::io(path, e))?.len();

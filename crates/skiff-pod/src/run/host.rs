@@ -510,6 +510,17 @@ fn worker(
             now,
         );
         gate.leave();
+        // Every attempt counts in the live figures, the last one before a
+        // stop too, as it does in the report.
+        tally.count(
+            kind as usize,
+            Figures {
+                committed: matches!(outcome, Ok(Outcome::Committed)) as u64,
+                aborted: stats.of(kind).0.aborted - aborted_before,
+                misses: txn.cxl_counters().misses() - misses_before,
+            },
+        );
+        tally.publish_due(&live, started);
         let (counters, latency) = stats.of(kind);
         match outcome {
             Ok(Outcome::Committed) => {
@@ -528,17 +539,11 @@ fn worker(
                 control.request_stop(&format!("host {host}: {reason}"));
                 break;
             }
-            Err(e) => return Err(PodError::Corrupt(format!("host {host} worker {id}: {e:?}"))),
+            Err(e) => {
+                tally.publish(&live, Instant::now());
+                return Err(PodError::Corrupt(format!("host {host} worker {id}: {e:?}")));
+            }
         }
-        tally.count(
-            kind as usize,
-            Figures {
-                committed: matches!(outcome, Ok(Outcome::Committed)) as u64,
-                aborted: stats.of(kind).0.aborted - aborted_before,
-                misses: txn.cxl_counters().misses() - misses_before,
-            },
-        );
-        tally.publish_due(&live, Instant::now());
     }
     tally.publish(&live, Instant::now());
     stats.cxl = txn.cxl_counters();

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::constants::LIVE_PUBLISH_MS;
 use crate::durability::lease::{HostRecord, life, mono_ms};
-use crate::error::Result;
+use crate::error::{PodError, Result};
 use crate::memory::header::state;
 use crate::memory::live::{Figures, HostLive, LIVE_KINDS};
 use crate::memory::{Parts, PodMemory};
@@ -113,7 +113,19 @@ pub struct LivePod {
 /// read-only (no partition), validates its header like every reader, and
 /// copies the coherent region's words. A file that is not a pod, or one
 /// written by another build, is an error; so is a pod still being created.
+/// Point it only at pod files you run: it maps the file, and a file cut
+/// short in place while mapped (which a pod run never does: it replaces
+/// files) would fault the reader.
 pub fn live(path: &Path) -> Result<LivePod> {
+    // A watcher is pointed at a path that may not hold a pod yet: nothing
+    // but a regular file is opened (a FIFO would block the open).
+    let meta = std::fs::metadata(path).map_err(|e| PodError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(PodError::BadPodFile {
+            path: path.to_path_buf(),
+            reason: "not a regular file".into(),
+        });
+    }
     let mem = PodMemory::open(path, false, Parts::None)?;
     let params = mem.params();
     let now_ms = mono_ms();

@@ -27,10 +27,23 @@ struct Sample {
 /// What is known of one pod file.
 struct Watched {
     path: PathBuf,
-    /// Oldest first; only readings of the pod now at `path`.
+    /// The file read last (device, inode): a new run replaces the files.
+    file: Option<(u64, u64)>,
+    /// Oldest first; only readings of the run now at `path`.
     samples: VecDeque<Sample>,
     /// Why the last reading failed (no file yet, not a pod, ...).
     error: Option<String>,
+}
+
+/// One reading of a pod file: which file, and what it said.
+type Reading = Result<((u64, u64), LivePod), String>;
+
+/// Reads the pod at `path` (file I/O: off the async threads).
+fn read(path: &std::path::Path) -> Reading {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let pod = skiff_pod::live(path).map_err(|e| e.to_string())?;
+    Ok(((meta.dev(), meta.ino()), pod))
 }
 
 /// The pods the console watches (`--pod`), and their recent readings.
@@ -72,6 +85,7 @@ impl PodWatch {
                     .into_iter()
                     .map(|path| Watched {
                         path,
+                        file: None,
                         samples: VecDeque::new(),
                         error: None,
                     })
@@ -86,32 +100,57 @@ impl PodWatch {
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads every pod file once. A running pod gets a sample every call
-    /// (its rates are the last second's); an idle one only when something
-    /// changed, so a finished run's page stays as it ended.
-    pub(crate) fn sample(&self) {
-        let now = Instant::now();
-        for w in self.watched().iter_mut() {
-            match skiff_pod::live(&w.path) {
-                Ok(pod) => {
-                    w.error = None;
-                    let last = w.samples.back();
-                    if last.is_some_and(|last| !same_run(&last.pod, &pod)) {
-                        w.samples.clear();
-                    }
-                    let changed = w.samples.back().is_none_or(|last| {
-                        running(&pod) || last.pod.state != pod.state || !same_run(&pod, &last.pod)
-                    });
-                    if changed {
-                        w.samples.push_back(Sample { at: now, pod });
-                        while w.samples.len() > CONSOLE_POD_HISTORY {
-                            w.samples.pop_front();
-                        }
-                    }
-                }
+    /// Reads every pod file once, off the async threads, then records the
+    /// readings (the lock is never held across file I/O).
+    pub(crate) async fn sample(&self) {
+        let paths: Vec<PathBuf> = self.watched().iter().map(|w| w.path.clone()).collect();
+        let readings = match tokio::task::spawn_blocking(move || {
+            paths.iter().map(|p| read(p)).collect::<Vec<Reading>>()
+        })
+        .await
+        {
+            Ok(readings) => readings,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the watched pods failed");
+                return;
+            }
+        };
+        self.record(Instant::now(), readings);
+    }
+
+    /// Keeps `readings` (one per watched pod, in order). A running pod gets
+    /// a sample every call (its rates are the last second's); an idle one
+    /// only when something changed, so a finished run's page stays as it
+    /// ended. A new run (another file, totals that went down, or the start
+    /// of running) starts the history anew, so no rate spans two runs or
+    /// the wait before the start.
+    fn record(&self, now: Instant, readings: Vec<Reading>) {
+        for (w, reading) in self.watched().iter_mut().zip(readings) {
+            let (file, pod) = match reading {
+                Ok(read) => read,
                 Err(e) => {
+                    w.file = None;
                     w.samples.clear();
-                    w.error = Some(e.to_string());
+                    w.error = Some(e);
+                    continue;
+                }
+            };
+            w.error = None;
+            let anew = w.file != Some(file)
+                || w.samples.back().is_some_and(|last| {
+                    !same_run(&last.pod, &pod) || (!running(&last.pod) && running(&pod))
+                });
+            if anew {
+                w.samples.clear();
+            }
+            w.file = Some(file);
+            let changed = w.samples.back().is_none_or(|last| {
+                running(&pod) || last.pod.state != pod.state || !same_run(&pod, &last.pod)
+            });
+            if changed {
+                w.samples.push_back(Sample { at: now, pod });
+                while w.samples.len() > CONSOLE_POD_HISTORY {
+                    w.samples.pop_front();
                 }
             }
         }
@@ -123,7 +162,7 @@ impl PodWatch {
             return;
         }
         loop {
-            self.sample();
+            self.sample().await;
             tokio::select! {
                 () = tokio::time::sleep(CONSOLE_TICK) => {}
                 () = shutdown.cancelled() => return,
@@ -268,4 +307,104 @@ struct KindView {
     aborts_per_s: Option<f64>,
     /// Over the run so far (aborted attempts' misses included).
     misses_per_commit: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use skiff_pod::{LiveHost, LiveKind, LivePod};
+
+    use super::*;
+
+    /// A one-host pod in `state` that committed `committed` NewOrders.
+    fn pod(state: &'static str, committed: u64) -> LivePod {
+        LivePod {
+            state,
+            stop_reason: None,
+            arch: "pasha-static",
+            cc: "no-wait",
+            mix: "new-order-payment",
+            warehouses: 1,
+            workers_per_host: 1,
+            multi_warehouse_pct: 10.0,
+            duration_ms: 1000,
+            hosts: vec![LiveHost {
+                host: 0,
+                life: "alive",
+                incarnation: 1,
+                heartbeat_age_ms: Some(5),
+                published_age_ms: Some(5),
+                kinds: vec![LiveKind {
+                    name: "new_order",
+                    committed,
+                    aborted: committed / 10,
+                    misses: committed * 3,
+                }],
+            }],
+        }
+    }
+
+    fn host_rate(view: &PodView) -> Option<f64> {
+        view.hosts[0].commits_per_s
+    }
+
+    #[test]
+    fn rates_span_one_run_from_its_start() {
+        let watch = PodWatch::new(vec![PathBuf::from("/nowhere")]);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let file = (1, 1);
+        // Loaded long before it runs: the wait is no part of any rate.
+        watch.record(at(0), vec![Ok((file, pod("loaded", 0)))]);
+        watch.record(at(5_000), vec![Ok((file, pod("running", 100)))]);
+        let view = watch.pod_view(&watch.watched()[0]);
+        assert_eq!(
+            host_rate(&view),
+            None,
+            "one reading of the run: no rate yet"
+        );
+        assert!(view.series.is_empty());
+        watch.record(at(5_500), vec![Ok((file, pod("running", 600)))]);
+        watch.record(at(6_000), vec![Ok((file, pod("running", 1_100)))]);
+        let view = watch.pod_view(&watch.watched()[0]);
+        // 1,000 commits in the last second.
+        assert_eq!(host_rate(&view), Some(1_000.0));
+        assert_eq!(view.hosts[0].kinds[0].aborts_per_s, Some(100.0));
+        assert_eq!(view.hosts[0].kinds[0].misses_per_commit, Some(3.0));
+        assert_eq!(view.series.len(), 2);
+        assert!(view.series.iter().all(|(_, r)| r == &vec![1_000.0]));
+        // Done: no rate, and readings stop piling up while nothing changes.
+        watch.record(at(6_500), vec![Ok((file, pod("done", 1_200)))]);
+        watch.record(at(7_000), vec![Ok((file, pod("done", 1_200)))]);
+        watch.record(at(7_500), vec![Ok((file, pod("done", 1_200)))]);
+        let view = watch.pod_view(&watch.watched()[0]);
+        assert_eq!(host_rate(&view), None);
+        assert_eq!(watch.watched()[0].samples.len(), 4);
+        // A new run in new files at the same path: its history alone.
+        watch.record(at(8_000), vec![Ok(((1, 2), pod("running", 5)))]);
+        assert_eq!(watch.watched()[0].samples.len(), 1);
+        // Totals that went down: another run too.
+        watch.record(at(8_500), vec![Ok(((1, 2), pod("running", 2)))]);
+        assert_eq!(watch.watched()[0].samples.len(), 1);
+        // The file gone: its reason, nothing kept.
+        watch.record(at(9_000), vec![Err("no such file".into())]);
+        let view = watch.pod_view(&watch.watched()[0]);
+        assert!(view.pod.is_none() && view.hosts.is_empty());
+        assert_eq!(view.error.as_deref(), Some("no such file"));
+    }
+
+    #[test]
+    fn the_history_is_bounded() {
+        let watch = PodWatch::new(vec![PathBuf::from("/nowhere")]);
+        let t0 = Instant::now();
+        for i in 0..(CONSOLE_POD_HISTORY as u64 + 50) {
+            let at = t0 + Duration::from_millis(500 * i);
+            watch.record(at, vec![Ok(((1, 1), pod("running", 10 * i)))]);
+        }
+        assert_eq!(watch.watched()[0].samples.len(), CONSOLE_POD_HISTORY);
+        let view = watch.pod_view(&watch.watched()[0]);
+        assert_eq!(view.series.len(), CONSOLE_POD_HISTORY - 1);
+        assert_eq!(host_rate(&view), Some(20.0));
+    }
 }

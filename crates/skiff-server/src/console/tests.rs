@@ -549,7 +549,7 @@ async fn the_pod_page_follows_a_pod_from_before_it_starts_to_after_it_is_gone() 
     cfg.arch = skiff_pod::Arch::PashaStatic;
     cfg.mix = skiff_pod::Mix::Standard;
     cfg.multi_warehouse_pct = 60.0;
-    cfg.duration = Duration::from_secs(3);
+    cfg.duration = Duration::from_secs(5);
     let run = tokio::task::spawn_blocking(move || skiff_pod::run(&cfg));
 
     // While it runs: both hosts alive, committing, each with a rate and a

@@ -561,7 +561,7 @@ async fn walk_through(
             "--multi-warehouse-pct",
             "60",
             "--duration",
-            "4",
+            "6",
             "--keep",
             "--shm",
         ])

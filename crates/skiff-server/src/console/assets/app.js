@@ -115,7 +115,8 @@ function connect() {
   source = new EventSource(url);
   const light = document.getElementById("live");
   source.addEventListener("open", () => { light.textContent = "live"; light.classList.add("on"); });
-  source.addEventListener("error", () => {
+  source.addEventListener("error", (event) => {
+    if (event.target !== source) return;
     light.textContent = "reconnecting";
     light.classList.remove("on");
     // The browser retries a dropped stream by itself, but gives up on a
@@ -640,6 +641,7 @@ function podSection(w) {
   const running = p.state === "running" || p.state === "stopping";
   const sum = (field) => w.hosts.reduce((a, x) => a + x.kinds.reduce((b, k) => b + Number(k[field]), 0), 0);
   const committed = sum("committed"), aborted = sum("aborted"), misses = sum("misses");
+  const rated = w.hosts.some((x) => x.commits_per_s !== null);
   const tps = w.hosts.reduce((a, x) => a + (x.commits_per_s || 0), 0);
   const cards = h("div", { class: "cards" },
     card("State", badge(p.state)),
@@ -647,7 +649,7 @@ function podSection(w) {
     card("Mix", p.mix),
     card("Hosts × workers", w.hosts.length + " × " + p.workers_per_host),
     card("Warehouses", p.warehouses + " · " + p.multi_warehouse_pct + "% multi"),
-    card("Commits/s", running ? rate(tps) : "–"),
+    card("Commits/s", running && rated ? rate(tps) : "–"),
     card("Committed", num(committed)),
     card("Aborted attempts", share(aborted, committed + aborted)),
     card("CXL misses/commit", committed ? (misses / committed).toFixed(1) : "–"));
