@@ -8,7 +8,7 @@
 //! its last publication every `LIVE_PUBLISH_MS` (`run::live::Tally`): a
 //! few atomic adds per worker and interval, none per transaction.
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::memory::PodMemory;
 
@@ -45,12 +45,9 @@ impl Figures {
     }
 }
 
-/// Where the publication stamp is: after every kind's figures.
-const PUBLISHED_MS: u64 = LIVE_KINDS as u64 * Figures::WORDS * 8;
-
-/// One host's slot.
+/// One host's slot: every kind's figures, with room to grow.
 pub(crate) const HOST_LIVE_BYTES: u64 = 128;
-const _: () = assert!(PUBLISHED_MS + 8 <= HOST_LIVE_BYTES);
+const _: () = assert!(LIVE_KINDS as u64 * Figures::WORDS * 8 <= HOST_LIVE_BYTES);
 
 /// One host's live figures in pod memory.
 pub(crate) struct HostLive<'m> {
@@ -70,8 +67,8 @@ impl<'m> HostLive<'m> {
         self.mem.pod.atomic_u64(self.off + at)
     }
 
-    /// Adds `f` to `kind`'s totals, stamped `now_ms` (CLOCK_MONOTONIC).
-    pub(crate) fn add(&self, kind: usize, f: Figures, now_ms: u64) {
+    /// Adds `f` to `kind`'s totals.
+    pub(crate) fn add(&self, kind: usize, f: Figures) {
         assert!(kind < LIVE_KINDS);
         let base = kind as u64 * Figures::WORDS * 8;
         for (i, v) in f.words().into_iter().enumerate() {
@@ -79,13 +76,11 @@ impl<'m> HostLive<'m> {
                 self.word(base + 8 * i as u64).fetch_add(v, Relaxed);
             }
         }
-        self.word(PUBLISHED_MS).fetch_max(now_ms, Release);
     }
 
-    /// Every kind's totals, and when they were last published (0: never).
-    pub(crate) fn read(&self) -> ([Figures; LIVE_KINDS], u64) {
-        let published = self.word(PUBLISHED_MS).load(Acquire);
-        let figures = std::array::from_fn(|k| {
+    /// Every kind's totals.
+    pub(crate) fn read(&self) -> [Figures; LIVE_KINDS] {
+        std::array::from_fn(|k| {
             let base = k as u64 * Figures::WORDS * 8;
             let w = |i: u64| self.word(base + 8 * i).load(Relaxed);
             Figures {
@@ -93,7 +88,6 @@ impl<'m> HostLive<'m> {
                 aborted: w(1),
                 misses: w(2),
             }
-        });
-        (figures, published)
+        })
     }
 }

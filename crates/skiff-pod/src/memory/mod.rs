@@ -36,7 +36,7 @@ pub(crate) enum Parts {
     /// The coordinator (loading) and `check` map them all.
     All,
     /// A watcher (`run::live`) reads the pod file only.
-    None,
+    PodFileOnly,
 }
 
 pub(crate) struct PodMemory {

@@ -52,10 +52,9 @@ impl Tally {
     /// Adds what was counted to the host's totals (a worker's last call,
     /// so that the totals end equal to the workers' own counts).
     pub(crate) fn publish(&mut self, slot: &HostLive<'_>, now: Instant) {
-        let now_ms = mono_ms();
         for (kind, f) in self.counted.iter_mut().enumerate() {
             if !f.is_zero() {
-                slot.add(kind, *f, now_ms);
+                slot.add(kind, *f);
                 *f = Figures::default();
             }
         }
@@ -86,8 +85,6 @@ pub struct LiveHost {
     pub incarnation: u32,
     /// Milliseconds since its last heartbeat; `None` before the first.
     pub heartbeat_age_ms: Option<u64>,
-    /// Milliseconds since its workers last published figures.
-    pub published_age_ms: Option<u64>,
     pub kinds: Vec<LiveKind>,
 }
 
@@ -126,14 +123,13 @@ pub fn live(path: &Path) -> Result<LivePod> {
             reason: "not a regular file".into(),
         });
     }
-    let mem = PodMemory::open(path, false, Parts::None)?;
+    let mem = PodMemory::open(path, false, Parts::PodFileOnly)?;
     let params = mem.params();
     let now_ms = mono_ms();
-    let age = |stamp: u64| (stamp > 0).then(|| now_ms.saturating_sub(stamp));
     let hosts = (0..params.hosts)
         .map(|h| {
             let record = HostRecord::of(&mem, h);
-            let (figures, published) = HostLive::of(&mem, h).read();
+            let figures = HostLive::of(&mem, h).read();
             LiveHost {
                 host: h,
                 life: match record.life() {
@@ -143,8 +139,10 @@ pub fn live(path: &Path) -> Result<LivePod> {
                     _ => "starting",
                 },
                 incarnation: record.incarnation(),
-                heartbeat_age_ms: age(record.heartbeat_ms()),
-                published_age_ms: age(published),
+                heartbeat_age_ms: match record.heartbeat_ms() {
+                    0 => None,
+                    beat => Some(now_ms.saturating_sub(beat)),
+                },
                 kinds: KIND_NAMES
                     .iter()
                     .zip(figures)

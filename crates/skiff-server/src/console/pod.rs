@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
-use skiff_pod::LivePod;
+use skiff_pod::{LiveHost, LivePod};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{CONSOLE_POD_HISTORY, CONSOLE_POD_RATE_WINDOW, CONSOLE_TICK};
@@ -52,11 +52,17 @@ pub(crate) struct PodWatch {
     watched: Mutex<Vec<Watched>>,
 }
 
-/// Commits over every type.
-fn committed(pod: &LivePod, host: usize) -> u64 {
-    pod.hosts
-        .get(host)
-        .map_or(0, |h| h.kinds.iter().map(|k| k.committed).sum())
+/// A host's commits over every type.
+fn committed(host: &LiveHost) -> u64 {
+    host.kinds.iter().map(|k| k.committed).sum()
+}
+
+/// Whether anything a page shows of the hosts differs.
+fn hosts_differ(a: &LivePod, b: &LivePod) -> bool {
+    fn shown(h: &LiveHost) -> (&str, u32, &[skiff_pod::LiveKind]) {
+        (h.life, h.incarnation, &h.kinds)
+    }
+    a.hosts.iter().map(shown).ne(b.hosts.iter().map(shown))
 }
 
 /// Whether `later` can be a later reading of the same run as `earlier`:
@@ -145,7 +151,7 @@ impl PodWatch {
             }
             w.file = Some(file);
             let changed = w.samples.back().is_none_or(|last| {
-                running(&pod) || last.pod.state != pod.state || !same_run(&pod, &last.pod)
+                running(&pod) || last.pod.state != pod.state || hosts_differ(&last.pod, &pod)
             });
             if changed {
                 w.samples.push_back(Sample { at: now, pod });
@@ -237,10 +243,7 @@ impl PodWatch {
                     life: host.life,
                     incarnation: host.incarnation,
                     heartbeat_age_ms: host.heartbeat_age_ms.filter(|_| running(&last.pod)),
-                    commits_per_s: per_s(
-                        committed(&last.pod, i),
-                        before.map(|b| b.kinds.iter().map(|k| k.committed).sum()),
-                    ),
+                    commits_per_s: per_s(committed(host), before.map(committed)),
                     kinds,
                 }
             })
@@ -254,8 +257,12 @@ impl PodWatch {
             .map(|(a, b)| {
                 let dt = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
                 let t = b.at.duration_since(self.started).as_secs_f64();
-                let rates = (0..b.pod.hosts.len())
-                    .map(|h| committed(&b.pod, h).saturating_sub(committed(&a.pod, h)) as f64 / dt)
+                let rates = b
+                    .pod
+                    .hosts
+                    .iter()
+                    .zip(&a.pod.hosts)
+                    .map(|(now, then)| committed(now).saturating_sub(committed(then)) as f64 / dt)
                     .map(|r| (r * 10.0).round() / 10.0)
                     .collect();
                 ((t * 10.0).round() / 10.0, rates)
@@ -334,7 +341,6 @@ mod tests {
                 life: "alive",
                 incarnation: 1,
                 heartbeat_age_ms: Some(5),
-                published_age_ms: Some(5),
                 kinds: vec![LiveKind {
                     name: "new_order",
                     committed,

@@ -80,6 +80,15 @@ function colour(id) {
   return "hsl(" + hue.toFixed(0) + ", 62%, 46%)";
 }
 
+// A legend: a swatch of colour(id) and a text for each [id, text].
+function legend(items) {
+  return h("div", { class: "legend" }, items.map(([id, text]) => {
+    const sw = h("span", { class: "swatch" });
+    sw.style.background = colour(id);
+    return h("span", {}, sw, text);
+  }));
+}
+
 // ---------------------------------------------------------------- server
 
 async function call(method, path, body) {
@@ -332,11 +341,6 @@ function partitionsView() {
     classes.get(r.partitions).push(r);
   }
   const owners = [...new Set(rows.map((r) => r.worker))].sort((a, b) => a - b);
-  const legend = h("div", { class: "legend" }, owners.map((w) => {
-    const sw = h("span", { class: "swatch" });
-    sw.style.background = colour(w);
-    return h("span", {}, sw, "worker " + w);
-  }));
   const blocks = [...classes.entries()].map(([p, cells]) => {
     const grid = h("div", { class: "grid", "data-class": p }, cells.map((r) => {
       const cell = h("div", { class: r.moved ? "cell moved" : "cell",
@@ -346,7 +350,8 @@ function partitionsView() {
     }));
     return h("div", {}, h("p", {}, h("strong", {}, p + " partitions"), " · " + (cells[0].tables || "no table yet")), grid);
   });
-  return h("div", {}, h("h2", {}, "Partition map · epoch " + rows[0].epoch), legend, blocks);
+  return h("div", {}, h("h2", {}, "Partition map · epoch " + rows[0].epoch),
+    legend(owners.map((w) => [w, "worker " + w])), blocks);
 }
 
 function progressOf(q) {
@@ -532,12 +537,10 @@ const HOP_TEXT = {
 // stage, a box per task coloured by the worker it runs on.
 function stagesView(page, q) {
   const workers = [...new Set(page.stages.flat())].sort((a, b) => a - b);
-  const legend = h("div", { class: "legend" }, workers.map((w) => {
-    const sw = h("span", { class: "swatch" });
-    sw.style.background = colour(w);
+  const key = legend(workers.map((w) => {
     const tasks = page.stages.flat().filter((x) => x === w).length;
-    return h("span", {}, sw, "worker " + w + (page.workers[w] ? " (" + page.workers[w] + ")" : "") +
-      ": " + tasks + " task" + (tasks === 1 ? "" : "s"));
+    return [w, "worker " + w + (page.workers[w] ? " (" + page.workers[w] + ")" : "") +
+      ": " + tasks + " task" + (tasks === 1 ? "" : "s")];
   }));
   const rows = page.stages.map((tasks, i) => h("div", { class: "stage", "data-stage": i + 1 },
     h("span", { class: "stage-name" }, "stage " + (i + 1)),
@@ -548,7 +551,7 @@ function stagesView(page, q) {
       return cell;
     }))));
   return h("div", { id: "stages" }, h("h2", {}, "Stages and tasks"),
-    h("p", { class: "muted" }, q.tasks), legend, rows);
+    h("p", { class: "muted" }, q.tasks), key, rows);
 }
 
 // The timeline: a lane per worker the query ran on, a bar while it ran
@@ -708,12 +711,8 @@ function throughputChart(w) {
     path.style.stroke = colour(host.host);
     svg.append(path);
   });
-  const legend = h("div", { class: "legend" }, w.hosts.map((host) => {
-    const sw = h("span", { class: "swatch" });
-    sw.style.background = colour(host.host);
-    return h("span", {}, sw, "host " + host.host);
-  }));
-  return h("div", {}, legend, h("div", { class: "scroll" }, svg));
+  return h("div", {}, legend(w.hosts.map((host) => [host.host, "host " + host.host])),
+    h("div", { class: "scroll" }, svg));
 }
 
 // ---------------------------------------------------------------- login
