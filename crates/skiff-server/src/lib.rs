@@ -17,7 +17,7 @@
 //!   the query batcher (`skiff.batch_window_ms`), and the query planner
 //!   that cuts fragments a memory node may run (`skiff.offload`), and the
 //!   web console that shows all of it live and acts on it (`console`,
-//!   `--http-addr`);
+//!   `--http-addr`), and the pods it watches (`--pod`, read-only);
 //! - the **worker** ([`worker`]): runs shipped plans on the pipeline engine
 //!   (scans through its buffer pool) and hands queries off at pipeline
 //!   boundaries, serves the tasks of distributed queries, with the session

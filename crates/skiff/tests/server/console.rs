@@ -570,7 +570,7 @@ async fn walk_through(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("skiff pod run: {e}"))?;
-    let rates = eventually("both hosts' throughput on the pod page", || async {
+    eventually("both hosts' throughput on the pod page", || async {
         let rates = js(
             client,
             "return [0, 1].map((h) => { \
@@ -591,7 +591,7 @@ async fn walk_through(
             .iter()
             .map(|r| r.as_f64())
             .collect::<Option<_>>()?;
-        (lines == json!(2) && rates.iter().all(|r| *r > 0.0)).then_some(rates)
+        (lines == json!(2) && rates.iter().all(|r| *r > 0.0)).then_some(())
     })
     .await?;
     let _ = screenshot(client, "pod").await;
@@ -606,7 +606,6 @@ async fn walk_through(
         ));
     }
     shown(client, ".pod .state", "done").await?;
-    assert_eq!(rates.len(), 2);
 
     // A read-only user sees the pages without a single action button, and
     // requests sent anyway (without the CSRF token, or with it) are refused.
