@@ -116,6 +116,11 @@ pub struct QueryInfo {
     pub(crate) scans: Option<ScansSeen>,
     /// Where an asked-for migration goes.
     pub migrate_to: Option<u64>,
+    /// Suspended by a hand-off (`skiff.suspend`, a drained last worker's
+    /// query): only [`QueryEntry::resume`] wakes it. A query held for lack
+    /// of a worker is `Suspended` too, but wakes by itself when one takes
+    /// queries.
+    pub awaits_resume: bool,
     /// The latest snapshot of the query's state, and the query's running
     /// time when it arrived.
     pub snapshot: Option<Handoff>,
@@ -199,11 +204,22 @@ impl QueryEntry {
         self.token.cancel();
     }
 
-    /// Wake the query if it is suspended; false otherwise.
-    pub fn resume(&self) -> bool {
-        if lock(&self.info).status != QueryStatus::Suspended {
+    /// Wake a query that awaits a resume, on `target` when given; false
+    /// for any other (running, ended, or held until a worker takes
+    /// queries). The query counts as running from this call on, so a
+    /// second resume before it has moved is refused instead of waking a
+    /// later suspension.
+    pub fn resume(&self, target: Option<u64>) -> bool {
+        let mut info = lock(&self.info);
+        if info.status != QueryStatus::Suspended || !info.awaits_resume {
             return false;
         }
+        info.awaits_resume = false;
+        info.status = QueryStatus::Running;
+        if target.is_some() {
+            info.migrate_to = target;
+        }
+        drop(info);
         self.resumed.notify_one();
         true
     }
@@ -310,6 +326,7 @@ impl QueryRegistry {
                 snapshot_elapsed_ms: 0.0,
                 use_snapshot: false,
                 retry_on_loss: false,
+                awaits_resume: false,
                 loss_restarts: 0,
                 timeline: Vec::new(),
             }),

@@ -167,6 +167,7 @@ impl Relay {
                     info.suspensions += 1;
                     info.state_bytes += handoff.state_bytes;
                     info.status = QueryStatus::Suspended;
+                    info.awaits_resume = true;
                     // "at N ms" tells a client when the boundary was reached
                     // (the bench's restart baseline).
                     info.decision = describe("suspended", &handoff);
@@ -177,11 +178,9 @@ impl Relay {
                     () = self.entry.resumed() => {}
                     () = token.cancelled() => return Err(self.entry.cancel_reason()),
                 }
+                // `resume` marked it running and chose where it goes.
                 let target = self.entry.info().migrate_to;
-                self.entry.update(|info| {
-                    info.status = QueryStatus::Running;
-                    info.migrate_to = None;
-                });
+                self.entry.update(|info| info.migrate_to = None);
                 info!(query = id, "query resumed");
                 self.entry.record(HopKind::Resumed, None, None);
                 target.map_or(Placement::Any, Placement::Prefer)
@@ -471,9 +470,18 @@ pub(crate) fn request_handoff(
     };
     if reason == HandoffReason::Migrate && entry.info().status == QueryStatus::Suspended {
         // A suspended query runs nowhere: migrating it resumes it there.
-        entry.update(|info| info.migrate_to = target);
-        entry.resume();
-        return Ok(());
+        if entry.resume(target) {
+            return Ok(());
+        }
+        if entry.info().status == QueryStatus::Suspended {
+            return Err(ServerError::new(
+                SqlState::CannotConnectNow,
+                format!(
+                    "query {id} waits for a worker that takes queries; it goes on when one does"
+                ),
+            ));
+        }
+        // It was resumed meanwhile: it moves like any running query.
     }
     let Some((_, addr)) = entry.info().worker else {
         return Err(ServerError::new(

@@ -765,7 +765,7 @@ impl AdminFunction {
                 Ok(true)
             }
             (Admin::Resume, []) => match inner.queries.get(id) {
-                Some(entry) => Ok(entry.resume()),
+                Some(entry) => Ok(entry.resume(None)),
                 None => Err(ServerError::new(
                     SqlState::InvalidParameterValue,
                     format!("no query {id} is running"),

@@ -357,6 +357,12 @@ async fn suspend_sweep_on(
                         .await
                         .expect("resume");
                     assert_eq!(done[0][0].as_deref(), Some("t"), "resume {id}");
+                    // It is running from the resume on: a second one finds
+                    // nothing to wake (and wakes no later suspension).
+                    let again = simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
+                        .await
+                        .expect("resume");
+                    assert_eq!(again[0][0].as_deref(), Some("f"), "resume {id} twice");
                     resumed = true;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1109,6 +1115,28 @@ async fn draining_the_last_worker_suspends_its_queries_until_undrained() {
         started.elapsed() >= Duration::from_secs(1),
         "it did not wait"
     );
+    // A held query goes on by itself when a worker takes queries: resume
+    // has nothing to wake, and it cannot be moved to the drained worker.
+    let held = simple_rows(
+        &admin,
+        "SELECT id FROM skiff.queries WHERE state = 'suspended' ORDER BY id LIMIT 1",
+    )
+    .await
+    .expect("skiff.queries");
+    let id = held[0][0].clone().expect("an id");
+    let resumed = simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
+        .await
+        .expect("resume");
+    assert_eq!(
+        resumed[0][0].as_deref(),
+        Some("f"),
+        "resume of a held query"
+    );
+    let error = admin
+        .simple_query(&format!("SELECT skiff.migrate({id}, '{worker}')"))
+        .await
+        .expect_err("migrate of a held query");
+    assert_eq!(crate::support::sqlstate(&error), "57P03", "{error:?}");
     let undrained = simple_rows(&admin, &format!("SELECT skiff.undrain('{worker}')"))
         .await
         .expect("undrain");
