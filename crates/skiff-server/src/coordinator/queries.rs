@@ -462,3 +462,48 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_resume_wakes_a_suspended_query_once() {
+        let queries = QueryRegistry::default();
+        let entry = queries.begin("skiff", "SELECT 1");
+        assert!(!entry.resume(None), "a planning query is not suspended");
+        // As the relay suspends a query whose worker handed it off.
+        entry.update(|info| {
+            info.status = QueryStatus::Suspended;
+            info.awaits_resume = true;
+        });
+        assert!(entry.resume(Some(7)));
+        let info = entry.info();
+        assert_eq!(
+            info.status,
+            QueryStatus::Running,
+            "running from the resume on"
+        );
+        assert_eq!(info.migrate_to, Some(7));
+        assert!(!entry.resume(None), "a second resume wakes nothing");
+        entry.resumed().await;
+        // One wake-up only: a later suspension waits for its own resume.
+        let again = tokio::time::timeout(Duration::from_millis(50), entry.resumed()).await;
+        assert!(
+            again.is_err(),
+            "a stored wake-up resumed a later suspension"
+        );
+    }
+
+    #[test]
+    fn a_query_held_for_a_worker_is_not_resumed() {
+        let queries = QueryRegistry::default();
+        let entry = queries.begin("skiff", "SELECT 1");
+        // As `hold_until_a_worker` holds it: suspended, awaiting a worker.
+        entry.update(|info| info.status = QueryStatus::Suspended);
+        assert!(!entry.resume(Some(3)));
+        let info = entry.info();
+        assert_eq!(info.status, QueryStatus::Suspended);
+        assert_eq!(info.migrate_to, None);
+    }
+}

@@ -358,11 +358,18 @@ async fn suspend_sweep_on(
                         .expect("resume");
                     assert_eq!(done[0][0].as_deref(), Some("t"), "resume {id}");
                     // It is running from the resume on: a second one finds
-                    // nothing to wake (and wakes no later suspension).
-                    let again = simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
-                        .await
-                        .expect("resume");
-                    assert_eq!(again[0][0].as_deref(), Some("f"), "resume {id} twice");
+                    // nothing to wake (and wakes no later suspension), or
+                    // the query already ended.
+                    match simple_rows(&admin, &format!("SELECT skiff.resume({id})")).await {
+                        Ok(again) => {
+                            assert_eq!(again[0][0].as_deref(), Some("f"), "resume {id} twice");
+                        }
+                        Err(e) => assert_eq!(
+                            e.as_db_error().map(|e| e.message().to_string()),
+                            Some(format!("no query {id} is running")),
+                            "resume {id} twice"
+                        ),
+                    }
                     resumed = true;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
