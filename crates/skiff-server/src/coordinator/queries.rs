@@ -116,10 +116,10 @@ pub struct QueryInfo {
     pub(crate) scans: Option<ScansSeen>,
     /// Where an asked-for migration goes.
     pub migrate_to: Option<u64>,
-    /// Suspended by a hand-off (`skiff.suspend`, a drained last worker's
-    /// query): only [`QueryEntry::resume`] wakes it. A query held for lack
-    /// of a worker is `Suspended` too, but wakes by itself when one takes
-    /// queries.
+    /// Suspended by a hand-off (`skiff.suspend`, or the test hook
+    /// `skiff.suspend_after_pipelines`): only [`QueryEntry::resume`] wakes
+    /// it. A query held for lack of a worker is `Suspended` too, but goes
+    /// on by itself when one takes queries.
     pub awaits_resume: bool,
     /// The latest snapshot of the query's state, and the query's running
     /// time when it arrived.
