@@ -12,7 +12,7 @@ use skiff_engine::{Engine, EngineConfig};
 
 use crate::BenchError;
 use crate::args::{BenchmarkName, GenArgs};
-use crate::stderr_bar;
+use crate::progress::stderr_bar;
 
 impl From<BenchmarkName> for Benchmark {
     fn from(name: BenchmarkName) -> Self {

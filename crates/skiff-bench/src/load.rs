@@ -15,9 +15,10 @@ use datafusion::config::CsvOptions;
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
-use super::report::{self, Measurement};
-use super::{BenchError, child, cores, data_tag, default_data_dir, duckdb, ensure_data};
 use crate::args::{BenchArgs, BenchEngine};
+use crate::harness::{BenchError, cores, data_tag, default_data_dir, ensure_data};
+use crate::report::{self, Measurement};
+use crate::{child, duckdb};
 
 /// The table loaded.
 const TABLE: &str = "lineitem";
@@ -42,7 +43,8 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let csv_text = csv.display().to_string().replace('\'', "''");
     let threads = session.partitions.unwrap_or_else(cores).max(1);
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let (engines, skipped) = super::available_engines(&[BenchEngine::Skiff, BenchEngine::Duckdb]);
+    let (engines, skipped) =
+        crate::harness::available_engines(&[BenchEngine::Skiff, BenchEngine::Duckdb]);
     let title = format!("COPY {TABLE} FROM CSV, TPC-H {}", data_tag(args));
     let mut header = format!(
         "{title}: {} ({:.0} MB), runs {}{}, {threads} partitions\n",
@@ -123,8 +125,8 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         path: args.results.join(format!("{stem}.csv")),
         source,
     })?;
-    let files = super::publish(&args.results, &stem, args.archive, &csv_out, |png| {
-        super::plot::draw(png, &title, &measurements, &engines)
+    let files = crate::harness::publish(&args.results, &stem, args.archive, &csv_out, |png| {
+        crate::plot::draw(png, &title, &measurements, &engines)
     })?;
     println!("\nwrote {}", files.join(", "));
     let _ = fs::remove_dir_all(&scratch);

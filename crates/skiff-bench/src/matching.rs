@@ -27,8 +27,9 @@ use super::scale::{
     self, Change, Cluster, MIB, Matched, PALETTE, ResizeFigure, SINGLE, check, fmt_ms, own_state,
     ratio,
 };
-use super::{BenchError, QueryFile, Setup, publish, read_scripts, report, results_stem};
 use crate::args::BenchArgs;
+use crate::harness::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
+use crate::report;
 
 /// Worker counts of the trace (Figures 8 and 9): grow by one twice, then
 /// shrink back.

@@ -21,9 +21,9 @@ use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
 use super::report;
-use super::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
 use crate::args::BenchArgs;
 use crate::client::{Credentials, PgConn};
+use crate::harness::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
 use crate::launch::{self, Coordinator, START_TIMEOUT};
 
 /// The worker count the resize experiment starts from: it adds one to it

@@ -30,8 +30,9 @@ use skiff_engine::store::PipelineStatus;
 use skiff_engine::{Engine, EngineConfig, Pause, PipelineId, QueryExecution};
 use skiff_state::{Compression, ExtractedState, extract, remaining_plan, select};
 
-use super::{BenchError, QueryFile, Setup, plot, progress_bar, publish, results_stem};
 use crate::args::BenchArgs;
+use crate::harness::{BenchError, QueryFile, Setup, progress_bar, publish, results_stem};
+use crate::plot;
 
 /// How often the unpaused run looks at the pipelines' status. A pipeline
 /// seen running gets its exact finish time (start + elapsed); one that
@@ -1326,7 +1327,7 @@ mod tests {
         let results = tempfile::tempdir().expect("temporary directory");
         let query_dir = skiff_testkit::repo_root().join("tests/queries/tpch");
         let path = |p: &Path| p.to_string_lossy().into_owned();
-        let args = crate::bench_args(&[
+        let args = crate::harness::bench_args(&[
             "bench".to_string(),
             "tpch".to_string(),
             "--sf".to_string(),

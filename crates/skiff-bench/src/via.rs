@@ -16,9 +16,11 @@ use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
 use super::report::{self, Measurement};
-use super::{BenchError, QueryFile, Setup, measure_all, publish, read_scripts, results_stem};
 use crate::args::{BenchArgs, BenchEngine, Via};
 use crate::client::{Credentials, FlightConn, PgConn};
+use crate::harness::{
+    BenchError, QueryFile, Setup, measure_all, publish, read_scripts, results_stem,
+};
 use crate::launch::{self, Coordinator, START_TIMEOUT};
 
 /// A `skiff serve` with one worker over `data`, killed on drop.

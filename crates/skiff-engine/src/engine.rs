@@ -31,7 +31,6 @@ use crate::catalog::{self, FoundTable};
 use crate::executor::QueryExecution;
 use crate::explain;
 use crate::options::SkiffOptions;
-use crate::pipeline;
 use crate::statement::{StatementKind, classify};
 use crate::store::{Relieve, SkiffMemoryPool};
 
@@ -321,7 +320,7 @@ impl Engine {
 
     /// Split `plan` into pipelines, ready to execute.
     pub fn start(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<QueryExecution>> {
-        let graph = pipeline::split(plan)?;
+        let graph = crate::split(plan)?;
         QueryExecution::new(graph, &self.ctx.task_ctx())
     }
 

@@ -30,6 +30,7 @@ pub mod morsel;
 pub mod offload;
 pub mod options;
 pub mod pipeline;
+pub mod split;
 pub mod statement;
 pub mod store;
 #[cfg(test)]
@@ -41,4 +42,5 @@ pub use materialized::MaterializedExec;
 pub use migrated::{MigratedState, MigratedTable};
 pub use options::SkiffOptions;
 pub use pipeline::{Breaker, Pipeline, PipelineGraph, PipelineId};
+pub use split::split;
 pub use store::{IntermediateStore, QueryState};

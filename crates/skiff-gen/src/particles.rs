@@ -18,7 +18,8 @@ use arrow::array::{ArrayRef, Float64Array, Int8Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::GenError;
-use crate::run::{BATCH_ROWS, Batches, Job, Plan, part_count};
+use crate::run::{BATCH_ROWS, Job, Plan, part_count};
+use crate::write::Batches;
 
 pub(crate) const TABLES: &[&str] = &["particles"];
 

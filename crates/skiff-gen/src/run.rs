@@ -6,10 +6,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
-use crate::{GenError, GenOptions, GenProgress, GenSummary, output, write};
+use crate::options::{GenOptions, GenProgress, GenSummary};
+use crate::write::{self, Batches};
+use crate::{GenError, output};
 
 /// Target rows per generator part, and so per Parquet file. Fixed (never
 /// derived from the core count) so the files are the same on every machine.
@@ -17,8 +18,6 @@ pub(crate) const PART_ROWS_TARGET: u64 = 1_000_000;
 
 /// Rows per record batch handed from a generator to the Parquet writer.
 pub(crate) const BATCH_ROWS: usize = 8192;
-
-pub(crate) type Batches = Box<dyn Iterator<Item = Result<RecordBatch, GenError>>>;
 
 /// Builds the batch iterator of one part. Called on the worker thread that
 /// writes the part, so the iterator itself need not be `Send`.

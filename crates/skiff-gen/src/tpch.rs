@@ -12,7 +12,8 @@ use tpchgen_arrow::{
 };
 
 use crate::GenError;
-use crate::run::{BATCH_ROWS, Batches, Job, Plan, part_count};
+use crate::run::{BATCH_ROWS, Job, Plan, part_count};
+use crate::write::Batches;
 
 pub(crate) const TABLES: &[&str] = &[
     "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",

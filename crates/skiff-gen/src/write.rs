@@ -4,13 +4,16 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::GenError;
-use crate::run::Batches;
+
+/// The record batches of one part, in order.
+pub(crate) type Batches = Box<dyn Iterator<Item = Result<RecordBatch, GenError>>>;
 
 /// Rows per Parquet row group: small enough that a scan can prune and
 /// parallelise within one file, large enough for good compression.

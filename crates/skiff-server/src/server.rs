@@ -1,26 +1,16 @@
 //! Starting a coordinator: its cluster service, the dead-node sweep, the
 //! front doors and the metrics endpoint, all stopped by one token.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{CONSOLE_PODS_MAX, CoordinatorConfig};
-use crate::coordinator::{ClusterService, Coordinator};
-use crate::error::{Result, ServerError, SqlState};
-use crate::node::{bind, local_addr};
-
-/// Where a started coordinator listens (ports chosen when 0 was asked).
-#[derive(Clone, Debug)]
-pub struct Listening {
-    pub cluster: SocketAddr,
-    pub pg: Option<SocketAddr>,
-    pub flight: Option<SocketAddr>,
-    /// The web console (and `/metrics`).
-    pub http: Option<SocketAddr>,
-}
+use skiff_console::limits::CONSOLE_PODS_MAX;
+use skiff_coordinator::config::{CoordinatorConfig, Listening};
+use skiff_coordinator::{ClusterService, Coordinator};
+use skiff_node::error::{Result, ServerError, SqlState};
+use skiff_node::presence::{bind, local_addr};
 
 /// Bind every port of `config`, then serve until `shutdown`. `ready` hears
 /// the bound addresses once all ports accept connections.
@@ -91,9 +81,9 @@ pub async fn serve_coordinator(
         );
     }
     let cluster = skiff_flight::server_builder()
-        .add_service(skiff_flight::flight_server(Arc::new(ClusterService {
-            inner: Arc::clone(coordinator.inner()),
-        })))
+        .add_service(skiff_flight::flight_server(Arc::new(ClusterService::new(
+            &coordinator,
+        ))))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(cluster_listener).with_nodelay(Some(true)),
             shutdown.clone().cancelled_owned(),
@@ -125,7 +115,7 @@ pub async fn serve_coordinator(
             Some(listener) => {
                 let listening = listening.clone();
                 let pods = config.pods.clone();
-                crate::console::serve(
+                skiff_console::serve(
                     coordinator.clone(),
                     listener,
                     listening,
@@ -139,13 +129,13 @@ pub async fn serve_coordinator(
     };
     let metrics = async {
         match metrics_listener {
-            Some(listener) => crate::console::serve_metrics(listener, shutdown.clone()).await,
+            Some(listener) => skiff_console::serve_metrics(listener, shutdown.clone()).await,
             None => Ok(()),
         }
     };
     let upkeep = async {
         if listening.http.is_some() || config.metrics_addr.is_some() {
-            crate::metrics::upkeep_until(shutdown.clone()).await;
+            skiff_coordinator::metrics::upkeep_until(shutdown.clone()).await;
         }
     };
     ready(&coordinator, &listening);

@@ -8,7 +8,7 @@ use datafusion::common::{Result, plan_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use skiff_engine::materialized::{MaterializedExec, Source};
-use skiff_engine::{MigratedState, QueryExecution, pipeline};
+use skiff_engine::{MigratedState, QueryExecution};
 
 /// `ctx` with `state` in its session config, where the remaining plan's
 /// migrated `MaterializedExec` leaves look for it.
@@ -31,7 +31,7 @@ pub fn resume(
     state: MigratedState,
 ) -> Result<Arc<QueryExecution>> {
     check_state(&plan, &state)?;
-    let graph = pipeline::split(plan)?;
+    let graph = skiff_engine::split(plan)?;
     QueryExecution::new(graph, &resume_context(ctx, state))
 }
 

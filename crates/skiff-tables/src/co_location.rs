@@ -44,8 +44,7 @@ use datafusion::physical_plan::{
     replace_children_if_necessary,
 };
 
-use crate::partition::FilePartition;
-use crate::scan::{file_scan, is_declared};
+use crate::partition::{FilePartition, file_scan, is_declared};
 
 /// Where the rows of a hash-partitioned output were put in their
 /// partitions.

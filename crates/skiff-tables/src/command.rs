@@ -6,6 +6,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, internal_err};
@@ -53,6 +54,13 @@ pub(crate) fn count_schema() -> SchemaRef {
         DataType::UInt64,
         false,
     )]))
+}
+
+/// The one-row `count` batch a command answers with, as DataFusion's DML
+/// plans do.
+pub fn count_batch(rows: u64) -> Result<RecordBatch> {
+    let column = Arc::new(UInt64Array::from(vec![rows]));
+    Ok(RecordBatch::try_new(count_schema(), vec![column])?)
 }
 
 impl fmt::Debug for CommandExec {
@@ -123,7 +131,7 @@ impl ExecutionPlan for CommandExec {
             .take()
             .ok_or_else(|| DataFusionError::Execution(format!("{} already ran", self.label)))?;
         let schema = count_schema();
-        let stream = futures::stream::once(async move { crate::copy::count_batch(command.await?) });
+        let stream = futures::stream::once(async move { count_batch(command.await?) });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }

@@ -9,6 +9,8 @@
 //! through the table's `insert_into`: one commit, made only after every
 //! row was read, so a failed load changes nothing.
 
+mod rows;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,10 @@ use futures::{StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
 
 use crate::error::TableError;
-pub use crate::rows::decode as decode_rows;
+pub use rows::decode as decode_rows;
+
+/// The one-row `count` batch a command answers with.
+pub use crate::command::count_batch;
 
 /// Bytes read from a file at a time by a text or CSV load: large enough
 /// that reads are few, small beside a batch.
@@ -597,16 +602,6 @@ fn fill_defaults(
         })
         .collect();
     Ok(source.select(exprs)?.into_unoptimized_plan())
-}
-
-/// The one-row `count` batch a command answers with, as DataFusion's DML
-/// plans do.
-pub fn count_batch(rows: u64) -> Result<RecordBatch> {
-    let column = Arc::new(UInt64Array::from(vec![rows]));
-    Ok(RecordBatch::try_new(
-        crate::command::count_schema(),
-        vec![column],
-    )?)
 }
 
 /// The rows a DML result's `count` column reports.

@@ -21,8 +21,10 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array, new_empty_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Decimal128Type, Field, Float64Type, Int64Type, Schema};
+use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{Column, DataFusionError, Result, ScalarValue, exec_err, plan_err};
+use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::logical_expr::expr::{FieldMetadata, ScalarFunction};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF,
@@ -474,6 +476,24 @@ impl ScalarUDFImpl for PartitionOf {
             &keys, partitions,
         )?)))
     }
+}
+
+/// The file scan `plan` is, when it is one: a `DataSourceExec` over files.
+pub fn file_scan(plan: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
+    plan.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
+}
+
+/// Whether `scan` is a declared scan of a partitioned table: its groups
+/// are [`crate::group_by_partition`]'s and its partitioning says so.
+pub fn is_declared(scan: &FileScanConfig) -> bool {
+    scan.output_partitioning.is_some()
+        && scan
+            .file_groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .all(|f| f.extension::<FilePartition>().is_some())
 }
 
 #[cfg(test)]

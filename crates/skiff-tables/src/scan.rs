@@ -13,13 +13,12 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::catalog::memory::DataSourceExec;
 use datafusion::common::stats::Precision;
 use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchemaBuilder;
 use datafusion::execution::SessionState;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -257,24 +256,6 @@ pub fn group_by_partition(
         groups[slot(partition) % width].push(file);
     }
     groups.into_iter().map(FileGroup::new).collect()
-}
-
-/// The file scan `plan` is, when it is one: a `DataSourceExec` over files.
-pub fn file_scan(plan: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
-    plan.downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()
-}
-
-/// Whether `scan` is a declared scan of a partitioned table: its groups
-/// are [`group_by_partition`]'s and its partitioning says so.
-pub fn is_declared(scan: &FileScanConfig) -> bool {
-    scan.output_partitioning.is_some()
-        && scan
-            .file_groups
-            .iter()
-            .flat_map(|g| g.iter())
-            .all(|f| f.extension::<FilePartition>().is_some())
 }
 
 /// The object store a table's files are read through: scheme and bucket.

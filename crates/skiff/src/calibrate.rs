@@ -1,10 +1,41 @@
 //! `skiff memnode calibrate`: train this machine's offload cost models and
 //! save them where memory nodes load them at start.
 
-use datafusion::error::{DataFusionError, Result};
-use skiff_server::memnode::calibrate::{Calibration, calibrate};
+use std::path::PathBuf;
 
-use crate::server::{CalibrateArgs, default_models_path};
+use datafusion::error::{DataFusionError, Result};
+use skiff_memnode::calibrate::calibrate;
+use skiff_offload::calibration::Calibration;
+
+#[derive(clap::Args, Debug)]
+pub struct CalibrateArgs {
+    /// Where to save the models; memory nodes read the same default.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Fragments in the corpus.
+    #[arg(long, default_value_t = skiff_offload::limits::CALIBRATION_FRAGMENTS)]
+    pub fragments: usize,
+    /// Rows of the corpus' largest file.
+    #[arg(long, default_value_t = skiff_offload::limits::CALIBRATION_ROWS)]
+    pub rows: usize,
+    /// The memory nodes' --offload-threads.
+    #[arg(long, default_value_t = skiff_memnode::limits::DEFAULT_OFFLOAD_THREADS)]
+    pub offload_threads: usize,
+    /// The memory nodes' --link-bandwidth, if they emulate one.
+    #[arg(long, value_parser = skiff_memnode::parse_bandwidth)]
+    pub link_bandwidth: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write every held-out prediction and every estimate as CSV
+    /// (model, what, predicted, measured; times in nanoseconds).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// Where offload cost models are kept by default.
+pub fn default_models_path() -> PathBuf {
+    crate::session::skiff_home().join("offload-models.json")
+}
 
 pub async fn run(args: &CalibrateArgs) -> Result<()> {
     if args.fragments < 10 {

@@ -8,7 +8,7 @@ use datafusion::error::{DataFusionError, Result};
 
 use skiff_bench::client::{Credentials, FlightConn};
 
-use crate::cli::Format;
+use crate::args::Format;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

@@ -2,6 +2,7 @@
 //! and benchmarks on the embedded engine, and `skiff pod` for the
 //! transaction engine of the emulated CXL pod.
 
+mod args;
 mod calibrate;
 mod cli;
 mod ctl;
@@ -21,7 +22,8 @@ use skiff_bench::args::{BenchmarkName, EngineFlags, GenArgs};
 use skiff_bench::generate;
 use skiff_engine::statement::split_statements;
 
-use cli::{Cli, Command, SessionArgs};
+use args::SessionArgs;
+use cli::{Cli, Command};
 
 /// Stack of each runtime thread.
 const THREAD_STACK_BYTES: usize = 8 << 20;

@@ -7,7 +7,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::error::{DataFusionError, Result};
 
-use crate::cli::Format;
+use crate::args::Format;
 
 /// Write `batches` (one statement's result, with `schema`) to `out` in
 /// `format`. An empty result still prints its header.

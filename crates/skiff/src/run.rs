@@ -10,7 +10,7 @@ use indicatif::ProgressBar;
 use skiff_bench::stderr_bar;
 use skiff_engine::{Engine, Progress, QueryExecution};
 
-use crate::cli::Format;
+use crate::args::Format;
 use crate::output::write_batches;
 
 /// A query shows progress once it has run this long.

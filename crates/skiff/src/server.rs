@@ -12,17 +12,17 @@ use std::time::Duration;
 
 use clap::Args;
 use datafusion::error::{DataFusionError, Result};
+use skiff_coordinator::{CoordinatorConfig, Limits, TlsFiles, Users, WorkerLauncher};
 use skiff_engine::options::parse_bytes;
-use skiff_server::{
-    CoordinatorConfig, Limits, MemnodeConfig, ServerError, TlsFiles, Users, WorkerConfig,
-    WorkerLauncher,
-};
+use skiff_memnode::MemnodeConfig;
+use skiff_node::ServerError;
 use skiff_tables::DataLocation;
+use skiff_worker::WorkerConfig;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::cli::{DataArg, MemoryLimitArg, PartitionsArg, SessionArgs};
+use crate::args::{DataArg, MemoryLimitArg, PartitionsArg, SessionArgs};
 
 /// How long `serve` waits for its nodes to register before saying so.
 const REGISTER_WAIT: Duration = Duration::from_secs(20);
@@ -68,7 +68,7 @@ pub struct FrontArgs {
     pub statement_timeout: Option<f64>,
     /// Seconds a query waits for a worker when none is alive before it
     /// fails.
-    #[arg(long, default_value_t = skiff_server::config::WORKER_WAIT.as_secs_f64())]
+    #[arg(long, default_value_t = skiff_coordinator::config::WORKER_WAIT.as_secs_f64())]
     pub worker_wait_timeout: f64,
     /// Memory one query may use on its worker, e.g. 2G.
     #[arg(long, value_parser = parse_bytes)]
@@ -189,7 +189,7 @@ pub struct MemnodeArgs {
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// Seconds cached state lives when its put names no time to live.
-    #[arg(long, default_value_t = skiff_server::memnode::DEFAULT_STATE_TTL.as_secs_f64())]
+    #[arg(long, default_value_t = skiff_memnode::DEFAULT_STATE_TTL.as_secs_f64())]
     pub state_ttl: f64,
     #[command(flatten)]
     pub tables: TableMemoryArgs,
@@ -201,37 +201,7 @@ pub enum MemnodeCommand {
     /// Train this machine's offload cost models (`SET skiff.offload =
     /// auto`): run a generated corpus of fragments and time them, then
     /// save the models where memory nodes load them at start.
-    Calibrate(CalibrateArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct CalibrateArgs {
-    /// Where to save the models; memory nodes read the same default.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Fragments in the corpus.
-    #[arg(long, default_value_t = skiff_server::config::CALIBRATION_FRAGMENTS)]
-    pub fragments: usize,
-    /// Rows of the corpus' largest file.
-    #[arg(long, default_value_t = skiff_server::config::CALIBRATION_ROWS)]
-    pub rows: usize,
-    /// The memory nodes' --offload-threads.
-    #[arg(long, default_value_t = skiff_server::config::DEFAULT_OFFLOAD_THREADS)]
-    pub offload_threads: usize,
-    /// The memory nodes' --link-bandwidth, if they emulate one.
-    #[arg(long, value_parser = skiff_server::memnode::parse_bandwidth)]
-    pub link_bandwidth: Option<u64>,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Also write every held-out prediction and every estimate as CSV
-    /// (model, what, predicted, measured; times in nanoseconds).
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-}
-
-/// Where offload cost models are kept by default.
-pub fn default_models_path() -> PathBuf {
-    crate::session::skiff_home().join("offload-models.json")
+    Calibrate(crate::calibrate::CalibrateArgs),
 }
 
 /// How memory nodes hold tables (`SELECT skiff.load_to_memory('t')`).
@@ -247,7 +217,7 @@ pub struct TableMemoryArgs {
     pub chunk_size: usize,
     /// Emulate a network link of this bandwidth between memory node and
     /// workers, e.g. 10Gbit (bit, Kbit, Mbit, Gbit); off by default.
-    #[arg(long, value_parser = skiff_server::memnode::parse_bandwidth)]
+    #[arg(long, value_parser = skiff_memnode::parse_bandwidth)]
     pub link_bandwidth: Option<u64>,
     /// Tables to load into the memory nodes when a memory node starts,
     /// e.g. lineitem,orders (every column; split over the memory nodes).
@@ -255,7 +225,7 @@ pub struct TableMemoryArgs {
     pub preload: Vec<String>,
     /// Threads a memory node runs offloaded query fragments on (`SET
     /// skiff.offload`): the few cores it spares beside serving chunks.
-    #[arg(long, default_value_t = skiff_server::config::DEFAULT_OFFLOAD_THREADS)]
+    #[arg(long, default_value_t = skiff_memnode::limits::DEFAULT_OFFLOAD_THREADS)]
     pub offload_threads: usize,
     /// The cost models that decide `SET skiff.offload = auto` (`skiff
     /// memnode calibrate` writes them); by default
@@ -423,7 +393,7 @@ pub async fn worker(session: &SessionArgs, args: &WorkerArgs) -> Result<()> {
         cache_memory: session.cache_memory(),
     };
     let span = info_span!("worker", pid = std::process::id());
-    skiff_server::run_worker(config, shutdown_on_signal())
+    skiff_worker::run_worker(config, shutdown_on_signal())
         .instrument(span)
         .await
         .map_err(server_error)
@@ -441,7 +411,7 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
     };
     let offload_models = match &args.tables.offload_models {
         Some(path) => Some(path.clone()),
-        None => Some(default_models_path()).filter(|p| p.exists()),
+        None => Some(crate::calibrate::default_models_path()).filter(|p| p.exists()),
     };
     let config = MemnodeConfig {
         coordinator,
@@ -452,7 +422,7 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         state_ttl: Duration::try_from_secs_f64(args.state_ttl)
             .ok()
             .filter(|t| !t.is_zero())
-            .unwrap_or(skiff_server::memnode::DEFAULT_STATE_TTL),
+            .unwrap_or(skiff_memnode::DEFAULT_STATE_TTL),
         table_memory: args.tables.table_memory.map(|b| b as u64),
         chunk_size: args.tables.chunk_size.max(1),
         link_bandwidth: args.tables.link_bandwidth,
@@ -460,13 +430,13 @@ pub async fn memnode(args: &MemnodeArgs) -> Result<()> {
         offload_threads: args.tables.offload_threads.max(1),
     };
     let span = info_span!("memnode", pid = std::process::id());
-    skiff_server::run_memnode(config, shutdown_on_signal())
+    skiff_memnode::run_memnode(config, shutdown_on_signal())
         .instrument(span)
         .await
         .map_err(server_error)
 }
 
-fn announce(listening: &skiff_server::Listening, nodes: Option<(usize, usize, usize)>) {
+fn announce(listening: &skiff_coordinator::Listening, nodes: Option<(usize, usize, usize)>) {
     let pg = listening.pg.map_or("off".to_string(), |a| a.to_string());
     let flight = listening
         .flight
@@ -594,7 +564,7 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
 }
 
 async fn wait_for_nodes(
-    coordinator: &skiff_server::Coordinator,
+    coordinator: &skiff_coordinator::Coordinator,
     workers: usize,
     memnodes: usize,
     shutdown: &CancellationToken,

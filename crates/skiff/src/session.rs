@@ -6,7 +6,7 @@ use datafusion::error::Result;
 use skiff_engine::{Engine, EngineConfig};
 use skiff_tables::DataLocation;
 
-use crate::cli::SessionArgs;
+use crate::args::SessionArgs;
 
 /// Skiff's home: `$SKIFF_HOME`, else `~/.skiff`.
 pub fn skiff_home() -> PathBuf {

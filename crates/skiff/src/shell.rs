@@ -10,7 +10,7 @@ use rustyline::error::ReadlineError;
 use skiff_engine::Engine;
 use skiff_engine::statement::{is_blank, is_complete, split_statements};
 
-use crate::cli::Format;
+use crate::args::Format;
 use crate::run::run_statement;
 
 const HELP: &str = "\

@@ -26,9 +26,9 @@ use plotters::prelude::*;
 
 use super::launch::{self, Coordinator, START_TIMEOUT};
 use super::scale::{PALETTE, own_state};
-use super::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 use crate::args::{BenchArgs, BenchmarkName, GroupsPart};
 use crate::client::{Credentials, PgConn};
+use crate::harness::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 
 /// Bytes one fetch moves (the row group's column), 64 KiB to 64 MiB.
 const FETCH_BYTES: [u64; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];

@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use plotters::prelude::*;
 
-use super::super::BenchError;
 use super::super::scale::PALETTE;
 use super::{cluster, exec, median_after_warm_up, report, served_bytes, session};
 use crate::args::BenchArgs;
+use crate::harness::BenchError;
 
 const PIPELINES: usize = 4;
 const COLUMNS: usize = 3;

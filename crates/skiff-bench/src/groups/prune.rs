@@ -11,10 +11,10 @@ use std::time::Instant;
 
 use plotters::prelude::*;
 
-use super::super::BenchError;
 use super::super::scale::PALETTE;
 use super::{cluster, exec, median_after_warm_up, number, report, served_bytes};
 use crate::args::BenchArgs;
+use crate::harness::BenchError;
 
 /// Shares of lineitem's orderkeys the range spans.
 const SELECTIVITIES: [f64; 5] = [0.001, 0.01, 0.1, 0.5, 1.0];

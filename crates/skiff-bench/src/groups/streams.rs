@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use plotters::prelude::*;
 
-use super::super::scale::PALETTE;
-use super::super::{BenchError, find_queries, read_scripts, select_queries};
 use super::{cluster, exec, report, served_bytes, session};
 use crate::args::BenchArgs;
 use crate::client::PgConn;
+use crate::harness::{BenchError, find_queries, read_scripts, select_queries};
+use crate::scale::PALETTE;
 
 const TPCH_TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
@@ -62,7 +62,7 @@ pub(super) async fn run(args: &BenchArgs, data: &Path, title: &str) -> Result<()
         args.stream_link
     );
     let link = Some(args.stream_link.as_str()).filter(|l| *l != "off");
-    let (server, _state, admin) = cluster(data, link, super::super::cores()).await?;
+    let (server, _state, admin) = cluster(data, link, crate::harness::cores()).await?;
     for table in TPCH_TABLES {
         exec(&admin, &format!("SELECT skiff.load_to_memory('{table}')")).await?;
     }
@@ -244,7 +244,7 @@ type Measure = fn(&Point) -> f64;
 
 /// Throughput and bytes sent against the streams, a line per window.
 fn plot(path: &Path, title: &str, link: &str, points: &[Point]) -> Result<(), String> {
-    super::super::plot::fonts()?;
+    crate::plot::fonts()?;
     let root = BitMapBackend::new(path, (1000, 960)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((2, 1));
@@ -290,7 +290,7 @@ fn plot(path: &Path, title: &str, link: &str, points: &[Point]) -> Result<(), St
                 .draw_series(series.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(err)?;
         }
-        super::super::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        crate::plot::legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present().map_err(|e| e.to_string())
 }

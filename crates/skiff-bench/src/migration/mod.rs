@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
-use super::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
 use crate::args::BenchArgs;
 use crate::client::{Credentials, PgConn};
+use crate::harness::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
 use crate::launch::{self, START_TIMEOUT};
 
 mod answer;

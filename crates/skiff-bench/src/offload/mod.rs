@@ -32,9 +32,9 @@ use plotters::prelude::*;
 use crate::args::{BenchArgs, BenchmarkName};
 use crate::client::PgConn;
 use crate::groups::{exec, median_after_warm_up, number, session};
+use crate::harness::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 use crate::launch::{self, Coordinator, START_TIMEOUT};
 use crate::scale::{PALETTE, own_state};
-use crate::{BenchError, data_tag, default_data_dir, ensure_data, publish};
 
 /// The emulated link between memory node and worker: the paper's case
 /// studies are network-bound at 1 Gbit.
@@ -209,7 +209,7 @@ async fn cluster(
     let fail = |e: String| BenchError::Data(format!("skiff serve: {e}"));
     let state = own_state(data)?;
     let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
-    let mut command = launch::serve(&exe, state.path(), 1, crate::cores());
+    let mut command = launch::serve(&exe, state.path(), 1, crate::harness::cores());
     command.args(["--memory-nodes", "1", "--link-bandwidth", link]);
     command.args(["--offload-threads", &OFFLOAD_THREADS.to_string()]);
     command.arg("--offload-models").arg(models);

@@ -20,7 +20,7 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReser
 use crate::store::Relieve;
 
 /// The memory consumer the pool's blocks are counted under.
-pub const CONSUMER: &str = "BufferPool";
+pub const CONSUMER: &str = crate::store::BUFFER_POOL_CONSUMER;
 
 /// Chances of a block of a partition this node owns (and of blocks of
 /// tables that are not hash-partitioned: every node reads all of them).

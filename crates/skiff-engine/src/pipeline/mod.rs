@@ -7,7 +7,6 @@
 //! reader; the result pipeline has the largest id.
 
 mod breaker;
-mod split;
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,7 +16,6 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 
 pub use breaker::{Breaker, input_breaker, is_opaque, output_breaker};
-pub use split::split;
 
 /// Index of a pipeline within its query's [`PipelineGraph`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -22,7 +22,7 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_plan::ExecutionPlanProperties;
 
 pub use output::{Location, OutputSize, PipelineOutput, StoreBudget};
-pub use pressure::{Relieve, SkiffMemoryPool};
+pub use pressure::{BUFFER_POOL_CONSUMER, Relieve, SkiffMemoryPool};
 
 use crate::pipeline::{PipelineGraph, PipelineId};
 

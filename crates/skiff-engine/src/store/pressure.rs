@@ -16,6 +16,10 @@ use datafusion::execution::memory_pool::{
 
 use super::output::CONSUMER_PREFIX;
 
+/// The memory consumer the buffer pool's blocks are counted under: it
+/// gives up a block rather than push anyone out, so it is never asked.
+pub const BUFFER_POOL_CONSUMER: &str = "BufferPool";
+
 /// Something that can release pool memory by spilling.
 pub trait Relieve: Send + Sync {
     /// Release about `wanted` bytes; returns the bytes released.
@@ -113,7 +117,7 @@ impl MemoryPool for SkiffMemoryPool {
         // spill for itself could deadlock on the partition it is writing.
         // The buffer pool gives up a block rather than push anyone out.
         let name = reservation.consumer().name();
-        if name.starts_with(CONSUMER_PREFIX) || name == crate::buffer::CONSUMER {
+        if name.starts_with(CONSUMER_PREFIX) || name == BUFFER_POOL_CONSUMER {
             return Err(refused);
         }
         if self.relieve(additional) == 0 {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use skiff_engine::buffer::{ChunkFetch, ChunkSource, Fetched};
 use skiff_engine::grouping::{Grouping, group};
-use skiff_engine::{Engine, EngineConfig, PipelineGraph, pipeline};
+use skiff_engine::{Engine, EngineConfig, PipelineGraph};
 
 /// Holds every table; never asked for chunks here.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ async fn graphs(engine: &Engine, queries: &[&str]) -> Vec<PipelineGraph> {
     let mut graphs = Vec::new();
     for sql in queries {
         let plan = engine.physical_plan(sql).await.expect(sql);
-        graphs.push(pipeline::split(plan).expect(sql));
+        graphs.push(skiff_engine::split(plan).expect(sql));
     }
     graphs
 }

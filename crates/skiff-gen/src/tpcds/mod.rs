@@ -20,7 +20,8 @@ use tpcdsgen::row::{
 use self::convert::DatBatches;
 use self::schema::Column;
 use crate::GenError;
-use crate::run::{BATCH_ROWS, Batches, Job, Plan, part_count};
+use crate::run::{BATCH_ROWS, Job, Plan, part_count};
+use crate::write::Batches;
 
 /// The 24 tables of the specification; `dbgen_version` (generator metadata)
 /// is left out.

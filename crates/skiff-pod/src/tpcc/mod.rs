@@ -17,7 +17,7 @@ pub(crate) mod stock_level;
 /// Row indexes within one warehouse's arrays: TPC-C keys are dense, so the
 /// position of a row is its primary index.
 pub(crate) mod keys {
-    use super::schema::*;
+    use crate::tpcc::schema::*;
 
     pub fn district(d_id: u32) -> u64 {
         debug_assert!((1..=DISTRICTS_PER_WAREHOUSE).contains(&d_id));

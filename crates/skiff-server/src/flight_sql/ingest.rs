@@ -13,7 +13,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{StreamExt, TryStreamExt};
 use skiff_tables::ingest::{IfExists, IfMissing};
 
-use crate::error::{Result, ServerError, SqlState, from_status};
+use skiff_node::error::{Result, ServerError, SqlState, from_status};
 
 /// Where an ingest writes and what it does with the table.
 #[derive(Debug)]

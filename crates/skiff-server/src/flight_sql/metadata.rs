@@ -18,8 +18,8 @@ use arrow_flight::sql::{
 use futures::TryStreamExt;
 
 use super::sessions::Conn;
-use crate::coordinator::Coordinator;
-use crate::error::{Result, ServerError, SqlState};
+use skiff_coordinator::Coordinator;
+use skiff_node::error::{Result, ServerError, SqlState};
 
 /// Rows a metadata listing may have.
 const METADATA_ROWS_MAX: usize = 100_000;
@@ -204,5 +204,5 @@ fn identifier(name: &str) -> String {
 
 /// An Arrow or Flight encoding failure: a bug, not the client's doing.
 pub(super) fn arrow_error(error: impl std::fmt::Display) -> ServerError {
-    ServerError::internal(crate::error::one_line(&error.to_string()))
+    ServerError::internal(skiff_node::error::one_line(&error.to_string()))
 }

@@ -39,10 +39,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::{debug, info, warn};
 
-use crate::coordinator::Coordinator;
-use crate::error::{Result, ServerError};
 use service::FlightSqlFrontDoor;
 use sessions::Registry;
+use skiff_coordinator::Coordinator;
+use skiff_node::error::{Result, ServerError};
 
 /// A session nobody has used for this long is closed (its token stops
 /// working), so tokens of clients that never say goodbye do not pile up.

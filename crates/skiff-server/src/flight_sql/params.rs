@@ -11,7 +11,7 @@ use arrow_flight::sql::server::PeekableFlightDataStream;
 use datafusion::common::ScalarValue;
 use futures::{StreamExt, TryStreamExt};
 
-use crate::error::{Result, ServerError, SqlState, from_status};
+use skiff_node::error::{Result, ServerError, SqlState, from_status};
 
 /// Parameter rows one `DoPut` may bind (each row is one execution).
 pub(super) const PARAM_ROWS_MAX: usize = 4096;

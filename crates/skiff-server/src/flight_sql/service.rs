@@ -41,8 +41,8 @@ use super::ingest::{self, Target};
 use super::metadata;
 use super::params::{flight_schema, param_schema, read_rows, schema_bytes};
 use super::sessions::{Conn, Registry, StreamingGuard, query_of};
-use crate::coordinator::{ClientSession, Coordinator, StatementResult};
-use crate::error::{Result, ServerError, SqlState, to_status};
+use skiff_coordinator::{ClientSession, Coordinator, StatementResult};
+use skiff_node::error::{Result, ServerError, SqlState, to_status};
 
 /// The user of sessions that did not name one (no users configured).
 const ANONYMOUS: &str = "anonymous";

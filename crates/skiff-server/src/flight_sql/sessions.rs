@@ -29,8 +29,10 @@ use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 
 use super::{RESULT_UNCLAIMED_MAX, SESSION_DETACHED_IDLE_MAX, SESSION_IDLE_MAX};
-use crate::coordinator::{ClientSession, PreparedStatement, StatementResult, lock};
-use crate::error::{Result, ServerError, SqlState};
+use skiff_node::sync::lock;
+
+use skiff_coordinator::{ClientSession, PreparedStatement, StatementResult};
+use skiff_node::error::{Result, ServerError, SqlState};
 
 /// Results one session may leave waiting for `DoGet`.
 pub(super) const RESULTS_PARKED_PER_SESSION_MAX: usize = 16;

@@ -22,10 +22,10 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::sessions::Registry;
 use super::{SESSION_DETACHED_IDLE_MAX, SESSION_IDLE_MAX};
-use crate::coordinator::ClientSession;
-use crate::{
-    Coordinator, CoordinatorConfig, Limits, Users, WorkerConfig, run_worker, serve_coordinator,
-};
+use crate::serve_coordinator;
+use skiff_coordinator::ClientSession;
+use skiff_coordinator::{Coordinator, CoordinatorConfig, Limits, Users};
+use skiff_worker::{WorkerConfig, run_worker};
 
 /// Rows of table `t` (`n` = 1.., `s` = the number as text).
 const T_ROWS: i64 = 20_000;

@@ -24,8 +24,10 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tracing::{debug, warn};
 
 use super::{CancelKeys, Connection, fatal};
-use crate::coordinator::{Coordinator, lock};
-use crate::error::{ServerError, SqlState};
+use skiff_node::sync::lock;
+
+use skiff_coordinator::Coordinator;
+use skiff_node::error::{ServerError, SqlState};
 
 /// Salt length for the SCRAM secrets derived at run time.
 const SALT_BYTES: usize = 16;
@@ -113,12 +115,12 @@ fn server_parameters() -> DefaultServerParameterProvider {
     let mut parameters = DefaultServerParameterProvider::default();
     parameters.server_version = format!(
         "{} (Skiff {})",
-        crate::coordinator::pg_catalog::SERVER_VERSION,
+        skiff_coordinator::pg_catalog::SERVER_VERSION,
         env!("CARGO_PKG_VERSION")
     );
     parameters.date_style = "ISO, MDY".to_string();
     parameters.interval_style = "postgres".to_string();
-    parameters.time_zone = super::types::TIME_ZONE.to_string();
+    parameters.time_zone = skiff_coordinator::pg_catalog::TIME_ZONE.to_string();
     parameters.is_superuser = false;
     parameters
 }

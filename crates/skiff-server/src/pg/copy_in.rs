@@ -22,10 +22,9 @@ use skiff_tables::copy::{CopyFrom, Format, decode_rows};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::handler::{Queries, connection};
-use super::{Connection, error};
-use crate::config::COPY_IN_CHUNKS;
-use crate::error::{ServerError, SqlState};
+use super::{Connection, Queries, connection, error};
+use skiff_coordinator::config::COPY_IN_CHUNKS;
+use skiff_node::error::{ServerError, SqlState};
 
 /// A load in progress on a connection. Dropped unfinished (the
 /// connection broke), it aborts the load before ending the rows, so
@@ -88,7 +87,7 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let ctx = conn.session().ctx.clone();
+    let ctx = conn.session().context().clone();
     let schema = skiff_tables::copy::decode_schema(&ctx, &from)
         .await
         .map_err(|e| error(e.into()))?;

@@ -15,8 +15,8 @@ use skiff_tables::copy::{CopyOptions, CopyTo, Format, Spelling};
 
 use super::types::{copy_header, encode_copy_batch};
 use super::{Connection, error};
-use crate::coordinator::{Coordinator, StatementResult};
-use crate::error::{ServerError, SqlState};
+use skiff_coordinator::{Coordinator, StatementResult};
+use skiff_node::error::{ServerError, SqlState};
 
 /// Run `to`'s query and stream its rows out. `Ok(Some(error))`: the
 /// statement failed, before or during the rows (reported by the caller,
@@ -88,7 +88,7 @@ where
 
 /// The row spelling `options` ask for; text and CSV only, as PostgreSQL's
 /// binary COPY format and Parquet/JSON are not spoken on this port.
-fn out_format(options: &CopyOptions) -> crate::error::Result<Spelling> {
+fn out_format(options: &CopyOptions) -> skiff_node::error::Result<Spelling> {
     let format = options.format.unwrap_or(Format::Text);
     if !matches!(format, Format::Text | Format::Csv) {
         return Err(ServerError::new(

@@ -42,9 +42,9 @@ use skiff_tables::copy::{Copy, CopySourceKind};
 use tracing::debug;
 
 use super::types::{ParamWire, decode_param, encode_batch, pg_type, type_size};
-use super::{Connection, error};
-use crate::coordinator::{Coordinator, PreparedStatement, StatementResult};
-use crate::error::{ServerError, SqlState};
+use super::{Connection, Queries, connection, error};
+use skiff_coordinator::{Coordinator, PreparedStatement, StatementResult};
+use skiff_node::error::{ServerError, SqlState};
 
 /// A statement the extended protocol parsed.
 #[derive(Debug)]
@@ -184,38 +184,6 @@ impl<'a> Iterator for Words<'a> {
         self.0 = rest;
         Some(word)
     }
-}
-
-/// Simple and extended query handling for every connection.
-pub(super) struct Queries {
-    coordinator: Coordinator,
-    parser: Arc<Parser>,
-}
-
-impl Queries {
-    pub(super) fn new(coordinator: Coordinator) -> Self {
-        Self {
-            parser: Arc::new(Parser {
-                coordinator: coordinator.clone(),
-            }),
-            coordinator,
-        }
-    }
-}
-
-/// The connection a message arrived on; every query message comes after
-/// startup opened it.
-pub(super) fn connection<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Connection>> {
-    client
-        .session_extensions()
-        .get::<Arc<Connection>>()
-        .map(|c| Arc::clone(c.as_ref()))
-        .ok_or_else(|| {
-            super::fatal(ServerError::new(
-                SqlState::ProtocolViolation,
-                "query before the session was established",
-            ))
-        })
 }
 
 /// The fields of `schema`, each in its result format.
@@ -463,7 +431,7 @@ impl SimpleQueryHandler for Queries {
 
 /// Plans statements for the extended protocol (the Parse message).
 pub(super) struct Parser {
-    coordinator: Coordinator,
+    pub(super) coordinator: Coordinator,
 }
 
 #[async_trait]

@@ -20,7 +20,6 @@ mod copy_in;
 mod copy_out;
 mod handler;
 mod types;
-pub(crate) use types::TIME_ZONE;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -28,11 +27,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use pgwire::api::PgWireServerHandlers;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::error::{ErrorInfo, PgWireError, SEVERITY_ERROR, SEVERITY_FATAL};
+use pgwire::api::{ClientInfo, PgWireServerHandlers};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_ERROR, SEVERITY_FATAL};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
 use pgwire::tokio::TlsAcceptor;
@@ -42,9 +41,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::TlsFiles;
-use crate::coordinator::{ClientSession, Coordinator, lock};
-use crate::error::{Result, ServerError, SqlState};
+use skiff_coordinator::config::TlsFiles;
+use skiff_node::sync::lock;
+
+use skiff_coordinator::{ClientSession, Coordinator};
+use skiff_node::error::{Result, ServerError, SqlState};
 
 /// Connection tasks beyond the session limit: clients still in startup (a
 /// connection that never authenticates holds a task for pgwire's startup
@@ -150,7 +151,7 @@ fn tls_acceptor(files: &TlsFiles) -> Result<(TlsAcceptor, Vec<u8>)> {
 /// The handlers every connection shares.
 struct Front {
     startup: Arc<auth::Startup>,
-    queries: Arc<handler::Queries>,
+    queries: Arc<Queries>,
     cancel: Arc<Cancel>,
 }
 
@@ -163,7 +164,7 @@ impl Front {
                 Arc::clone(&keys),
                 cert_pem,
             )),
-            queries: Arc::new(handler::Queries::new(coordinator.clone())),
+            queries: Arc::new(Queries::new(coordinator.clone())),
             cancel: Arc::new(Cancel { coordinator, keys }),
         }
     }
@@ -284,6 +285,38 @@ fn with_severity(error: ServerError, severity: &str) -> PgWireError {
         error.state.code().to_string(),
         error.message,
     )))
+}
+
+/// Simple and extended query handling for every connection.
+struct Queries {
+    coordinator: Coordinator,
+    parser: Arc<handler::Parser>,
+}
+
+impl Queries {
+    fn new(coordinator: Coordinator) -> Self {
+        Self {
+            parser: Arc::new(handler::Parser {
+                coordinator: coordinator.clone(),
+            }),
+            coordinator,
+        }
+    }
+}
+
+/// The connection a message arrived on; every query message comes after
+/// startup opened it.
+fn connection<C: ClientInfo>(client: &C) -> PgWireResult<Arc<Connection>> {
+    client
+        .session_extensions()
+        .get::<Arc<Connection>>()
+        .map(|c| Arc::clone(c.as_ref()))
+        .ok_or_else(|| {
+            fatal(ServerError::new(
+                SqlState::ProtocolViolation,
+                "query before the session was established",
+            ))
+        })
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Users;
-use crate::config::{CoordinatorConfig, Limits};
-use crate::coordinator::{Coordinator, QueryStatus};
-use crate::worker::{WorkerConfig, run_worker};
+use skiff_coordinator::auth::Users;
+use skiff_coordinator::config::{CoordinatorConfig, Limits};
+use skiff_coordinator::{Coordinator, QueryStatus};
+use skiff_worker::{WorkerConfig, run_worker};
 
 /// Polls of a condition the cluster reaches by itself, before a test gives
 /// up (a guard against hanging, not a timing assertion).

@@ -8,6 +8,7 @@
 //! always agree. Types without a PostgreSQL counterpart (lists, structs,
 //! maps) travel as `text`, formatted by Arrow.
 
+use skiff_coordinator::pg_catalog::TIME_ZONE;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -28,16 +29,13 @@ use pgwire::api::results::FieldFormat;
 use pgwire::messages::data::DataRow;
 use skiff_tables::copy::Spelling;
 
-use crate::error::{Result, ServerError, SqlState};
+use skiff_node::error::{Result, ServerError, SqlState};
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 const PG_EPOCH_DAYS: i32 = 10_957;
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 /// Microseconds from Arrow's epoch to PostgreSQL's.
 const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS as i64 * MICROS_PER_DAY;
-/// Time zone timestamps with a zone are shown in; the `TimeZone` the server
-/// reports at startup.
-pub(crate) const TIME_ZONE: &str = "UTC";
 
 /// The PostgreSQL type a column of `data_type` is described with, and its
 /// type modifier (`-1` for none; `numeric(p, s)` carries its precision and
@@ -599,7 +597,7 @@ pub(super) fn decode_param(wire: &ParamWire<'_>, target: Option<&DataType>) -> R
             SqlState::DataException,
             format!(
                 "invalid value for a {target} parameter: {}",
-                crate::error::one_line(&e.to_string())
+                skiff_node::error::one_line(&e.to_string())
             ),
         )
     })

@@ -32,8 +32,10 @@ const USERS: &str = "root:admin:rootpw\nviewer:user:viewpw\n";
 /// against hanging, not a timing assertion).
 const PAGE_WAIT: Duration = Duration::from_secs(60);
 
-/// Runs for minutes at SF 0.01, so it surely runs when it is canceled.
-const LONG_QUERY: &str = "SELECT count(*) FROM lineitem a, lineitem b \
+/// Runs for minutes at SF 0.01, so it surely runs when it is canceled. Its
+/// leading comment is not what the queries list shows of it.
+const LONG_QUERY: &str = "-- the query the page cancels\n\
+                          SELECT count(*) FROM lineitem a, lineitem b \
                           WHERE a.l_partkey + b.l_partkey = 7";
 
 fn which(names: &[&str]) -> Option<PathBuf> {
@@ -512,6 +514,20 @@ async fn walk_through(
         tokio::runtime::Handle::current().spawn(async move { long.simple_query(LONG_QUERY).await });
     client.goto(&format!("{base}#/queries")).await.map_err(e)?;
     let long_id = running_on_page(client, "a.l_partkey + b.l_partkey").await?;
+    let listed = js(
+        client,
+        &format!(
+            "return document.querySelector('#queries tr[data-query=\"{long_id}\"] .sql')\
+               .textContent;"
+        ),
+    )
+    .await?;
+    assert!(
+        listed
+            .as_str()
+            .is_some_and(|s| s.starts_with("SELECT count(*)")),
+        "the list shows the statement, not its comment: {listed}"
+    );
     click(
         client,
         &format!("#queries button[data-action=cancel][data-query=\"{long_id}\"]"),
@@ -635,6 +651,17 @@ async fn walk_through(
             "action buttons for a read-only user on {page}"
         );
     }
+    // An address that names no query, or a query nobody knows, says so.
+    client
+        .goto(&format!("{base}#/query/abc"))
+        .await
+        .map_err(e)?;
+    shown(client, "#no-query h1", "No such query").await?;
+    client
+        .goto(&format!("{base}#/query/987654321"))
+        .await
+        .map_err(e)?;
+    shown(client, "#no-query h1", "No query 987654321").await?;
     let forged = js(
         client,
         &format!(

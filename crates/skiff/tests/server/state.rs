@@ -1276,7 +1276,7 @@ async fn kill_loop_stream(bench: Benchmark, kills: usize) -> usize {
             "SELECT id, sql, rows_sent, restarts, error FROM skiff.queries \
              WHERE state = 'failed' AND error LIKE '%was lost%' AND rows_sent = 0 \
              AND restarts < {}",
-            skiff_server::config::WORKER_LOSS_RESTARTS
+            skiff_coordinator::config::WORKER_LOSS_RESTARTS
         ),
     )
     .await

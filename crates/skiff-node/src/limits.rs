@@ -1,0 +1,21 @@
+//! Limits that more than one role reads, in one place; each role's own
+//! are in its crate.
+
+use std::time::Duration;
+
+/// How long a partition's old owner tries to hand its blocks to the new
+/// owner (buffer matching); blocks not taken by then are read from storage.
+pub const MATCHING_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long a node keeps reporting the scan counts of a distributed query
+/// whose scans there have not moved (`scan_progress`): the query has
+/// ended there, or its scans are done and only the coordinator's last
+/// figure matters.
+pub const SCAN_TALLY_FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// How many forgotten queries' scan counters a node keeps, for a scan of
+/// theirs that starts after they were forgotten.
+pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;
+
+/// Fragments a memory node remembers for `skiff.memory_fragments`.
+pub const FRAGMENT_HISTORY: usize = 256;
