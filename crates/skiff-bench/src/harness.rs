@@ -1,4 +1,4 @@
-//! The harness every bench shares: what stops a bench, the data it needs
+//! The harness every bench shares: the data it needs
 //! (generated once per benchmark and scale factor), the query files,
 //! measuring each (query, engine) pair in a child process, and writing
 //! and publishing the results (CSV, PNG, and the `-latest` copies).

@@ -1,4 +1,5 @@
-//! Settings of the roles.
+//! The coordinator's settings (`CoordinatorConfig`, `Limits`, `TlsFiles`), where it
+//! listens, and its limits and timeouts.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -51,7 +51,7 @@ mod memory_tables;
 mod memory_view;
 pub mod metrics;
 mod partitions;
-pub mod pg_catalog;
+mod pg_catalog;
 mod placement;
 mod queries;
 mod relay;
@@ -98,6 +98,7 @@ pub use session::ClientSession;
 
 pub use auth::Users;
 pub use config::{CoordinatorConfig, Limits, Listening, TlsFiles};
+pub use pg_catalog::{SERVER_VERSION, TIME_ZONE};
 use skiff_node::error::{Result, ServerError, SqlState};
 
 /// What a statement gives back to a client.

@@ -14,7 +14,7 @@ use skiff_engine::SkiffOptions;
 use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The settings that matter while a task runs, each by its full name.
-pub const CARRIED: [&str; 12] = [
+pub(crate) const CARRIED: [&str; 12] = [
     "datafusion.execution.batch_size",
     "datafusion.execution.coalesce_batches",
     "datafusion.execution.enforce_batch_size_in_joins",

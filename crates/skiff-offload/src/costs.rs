@@ -2,7 +2,7 @@
 //! forests (`smartcore`) that predict how long the node takes to run a
 //! fragment, to encode the rows it keeps, and how long bytes take on the
 //! network to the workers; trained on the node itself (`skiff memnode
-//! calibrate`, see `calibrate`), kept in a file, reloaded at start and
+//! calibrate`, see `calibration`), kept in a file, reloaded at start and
 //! refitted when the times the node measures drift from them.
 //!
 //! A forest predicts no value outside the ones it was trained on, so each
@@ -111,7 +111,7 @@ fn network_features(bytes: f64) -> Vec<f64> {
 
 /// One observation: features and the rate measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub features: Vec<f64>,
     pub rate: f64,
 }
@@ -120,14 +120,14 @@ type Forest = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
 
 /// One model: its forest and what it was fitted on.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Model {
+pub(crate) struct Model {
     forest: Forest,
     samples: Vec<Sample>,
 }
 
 impl Model {
     /// A forest fitted on `samples` (at least two, of one width).
-    pub fn fit(mut samples: Vec<Sample>, seed: u64) -> Result<Self, String> {
+    pub(crate) fn fit(mut samples: Vec<Sample>, seed: u64) -> Result<Self, String> {
         if samples.len() > COST_MODEL_SAMPLES {
             // The newest observations matter most: the oldest go.
             samples.drain(..samples.len() - COST_MODEL_SAMPLES);
@@ -163,9 +163,9 @@ impl Model {
 /// The three models, and what the node was when they were trained.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CostModels {
-    pub execution: Model,
-    pub serialization: Model,
-    pub network: Model,
+    pub(crate) execution: Model,
+    pub(crate) serialization: Model,
+    pub(crate) network: Model,
     /// The node's offload threads at calibration.
     pub threads: usize,
     /// The emulated link's bandwidth at calibration (0: none).
@@ -215,13 +215,13 @@ impl CostModels {
     }
 
     /// The node running `shape` on `threads` threads.
-    pub fn execution(&self, shape: &Shape, threads: usize) -> Duration {
+    pub(crate) fn execution(&self, shape: &Shape, threads: usize) -> Duration {
         let rate = self.execution.rate(shape.execution_features(threads));
         nanos(rate * shape.input_rows)
     }
 
     /// Encoding `shape`'s rows kept.
-    pub fn serialization(&self, shape: &Shape) -> Duration {
+    pub(crate) fn serialization(&self, shape: &Shape) -> Duration {
         if shape.output_rows < 1.0 {
             return Duration::ZERO;
         }
@@ -278,8 +278,8 @@ impl CostModels {
 /// A fragment the node ran, as training samples: its measured rates.
 #[derive(Debug, Default)]
 pub struct Observed {
-    pub execution: Vec<Sample>,
-    pub serialization: Vec<Sample>,
+    pub(crate) execution: Vec<Sample>,
+    pub(crate) serialization: Vec<Sample>,
 }
 
 impl Observed {
@@ -307,7 +307,7 @@ impl Observed {
     }
 
     /// A transfer of `bytes` that took `took`.
-    pub fn network(bytes: f64, took: Duration) -> Sample {
+    pub(crate) fn network(bytes: f64, took: Duration) -> Sample {
         Sample {
             features: network_features(bytes),
             rate: took.as_nanos() as f64 / bytes.max(1.0),

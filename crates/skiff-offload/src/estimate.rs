@@ -336,7 +336,7 @@ fn operator_name(op: Operator) -> String {
 }
 
 /// The share of rows `predicate` keeps.
-pub fn selectivity(predicate: &Expr, statistics: &dyn Statistics) -> f64 {
+pub(crate) fn selectivity(predicate: &Expr, statistics: &dyn Statistics) -> f64 {
     let s = |e: &Expr| selectivity(e, statistics);
     match predicate {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {

@@ -219,18 +219,18 @@ impl ColumnSketch {
     }
 
     /// Rows counted, and how many were null.
-    pub fn rows(&self) -> (u64, u64) {
+    pub(crate) fn rows(&self) -> (u64, u64) {
         (self.rows, self.nulls)
     }
 
     /// Distinct non-null values, estimated.
-    pub fn distinct(&self) -> f64 {
+    pub(crate) fn distinct(&self) -> f64 {
         self.distinct.estimate()
     }
 
     /// The share of non-null values below `value` (or at most it, when
     /// `inclusive`); `None` for a column without quantiles.
-    pub fn share_below(&self, value: f64, inclusive: bool) -> Option<f64> {
+    pub(crate) fn share_below(&self, value: f64, inclusive: bool) -> Option<f64> {
         let quantiles = self.quantiles.as_ref()?;
         let value = KllFloat::<f64>::new(value).ok()?;
         let criteria = if inclusive {
@@ -244,7 +244,7 @@ impl ColumnSketch {
     /// `n` values spread as the column's are: its quantiles at ranks
     /// `(i + 1/2) / n`, smallest first; `None` for a column without
     /// quantiles or values.
-    pub fn spread(&self, n: usize) -> Option<Vec<f64>> {
+    pub(crate) fn spread(&self, n: usize) -> Option<Vec<f64>> {
         let quantiles = self.quantiles.as_ref()?;
         let ranks: Vec<f64> = (0..n).map(|i| (i as f64 + 0.5) / n as f64).collect();
         let values = quantiles
@@ -255,7 +255,7 @@ impl ColumnSketch {
 
     /// The strings the sketch is sure are heavy hitters, each with the rows
     /// holding it (the middle of its bounds).
-    pub fn heavy_strings(&self) -> Vec<(String, u64)> {
+    pub(crate) fn heavy_strings(&self) -> Vec<(String, u64)> {
         match &self.frequent {
             Some(Frequent::Strings(frequent)) => frequent
                 .frequent_items(ErrorType::NoFalsePositives)
@@ -268,7 +268,7 @@ impl ColumnSketch {
 
     /// Bounds on how many rows hold a number equal to `value` (by the
     /// integer it counts as), when it is a heavy hitter; `None` otherwise.
-    pub fn count_of_number(&self, value: i64) -> Option<(u64, u64)> {
+    pub(crate) fn count_of_number(&self, value: i64) -> Option<(u64, u64)> {
         match &self.frequent {
             Some(Frequent::Numbers(frequent)) => heavy(frequent, &value),
             _ => None,
@@ -276,7 +276,7 @@ impl ColumnSketch {
     }
 
     /// Bounds on how many rows hold `value`, when it is a heavy hitter.
-    pub fn count_of_string(&self, value: &str) -> Option<(u64, u64)> {
+    pub(crate) fn count_of_string(&self, value: &str) -> Option<(u64, u64)> {
         match &self.frequent {
             Some(Frequent::Strings(frequent)) => heavy(frequent, &value.to_owned()),
             _ => None,
@@ -285,7 +285,7 @@ impl ColumnSketch {
 
     /// The heavy hitters the sketch is sure of: how many, and the rows
     /// they hold together (the middle of each one's bounds).
-    pub fn heavy_hitters(&self) -> (usize, u64) {
+    pub(crate) fn heavy_hitters(&self) -> (usize, u64) {
         fn total<T: Eq + std::hash::Hash + Clone>(f: &FrequentItemsSketch<T>) -> (usize, u64) {
             let rows = f.frequent_items(ErrorType::NoFalsePositives);
             let held = rows

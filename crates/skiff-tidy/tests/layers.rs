@@ -106,39 +106,76 @@ const COORDINATOR_LAYERS: &[(&str, &[&str])] = &[
     ("services", &["", "cluster_service"]),
 ];
 
-/// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `src/lib.rs` is "".
+/// `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`; `src/lib.rs` (or a
+/// binary's `src/main.rs`) is "". Test files are no module.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).ok()?.with_extension("");
     let mut parts: Vec<String> = rel
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
+    let is_root = parts.len() == 1 && (parts[0] == "lib" || parts[0] == "main");
+    if is_root || parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
     let is_tests = |p: &String| p == "tests" || p.ends_with("_tests");
     if parts.first().is_some_and(|p| p == "bin") || parts.last().is_some_and(is_tests) {
         return None;
     }
-    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
-        parts.pop();
-    }
     Some(parts.join("::"))
 }
 
-/// The source without comments and without its trailing test module.
-fn code_of(text: &str) -> String {
+/// What a `#[cfg(test)]` line is followed by: a test module in the file
+/// (everything after it is tests), or the declaration of one in a file of
+/// its own (named by it), or anything else.
+enum TestItem<'a> {
+    Inline,
+    Declared(&'a str),
+    Other,
+}
+
+fn test_item(next: &str) -> TestItem<'_> {
+    let next = next.trim_start();
+    let rest = match next.strip_prefix("pub") {
+        Some(rest) if rest.starts_with('(') => rest.split_once(')').map_or("", |(_, r)| r),
+        Some(rest) => rest,
+        None => next,
+    };
+    let Some(rest) = rest.trim_start().strip_prefix("mod ") else {
+        return TestItem::Other;
+    };
+    let name = rest.trim_start();
+    let end = name.find(|c: char| !is_ident(c)).unwrap_or(name.len());
+    if name[end..].trim_start().starts_with(';') {
+        TestItem::Declared(&name[..end])
+    } else {
+        TestItem::Inline
+    }
+}
+
+/// The source without comments, without the test module it ends with and
+/// without declarations of test modules; and the names those declare.
+fn code_of(text: &str) -> (String, Vec<String>) {
     let mut out = String::new();
+    let mut test_modules = Vec::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let next = lines.peek().map(|l| l.trim_start()).unwrap_or("");
-        let is_mod =
-            next.starts_with("mod ") || (next.starts_with("pub") && next.contains(" mod "));
-        if line.trim() == "#[cfg(test)]" && is_mod {
-            break;
+        if line.trim() == "#[cfg(test)]" {
+            match test_item(lines.peek().copied().unwrap_or("")) {
+                TestItem::Inline => break,
+                TestItem::Declared(name) => {
+                    test_modules.push(name.to_string());
+                    lines.next();
+                    continue;
+                }
+                TestItem::Other => {}
+            }
         }
         let code = line.split("//").next().unwrap_or("");
         out.push_str(code);
         out.push('\n');
     }
-    out
+    (out, test_modules)
 }
 
 /// A module's code without its re-exports (`pub use`, `pub(crate) use`,
@@ -351,38 +388,53 @@ fn layer_of(module: &str, layers: &[(&str, &[&str])]) -> Option<usize> {
 
 /// Module -> the crate's modules it imports. A name a module re-exports
 /// counts as an import of the module that defines it; a module's own
-/// re-exports are not its imports. A module below the root may use its
-/// parents' items (a directory and the file that declares it are one
-/// unit); the crate root counts like any module, so a root that defines
-/// what its modules use, and uses them, makes a loop.
+/// re-exports are imports only where its own code uses them. A module below
+/// the root may use its parents' items (a directory and the file that
+/// declares it are one unit); the crate root counts like any module, so a
+/// root that defines what its modules use, and uses them, makes a loop.
+/// Modules only tests compile are left out. What the text does not name
+/// (a method called on a value of another module's type) is not seen.
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let sources: BTreeMap<String, (String, Vec<(String, String)>)> = files
-        .iter()
-        .filter_map(|f| {
-            let m = module_of(src, f)?;
-            Some((
-                m,
-                split_reexports(&code_of(&std::fs::read_to_string(f).ok()?)),
-            ))
-        })
-        .collect();
+    let mut test_only = BTreeSet::new();
+    let mut sources: BTreeMap<String, (String, Vec<(String, String)>)> = BTreeMap::new();
+    for f in &files {
+        let (Some(m), Ok(text)) = (module_of(src, f), std::fs::read_to_string(f)) else {
+            continue;
+        };
+        let (code, tests) = code_of(&text);
+        test_only.extend(tests.iter().map(|t| child(&m, t)));
+        sources.insert(m, split_reexports(&code));
+    }
+    sources.retain(|m, _| {
+        !test_only
+            .iter()
+            .any(|t| m == t || m.starts_with(&format!("{t}::")))
+    });
     let modules: BTreeSet<String> = sources.keys().cloned().collect();
-    // (module, name) -> the module the name is defined in.
+    // (module, name) -> the module the name is defined in, followed through
+    // chains of re-exports until nothing changes.
     let mut exported: BTreeMap<(String, String), String> = BTreeMap::new();
-    for (me, (_, reexports)) in &sources {
-        for (name, path) in reexports {
-            if let Some((module, item)) = resolve(me, path, &modules) {
-                let defined = match item {
-                    Some(item) => exported
-                        .get(&(module.clone(), item))
-                        .cloned()
-                        .unwrap_or(module),
-                    None => module,
+    for _ in 0..=modules.len() {
+        let mut changed = false;
+        for (me, (_, reexports)) in &sources {
+            for (name, path) in reexports {
+                let Some((module, item)) = resolve(me, path, &modules) else {
+                    continue;
                 };
-                exported.insert((me.clone(), name.clone()), defined);
+                let defined = item
+                    .and_then(|item| exported.get(&(module.clone(), item)).cloned())
+                    .unwrap_or(module);
+                let key = (me.clone(), name.clone());
+                if exported.get(&key) != Some(&defined) {
+                    exported.insert(key, defined);
+                    changed = true;
+                }
             }
+        }
+        if !changed {
+            break;
         }
     }
     let children_of = |me: &str| -> BTreeSet<String> {
@@ -400,8 +452,16 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     };
     sources
         .iter()
-        .map(|(me, (code, _))| {
-            let targets = paths_in(code, &children_of(me))
+        .map(|(me, (code, reexports))| {
+            let mut paths = paths_in(code, &children_of(me));
+            // A re-exported name the module's own code uses is an import.
+            paths.extend(
+                reexports
+                    .iter()
+                    .filter(|(name, _)| names(code, name))
+                    .map(|(_, path)| path.clone()),
+            );
+            let targets = paths
                 .iter()
                 .filter_map(|p| resolve(me, p, &modules))
                 .map(|(module, item)| {
@@ -413,6 +473,15 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             (me.clone(), targets)
         })
         .collect()
+}
+
+/// Whether `code` names the identifier `name`.
+fn names(code: &str, name: &str) -> bool {
+    code.match_indices(name).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
 }
 
 /// A loop through `start`, if the graph has one.
@@ -630,12 +699,28 @@ fn the_loop_checker_names_a_new_loop_and_a_stale_listing() {
     let listed = check_loops("planted", &dir, exact);
     let stale: &[(&str, &[&str])] = &[("planted", &["a", "c"])];
     let changed = check_loops("planted", &dir, stale).join("\n");
+    // The root's own use of a name it re-exports, and a module's use of an
+    // item the root defines, after a test module declared mid-file.
+    std::fs::write(
+        dir.join("lib.rs"),
+        "mod a;\nmod b;\nmod c;\n#[cfg(test)]\nmod d;\npub use c::C;\n\
+         pub struct R;\nfn f(_: C) {}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("c.rs"), "pub struct C(crate::R);\n").expect("write");
+    std::fs::write(dir.join("d.rs"), "use crate::a::Anything;\n").expect("write");
+    let rooted = check_loops("planted", &dir, exact).join("\n");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(new.contains("import loop through 3 modules"), "{new}");
     assert!(new.contains(r#"["a", "b::part", "c"]"#), "{new}");
     assert!(listed.is_empty(), "{listed:?}");
     assert!(changed.contains("gone or changed"), "{changed}");
     assert!(changed.contains("import loop through 3"), "{changed}");
+    assert!(rooted.contains(r#"["", "c"]"#), "{rooted}");
+    assert!(
+        !rooted.contains("\"d\""),
+        "a test-only module is no module: {rooted}"
+    );
 }
 
 #[test]

@@ -22,7 +22,7 @@ const CRATE_LINES_MAX: usize = 12_000;
 /// Crates over [`CRATE_LINES_MAX`] today, each with the most lines it may
 /// have until it is split: the list only shrinks, and a crate under the
 /// limit must leave it.
-const LARGE_TODAY: &[(&str, usize)] = &[("skiff-pod", 13_100)];
+const LARGE_TODAY: &[(&str, usize)] = &[("skiff-pod", 13_016)];
 
 /// (needle, why) — built from pieces so this file does not match itself.
 fn banned() -> Vec<(String, &'static str)> {
@@ -73,16 +73,21 @@ fn counted_lines(file: &Path) -> usize {
     if name.is_some_and(|n| n == "tests" || n.ends_with("_tests")) {
         return 0;
     }
-    let text = std::fs::read_to_string(file).expect("read source");
+    lines_before_tests(&std::fs::read_to_string(file).expect("read source"))
+}
+
+/// Lines of `text` before its inline test module (`#[cfg(test)]` then
+/// `mod name {`); a declaration of a test module in a file of its own
+/// (`#[cfg(test)]` then `mod name;`) does not end the count.
+fn lines_before_tests(text: &str) -> usize {
     let lines: Vec<&str> = text.lines().collect();
     lines
         .iter()
         .enumerate()
         .position(|(i, line)| {
-            let next = lines.get(i + 1).map_or("", |l| l.trim_start());
-            let is_mod =
-                next.starts_with("mod ") || (next.starts_with("pub") && next.contains(" mod "));
-            line.trim() == "#[cfg(test)]" && is_mod
+            let next = lines.get(i + 1).map_or("", |l| l.trim());
+            let declares = next.contains("mod ") && !next.contains('{');
+            line.trim() == "#[cfg(test)]" && next.contains("mod ") && !declares
         })
         .unwrap_or(lines.len())
 }
@@ -106,6 +111,11 @@ fn no_crate_outgrows_one_job() {
     }
     assert!(sizes.len() > 10, "found only {} crates", sizes.len());
     let mut problems = Vec::new();
+    for (name, _) in LARGE_TODAY {
+        if !sizes.iter().any(|(c, _)| c == name) {
+            problems.push(format!("LARGE_TODAY names {name}, which is no crate"));
+        }
+    }
     for (name, lines) in &sizes {
         let allowed = LARGE_TODAY
             .iter()
@@ -121,4 +131,12 @@ fn no_crate_outgrows_one_job() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The count stops at an inline test module, not at a declared one.
+#[test]
+fn only_tests_are_left_out_of_a_crates_size() {
+    let text = "use a;\n#[cfg(test)]\nmod helpers;\nfn f() {}\n#[cfg(test)]\nmod tests {\n}\n";
+    assert_eq!(lines_before_tests(text), 4);
+    assert_eq!(lines_before_tests("fn f() {}\n"), 1);
 }

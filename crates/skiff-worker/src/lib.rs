@@ -150,7 +150,7 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
             ..service.report()
         }
     };
-    // The tasks of distributed queries (`skiff_coordinator::distributed`) run on
+    // The tasks of distributed queries (the coordinator's `distributed`) run on
     // the library's worker service, on the same port as Skiff's Flight
     // service, with the engine's object stores and memory pool.
     let scans = Arc::clone(&service.scans);

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     match runtime.block_on(main_async(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", error_line(&e));
+            eprintln!("{}", output::error_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -171,16 +171,4 @@ fn engine_flags(session: &SessionArgs, own: &EngineFlags) -> EngineFlags {
 
 fn external(e: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
     DataFusionError::External(Box::new(e))
-}
-
-/// One line for the user: the message without DataFusion's wrapping noise.
-pub fn error_line(e: &DataFusionError) -> String {
-    let message = match e {
-        // Errors raised outside DataFusion already say what went wrong.
-        DataFusionError::External(inner) => inner.to_string(),
-        DataFusionError::SQL(inner, _) => format!("syntax error: {inner}"),
-        other => other.to_string(),
-    };
-    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("error: {message}")
 }

@@ -47,3 +47,15 @@ pub fn write_batches(
     }
     out.flush().map_err(DataFusionError::from)
 }
+
+/// One line for the user: the message without DataFusion's wrapping noise.
+pub fn error_line(e: &DataFusionError) -> String {
+    let message = match e {
+        // Errors raised outside DataFusion already say what went wrong.
+        DataFusionError::External(inner) => inner.to_string(),
+        DataFusionError::SQL(inner, _) => format!("syntax error: {inner}"),
+        other => other.to_string(),
+    };
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("error: {message}")
+}

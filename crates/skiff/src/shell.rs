@@ -114,7 +114,7 @@ impl Shell {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    eprintln!("{}", crate::error_line(&e));
+                    eprintln!("{}", crate::output::error_line(&e));
                     return;
                 }
             }
@@ -147,7 +147,7 @@ impl Shell {
         };
         let mut out = std::io::stdout();
         if let Err(e) = run_statement(&self.engine, &sql, self.format, false, &mut out).await {
-            eprintln!("{}", crate::error_line(&e));
+            eprintln!("{}", crate::output::error_line(&e));
         }
         let _ = out.flush();
         Control::Continue

@@ -115,12 +115,12 @@ fn server_parameters() -> DefaultServerParameterProvider {
     let mut parameters = DefaultServerParameterProvider::default();
     parameters.server_version = format!(
         "{} (Skiff {})",
-        skiff_coordinator::pg_catalog::SERVER_VERSION,
+        skiff_coordinator::SERVER_VERSION,
         env!("CARGO_PKG_VERSION")
     );
     parameters.date_style = "ISO, MDY".to_string();
     parameters.interval_style = "postgres".to_string();
-    parameters.time_zone = skiff_coordinator::pg_catalog::TIME_ZONE.to_string();
+    parameters.time_zone = skiff_coordinator::TIME_ZONE.to_string();
     parameters.is_superuser = false;
     parameters
 }

@@ -8,7 +8,7 @@
 //! always agree. Types without a PostgreSQL counterpart (lists, structs,
 //! maps) travel as `text`, formatted by Arrow.
 
-use skiff_coordinator::pg_catalog::TIME_ZONE;
+use skiff_coordinator::TIME_ZONE;
 use std::sync::Arc;
 
 use arrow::array::{
