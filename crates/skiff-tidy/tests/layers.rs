@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use skiff_tidy::rust_files;
+use skiff_tidy::{TestItem, is_test_file, rust_files, test_item};
 
 /// skiff-pod's layers, lowest first. A pattern names a module; `x::*`
 /// names every module below `x`. Every module must match one pattern.
@@ -118,39 +118,10 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     if is_root || parts.last().is_some_and(|p| p == "mod") {
         parts.pop();
     }
-    let is_tests = |p: &String| p == "tests" || p.ends_with("_tests");
-    if parts.first().is_some_and(|p| p == "bin") || parts.last().is_some_and(is_tests) {
+    if parts.first().is_some_and(|p| p == "bin") || parts.last().is_some_and(|p| is_test_file(p)) {
         return None;
     }
     Some(parts.join("::"))
-}
-
-/// What a `#[cfg(test)]` line is followed by: a test module in the file
-/// (everything after it is tests), or the declaration of one in a file of
-/// its own (named by it), or anything else.
-enum TestItem<'a> {
-    Inline,
-    Declared(&'a str),
-    Other,
-}
-
-fn test_item(next: &str) -> TestItem<'_> {
-    let next = next.trim_start();
-    let rest = match next.strip_prefix("pub") {
-        Some(rest) if rest.starts_with('(') => rest.split_once(')').map_or("", |(_, r)| r),
-        Some(rest) => rest,
-        None => next,
-    };
-    let Some(rest) = rest.trim_start().strip_prefix("mod ") else {
-        return TestItem::Other;
-    };
-    let name = rest.trim_start();
-    let end = name.find(|c: char| !is_ident(c)).unwrap_or(name.len());
-    if name[end..].trim_start().starts_with(';') {
-        TestItem::Declared(&name[..end])
-    } else {
-        TestItem::Inline
-    }
 }
 
 /// The source without comments, without the test module it ends with and

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use skiff_tidy::rust_files;
+use skiff_tidy::{TestItem, is_test_file, rust_files, test_item};
 
 const LINE_COLUMNS_MAX: usize = 100;
 
@@ -69,8 +69,8 @@ fn sources_follow_the_house_rules() {
 
 /// Lines of `file` that count towards its crate's size.
 fn counted_lines(file: &Path) -> usize {
-    let name = file.file_stem().map(|s| s.to_string_lossy().into_owned());
-    if name.is_some_and(|n| n == "tests" || n.ends_with("_tests")) {
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if stem.is_some_and(|s| is_test_file(&s)) {
         return 0;
     }
     lines_before_tests(&std::fs::read_to_string(file).expect("read source"))
@@ -85,9 +85,8 @@ fn lines_before_tests(text: &str) -> usize {
         .iter()
         .enumerate()
         .position(|(i, line)| {
-            let next = lines.get(i + 1).map_or("", |l| l.trim());
-            let declares = next.contains("mod ") && !next.contains('{');
-            line.trim() == "#[cfg(test)]" && next.contains("mod ") && !declares
+            let next = lines.get(i + 1).copied().unwrap_or("");
+            line.trim() == "#[cfg(test)]" && matches!(test_item(next), TestItem::Inline)
         })
         .unwrap_or(lines.len())
 }
