@@ -60,28 +60,27 @@
 
 mod arch;
 mod cc;
-mod constants;
 mod durability;
-mod error;
-mod memory;
 mod run;
 mod tpcc;
 
 use std::path::Path;
 
-pub use arch::{Arch, CcProtocol};
+use skiff_pod_memory::memory;
+
 pub use durability::lease::ReclaimFacts;
-pub use error::PodError;
-pub use memory::cxl::{CxlCounters, CxlModel};
-pub use memory::params::Mix;
 pub use run::bench::{BenchConfig, BenchPoint, bench, last_pod_path, write_csv};
-pub use run::config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
 pub use run::host::{HostArgs, host_main};
 pub use run::live::{LiveHost, LiveKind, LivePod, live};
 pub use run::report::{
     AuditReport, FaultReport, LogReport, Modeled, MovementReport, RunReport, TxnReport,
 };
 pub use run::{LoadReport, load, run};
+pub use skiff_pod_memory::arch::{Arch, CcProtocol};
+pub use skiff_pod_memory::config::{CheckConfig, HostCommand, HostFault, Launch, PodConfig};
+pub use skiff_pod_memory::error::PodError;
+pub use skiff_pod_memory::memory::cxl::{CxlCounters, CxlModel};
+pub use skiff_pod_memory::memory::params::Mix;
 pub use tpcc::check::{CheckReport, ConditionReport, RowCounts};
 
 /// Checks the twelve consistency conditions on the pod at `cfg.shm_path`.

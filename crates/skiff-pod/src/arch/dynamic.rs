@@ -37,17 +37,17 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
-use crate::cc::lockword::{self, AtomicWord, Conflict};
-use crate::constants::{DYNAMIC_COOL_SWEEP_MAX, WAL_RECORD_BYTES_MAX};
 use crate::durability::checkpoint::Gate;
 use crate::durability::lease::{HostRecord, life};
 use crate::durability::wal::{Redo, Tag, Wal};
-use crate::memory::PodMemory;
-use crate::memory::cxl::{Coherence, CxlAccess, CxlCounters};
-use crate::memory::futex;
-use crate::memory::header::state;
-use crate::memory::layout::{Array, LockTable};
-use crate::run::stats::thread_cpu_ns;
+use skiff_pod_memory::constants::{DYNAMIC_COOL_SWEEP_MAX, WAL_RECORD_BYTES_MAX};
+use skiff_pod_memory::lockword::{self, AtomicWord, Conflict};
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::cxl::{Coherence, CxlAccess, CxlCounters};
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::state;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::stats::thread_cpu_ns;
 
 /// Where [`lock_tuple`] found the tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -687,10 +687,10 @@ impl<'m> Mover<'m> {
             return mail::REFUSED;
         };
         let rows = if table == LockTable::Customer {
-            crate::tpcc::schema::CUSTOMERS_PER_DISTRICT as u64
-                * crate::tpcc::schema::DISTRICTS_PER_WAREHOUSE as u64
+            skiff_pod_memory::tpcc::schema::CUSTOMERS_PER_DISTRICT as u64
+                * skiff_pod_memory::tpcc::schema::DISTRICTS_PER_WAREHOUSE as u64
         } else {
-            crate::tpcc::schema::STOCK_PER_WAREHOUSE as u64
+            skiff_pod_memory::tpcc::schema::STOCK_PER_WAREHOUSE as u64
         };
         if !(1..=l.params.warehouses).contains(&w) || l.host_of(w) != self.host || idx >= rows {
             return mail::REFUSED;
@@ -935,8 +935,8 @@ impl<'m> Mover<'m> {
 /// The most one tuple adds to a move-back record: an entry head per
 /// column group and the rows (CUSTOMER's are the larger).
 const TUPLE_LOG_BYTES_MAX: usize = 2 * 32
-    + size_of::<crate::tpcc::schema::Customer>()
-    + size_of::<crate::tpcc::schema::CustomerData>();
+    + size_of::<skiff_pod_memory::tpcc::schema::Customer>()
+    + size_of::<skiff_pod_memory::tpcc::schema::CustomerData>();
 
 #[cfg(test)]
 mod tests;

@@ -42,16 +42,16 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
-use crate::arch::Arch;
-use crate::cc::lockword::Mode;
-use crate::constants::MESSAGE_BYTES_MAX;
 use crate::durability::lease::{HostRecord, life};
 use crate::durability::wal;
-use crate::memory::PodMemory;
-use crate::memory::cxl::CxlAccess;
-use crate::memory::futex;
-use crate::memory::header::state;
-use crate::memory::layout::{Array, LockTable};
+use skiff_pod_memory::arch::Arch;
+use skiff_pod_memory::constants::MESSAGE_BYTES_MAX;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::cxl::CxlAccess;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::state;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
 
 /// How long a coordinator waits for any one reply before it gives the
 /// participant up as down.
@@ -598,7 +598,7 @@ pub(crate) fn await_decision(mem: &PodMemory, tag: wal::Tag) -> Result<bool, Str
     let Some(coordinator) = coordinator_of(mem, tag) else {
         return Err(format!("prepared record names transaction {:#x}", tag.peer));
     };
-    let log = crate::memory::files::wal_path(mem.pod.path(), coordinator);
+    let log = skiff_pod_memory::memory::files::wal_path(mem.pod.path(), coordinator);
     let give_up = Instant::now() + DECISION_WAIT_MAX;
     loop {
         // Read before the log: if it was gone then, the log was final.
@@ -630,10 +630,10 @@ pub(crate) fn settle_in_doubt(
     mem: &PodMemory,
     host: u16,
     wal: &wal::Wal,
-) -> crate::error::Result<HashMap<u64, bool>> {
-    use crate::error::PodError;
+) -> skiff_pod_memory::error::Result<HashMap<u64, bool>> {
+    use skiff_pod_memory::error::PodError;
     use wal::kind;
-    let path = crate::memory::files::wal_path(mem.pod.path(), host);
+    let path = skiff_pod_memory::memory::files::wal_path(mem.pod.path(), host);
     let mut outcomes: HashMap<u64, bool> = HashMap::new();
     let mut prepared = Vec::new();
     wal::read_log(&path, |r, _| {

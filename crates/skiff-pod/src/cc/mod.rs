@@ -3,5 +3,4 @@
 //! locking under NO_WAIT or WAIT_DIE, routed by each architecture's
 //! placement (`arch`).
 
-pub(crate) mod lockword;
 pub(crate) mod txn;

@@ -26,16 +26,16 @@ use bytemuck::Pod;
 
 use crate::arch::dynamic::{self, Miss, Reply, Route, Tuples};
 use crate::arch::remote::{self, Coordinator, RemoteError};
-use crate::arch::{CcProtocol, Place};
-use crate::cc::lockword::{self, Conflict, Mode};
-use crate::constants::{DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
 use crate::durability::recovery::{self, TxnSlot};
 use crate::durability::wal::{Redo, Tag, Wal, kind};
-use crate::memory::PodMemory;
-use crate::memory::cxl::{Coherence, CxlAccess};
-use crate::memory::futex;
-use crate::memory::header::state;
-use crate::memory::layout::{Array, Loc, LockTable};
+use skiff_pod_memory::arch::{CcProtocol, Place};
+use skiff_pod_memory::constants::{DYNAMIC_ASKS_MAX, TXN_LOCKS_MAX, TXN_UNDO_BYTES_MAX};
+use skiff_pod_memory::lockword::{self, Conflict, Mode};
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::cxl::{Coherence, CxlAccess};
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::state;
+use skiff_pod_memory::memory::layout::{Array, Loc, LockTable};
 
 /// Longest WAIT_DIE wait for one lock before the waiter dies anyway.
 const LOCK_WAIT_MAX: Duration = Duration::from_millis(100);
@@ -255,7 +255,7 @@ impl<'m> Txn<'m> {
         self.mem
     }
 
-    pub(crate) fn cxl_counters(&self) -> crate::memory::cxl::CxlCounters {
+    pub(crate) fn cxl_counters(&self) -> skiff_pod_memory::memory::cxl::CxlCounters {
         self.cxl.counters()
     }
 
@@ -666,7 +666,7 @@ impl<'m> Txn<'m> {
         Some(&mut c.tuples[i].rows[group])
     }
 
-    fn local(&self, loc: Loc) -> &'m crate::memory::region::Mapping {
+    fn local(&self, loc: Loc) -> &'m skiff_pod_memory::memory::region::Mapping {
         match loc.place {
             Place::Partition => {
                 assert_eq!(loc.host, self.host, "row in another host's partition");

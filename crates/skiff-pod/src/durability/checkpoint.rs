@@ -38,12 +38,12 @@ use std::time::{Duration, Instant};
 
 use crate::durability::lease::HostRecord;
 use crate::durability::wal::{self, Wal};
-use crate::error::{PodError, Result};
-use crate::memory::PodMemory;
-use crate::memory::files::checkpoint_path;
-use crate::memory::futex;
-use crate::memory::header::{self, state};
-use crate::memory::region::{Mapping, PAGE_BYTES};
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::files::checkpoint_path;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::{self, state};
+use skiff_pod_memory::memory::region::{Mapping, PAGE_BYTES};
 
 /// How long a checkpointer waits for its host's threads to leave their
 /// transactions before it gives this checkpoint up. Transactions take
@@ -139,10 +139,9 @@ pub(crate) fn checkpointer(
     let restarted = HostRecord::of(mem, host).incarnation() > 1;
     let control = mem.control();
     let mut stats = CheckpointStats::default();
-    let mut current = crate::durability::wal::checkpoint_image(&crate::memory::files::wal_path(
-        mem.pod.path(),
-        host,
-    ))?;
+    let mut current = crate::durability::wal::checkpoint_image(
+        &skiff_pod_memory::memory::files::wal_path(mem.pod.path(), host),
+    )?;
     // What the image that is not current lacks: the pages written between
     // its checkpoint and the current one. Unknown after a restart (a
     // checkpoint may have died writing it); both are the load at first.
@@ -313,7 +312,10 @@ pub(crate) fn copy_sparse(
 /// (zeroed) partition.
 pub(crate) fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
     let part = mem.part(host);
-    let image = wal::checkpoint_image(&crate::memory::files::wal_path(mem.pod.path(), host))?;
+    let image = wal::checkpoint_image(&skiff_pod_memory::memory::files::wal_path(
+        mem.pod.path(),
+        host,
+    ))?;
     let ckpt = checkpoint_path(mem.pod.path(), host, image);
     let bad = |what: String| PodError::BadPodFile {
         path: ckpt.clone(),

@@ -27,12 +27,12 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
-use crate::constants::{LEASE_BEAT_MS, LEASE_MS};
 use crate::durability::recovery;
-use crate::error::{PodError, Result};
-use crate::memory::PodMemory;
-use crate::memory::futex;
-use crate::memory::header::state;
+use skiff_pod_memory::constants::{LEASE_BEAT_MS, LEASE_MS};
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::state;
 
 pub(crate) mod life {
     pub const NONE: u32 = 0;
@@ -61,7 +61,7 @@ const REBUILD_ROWS: u64 = REBUILD_RECORDS + 8;
 /// (a), (b): participants' prepared transactions of this coordinator that
 /// are not resolved yet, on any host.
 const IN_DOUBT: u64 = REBUILD_ROWS + 8;
-const _: () = assert!(IN_DOUBT + 4 <= crate::memory::layout::HOST_RECORD_BYTES);
+const _: () = assert!(IN_DOUBT + 4 <= skiff_pod_memory::memory::layout::HOST_RECORD_BYTES);
 
 /// Milliseconds of CLOCK_MONOTONIC: the same clock in every process.
 pub(crate) fn mono_ms() -> u64 {

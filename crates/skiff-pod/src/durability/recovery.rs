@@ -31,16 +31,16 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use crate::arch::Place;
-use crate::cc::lockword;
-use crate::constants::{TXN_POD_UNDO_ENTRIES_MAX, TXN_UNDO_BYTES_MAX};
 use crate::durability::wal::{self, kind};
-use crate::error::{PodError, Result};
-use crate::memory::PodMemory;
-use crate::memory::cxl::CxlAccess;
-use crate::memory::futex;
-use crate::memory::layout::{Array, RECOVERY_GLOBAL_BYTES};
-use crate::tpcc::schema::District;
+use skiff_pod_memory::arch::Place;
+use skiff_pod_memory::constants::{TXN_POD_UNDO_ENTRIES_MAX, TXN_UNDO_BYTES_MAX};
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::lockword;
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::cxl::CxlAccess;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::layout::{Array, RECOVERY_GLOBAL_BYTES};
+use skiff_pod_memory::tpcc::schema::District;
 
 /// Transaction slot states.
 const SLOT_IDLE: u64 = 0;
@@ -164,7 +164,7 @@ pub(crate) struct Reclaimed {
 /// (`lease`): the host's processes are gone and nobody else reclaims it.
 pub(crate) fn reclaim(mem: &PodMemory, dead: u16) -> Result<Reclaimed> {
     let mut out = Reclaimed::default();
-    let log = crate::memory::files::wal_path(mem.pod.path(), dead);
+    let log = skiff_pod_memory::memory::files::wal_path(mem.pod.path(), dead);
     for worker in 0..=mem.params().workers_per_host {
         let off = mem.layout.txn_slot(dead, worker);
         let state = mem.pod.atomic_u64(off + SLOT_STATE).load(Acquire);
@@ -303,7 +303,7 @@ pub(crate) fn replay_own_log(
     host: u16,
     outcomes: &HashMap<u64, bool>,
 ) -> Result<(u64, u64)> {
-    let path = crate::memory::files::wal_path(mem.pod.path(), host);
+    let path = skiff_pod_memory::memory::files::wal_path(mem.pod.path(), host);
     let (mut records, mut rows) = (0u64, 0u64);
     let part = mem.part(host);
     wal::read_log(&path, |r, _| {
@@ -333,17 +333,17 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     use super::*;
-    use crate::arch::Arch;
     use crate::cc::txn::Txn;
     use crate::durability::wal::{Redo, Tag, Wal};
-    use crate::memory::Parts;
-    use crate::memory::files::checkpoint_path;
-    use crate::memory::region::tests::TempShm;
-    use crate::run::config::PodConfig;
     use crate::tpcc::check::check_pod;
-    use crate::tpcc::input::InputGen;
-    use crate::tpcc::random::Rng;
-    use crate::tpcc::schema::Warehouse;
+    use skiff_pod_memory::arch::Arch;
+    use skiff_pod_memory::config::PodConfig;
+    use skiff_pod_memory::memory::Parts;
+    use skiff_pod_memory::memory::files::checkpoint_path;
+    use skiff_pod_memory::testing::TempShm;
+    use skiff_pod_memory::tpcc::input::InputGen;
+    use skiff_pod_memory::tpcc::random::Rng;
+    use skiff_pod_memory::tpcc::schema::Warehouse;
 
     fn loaded(tag: &str) -> (TempShm, PodMemory) {
         let shm = TempShm::new(tag);
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn reclaim_undoes_a_dead_hosts_unfinished_transactions() {
         let (shm, mem) = loaded("reclaim-undo");
-        let wal = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
+        let wal = Wal::open(&skiff_pod_memory::memory::files::wal_path(&shm.0, 1), false).unwrap();
         let inputs = InputGen {
             warehouses: 2,
             line_remote_p: 0.5,
@@ -451,7 +451,7 @@ mod tests {
         cfg.duration = std::time::Duration::from_secs(1);
         crate::load(&cfg).unwrap();
         let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-        let wal = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
+        let wal = Wal::open(&skiff_pod_memory::memory::files::wal_path(&shm.0, 1), false).unwrap();
         let inputs = InputGen {
             warehouses: 2,
             line_remote_p: 0.1,
@@ -461,7 +461,7 @@ mod tests {
         let mut rng = Rng::new(11);
         let mut t = Txn::for_worker(&mem, 1, 0);
         t.attach_log(&wal, true);
-        let input = crate::tpcc::input::DeliveryInput {
+        let input = skiff_pod_memory::tpcc::input::DeliveryInput {
             w_id: 2,
             o_carrier_id: 4,
         };
@@ -530,9 +530,9 @@ mod tests {
     /// logged, so a second rebuild needs no coordinator log.
     #[test]
     fn a_restarted_participant_follows_the_coordinators_decision() {
-        use crate::cc::lockword::Mode;
-        use crate::memory::layout::LockTable;
-        use crate::tpcc::schema::Customer;
+        use skiff_pod_memory::lockword::Mode;
+        use skiff_pod_memory::memory::layout::LockTable;
+        use skiff_pod_memory::tpcc::schema::Customer;
         for decision in [Some(true), Some(false), None] {
             let shm = TempShm::new("in-doubt");
             let mut cfg = PodConfig::new(&shm.0, 2, 2);
@@ -540,8 +540,10 @@ mod tests {
             cfg.duration = std::time::Duration::from_secs(1);
             crate::load(&cfg).unwrap();
             let mem = PodMemory::open(&shm.0, true, Parts::All).unwrap();
-            let wal1 = Wal::open(&crate::memory::files::wal_path(&shm.0, 1), false).unwrap();
-            let wal0 = Wal::open(&crate::memory::files::wal_path(&shm.0, 0), false).unwrap();
+            let wal1 =
+                Wal::open(&skiff_pod_memory::memory::files::wal_path(&shm.0, 1), false).unwrap();
+            let wal0 =
+                Wal::open(&skiff_pod_memory::memory::files::wal_path(&shm.0, 0), false).unwrap();
             let c = crate::tpcc::keys::customer(3, 17);
             let before: Customer = mem.part(1).read(mem.layout.row(Array::Customer, 2, c).off);
             // Host 0's transaction 7 of incarnation 0; host 1 prepares its
@@ -587,14 +589,18 @@ mod tests {
                 assert_eq!(after.c_balance, want, "{decision:?}, round {round}");
                 // The coordinator (never announced) is gone; its log too
                 // for the second round: the marker answers.
-                std::fs::remove_file(crate::memory::files::wal_path(&shm.0, 0)).unwrap_or(());
+                std::fs::remove_file(skiff_pod_memory::memory::files::wal_path(&shm.0, 0))
+                    .unwrap_or(());
             }
             let mut markers = 0;
-            wal::read_log(&crate::memory::files::wal_path(&shm.0, 1), |r, _| {
-                let resolved = [kind::RESOLVED_COMMIT, kind::RESOLVED_ABORT];
-                markers += (resolved.contains(&r.tag.kind) && r.tag.peer == id) as u32;
-                Ok(())
-            })
+            wal::read_log(
+                &skiff_pod_memory::memory::files::wal_path(&shm.0, 1),
+                |r, _| {
+                    let resolved = [kind::RESOLVED_COMMIT, kind::RESOLVED_ABORT];
+                    markers += (resolved.contains(&r.tag.kind) && r.tag.peer == id) as u32;
+                    Ok(())
+                },
+            )
             .unwrap();
             assert_eq!(markers, 1, "{decision:?}");
             // Resolved: host 0 may truncate its log again.
@@ -613,7 +619,7 @@ mod tests {
     fn reclaim_keeps_a_durable_commit_and_undoes_a_torn_one() {
         for torn in [false, true] {
             let (shm, mem) = loaded("reclaim-commit");
-            let path = crate::memory::files::wal_path(&shm.0, 1);
+            let path = skiff_pod_memory::memory::files::wal_path(&shm.0, 1);
             let wal = Wal::open(&path, false).unwrap();
             let inputs = InputGen {
                 warehouses: 2,

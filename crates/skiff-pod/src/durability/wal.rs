@@ -63,10 +63,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use crate::constants::WAL_RECORD_BYTES_MAX;
-use crate::error::{PodError, Result};
-use crate::memory::layout::{ARRAYS, Array};
-use crate::memory::region::Mapping;
+use skiff_pod_memory::constants::WAL_RECORD_BYTES_MAX;
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::layout::{ARRAYS, Array};
+use skiff_pod_memory::memory::region::Mapping;
 
 const RECORD_MAGIC: u32 = 0x5741_4C31; // "WAL1"
 const LOG_MAGIC: u64 = 0x4C41_5746_4649_4B53; // "SKIFFWAL"
@@ -697,8 +697,8 @@ impl Drop for Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::files::wal_path;
-    use crate::memory::region::tests::TempShm;
+    use skiff_pod_memory::memory::files::wal_path;
+    use skiff_pod_memory::testing::TempShm;
 
     fn redo_of(n: u8) -> Redo {
         let mut r = Redo::default();
@@ -819,14 +819,14 @@ mod tests {
 #[cfg(test)]
 mod cost {
     use super::*;
-    use crate::memory::files::wal_path;
+    use skiff_pod_memory::memory::files::wal_path;
 
     /// `cargo test --release -p skiff-pod --lib wal_commit_cost -- --ignored
     /// --nocapture`: CPU cost of one commit's log append on /dev/shm.
     #[test]
     #[ignore]
     fn wal_commit_cost() {
-        let shm = crate::memory::region::tests::TempShm::new("wal-cost");
+        let shm = skiff_pod_memory::testing::TempShm::new("wal-cost");
         let path = wal_path(&shm.0, 0);
         let wal = Wal::open(&path, true).unwrap();
         let mut r = Redo::default();

@@ -9,11 +9,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::arch::{Arch, CcProtocol};
-use crate::error::{PodError, Result};
-use crate::memory::params::Mix;
-use crate::run::config::{CheckConfig, Launch, PodConfig};
 use crate::run::report::RunReport;
+use skiff_pod_memory::arch::{Arch, CcProtocol};
+use skiff_pod_memory::config::{CheckConfig, Launch, PodConfig};
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::params::Mix;
 
 /// The warm-up of a timing run of the full sweep (TPC-C measures after
 /// ramp-up). In (e) the first seconds are spent moving the tuples other

@@ -12,34 +12,36 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::arch::dynamic::Mover;
 use crate::arch::remote;
-use crate::arch::{Arch, Place};
 use crate::cc::txn::{Txn, TxnError, TxnResult, age_now};
-use crate::constants::TXN_ATTEMPTS_MAX;
 use crate::durability::checkpoint::{self, Gate};
 use crate::durability::lease::{self, HostRecord};
 use crate::durability::wal::{Wal, WalCounters};
-use crate::error::{PodError, Result};
-use crate::memory::files::wal_path;
-use crate::memory::futex;
-use crate::memory::header::{Control, state};
-use crate::memory::layout::Array;
-use crate::memory::live::{Figures, HostLive};
-use crate::memory::params::Mix;
-use crate::memory::{Parts, PodMemory};
 use crate::run::live::Tally;
-use crate::run::stats::ProtocolCounters;
-use crate::run::stats::{HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns};
 use crate::tpcc::audit::audit_warehouse;
 use crate::tpcc::delivery::deliver_district;
-use crate::tpcc::input::{
-    DeliveryInput, InputGen, NewOrderInput, OrderStatusInput, PaymentInput, StockLevelInput,
-};
 use crate::tpcc::neworder::new_order;
 use crate::tpcc::order_status::order_status;
 use crate::tpcc::payment::payment;
-use crate::tpcc::random::Rng;
-use crate::tpcc::schema::DISTRICTS_PER_WAREHOUSE;
 use crate::tpcc::stock_level::stock_level;
+use skiff_pod_memory::arch::{Arch, Place};
+use skiff_pod_memory::constants::TXN_ATTEMPTS_MAX;
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::files::wal_path;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::{Control, state};
+use skiff_pod_memory::memory::layout::Array;
+use skiff_pod_memory::memory::live::{Figures, HostLive};
+use skiff_pod_memory::memory::params::Mix;
+use skiff_pod_memory::memory::{Parts, PodMemory};
+use skiff_pod_memory::stats::ProtocolCounters;
+use skiff_pod_memory::stats::{
+    HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns,
+};
+use skiff_pod_memory::tpcc::input::{
+    DeliveryInput, InputGen, NewOrderInput, OrderStatusInput, PaymentInput, StockLevelInput,
+};
+use skiff_pod_memory::tpcc::random::Rng;
+use skiff_pod_memory::tpcc::schema::DISTRICTS_PER_WAREHOUSE;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 
@@ -336,7 +338,7 @@ fn participants<'s, 'm: 's>(
     let failed = move |reason: String| PodError::HostFailed { host, reason };
     // A link returns the CPU time its participant used while measuring,
     // and the CXL traffic of its channel.
-    type Served = Result<(u64, crate::memory::cxl::CxlCounters), String>;
+    type Served = Result<(u64, skiff_pod_memory::memory::cxl::CxlCounters), String>;
     let serve_one = move |link: Box<dyn FnOnce() -> Served + Send + 's>| {
         let (cpu_ns, cxl) = link().map_err(failed)?;
         Ok(WorkerStats {
@@ -498,15 +500,17 @@ fn worker(
         let now = unix_now();
         let started = Instant::now();
         let kind = Kind::pick(params, &mut rng);
-        let (misses_before, aborted_before) =
-            (txn.cxl_counters().misses(), stats.of(kind).0.aborted);
+        let (misses_before, aborted_before) = (
+            txn.cxl_counters().misses(),
+            stats_of(&mut stats, kind).0.aborted,
+        );
         gate.enter();
         let (outcome, remote) = run_one(
             &mut txn,
             &control,
             &mut stats,
             kind,
-            || inputs.generate(kind, &mut rng, w),
+            || generate(&inputs, kind, &mut rng, w),
             now,
         );
         gate.leave();
@@ -516,12 +520,12 @@ fn worker(
             kind as usize,
             Figures {
                 committed: matches!(outcome, Ok(Outcome::Committed)) as u64,
-                aborted: stats.of(kind).0.aborted - aborted_before,
+                aborted: stats_of(&mut stats, kind).0.aborted - aborted_before,
                 misses: txn.cxl_counters().misses() - misses_before,
             },
         );
         tally.publish_due(&live, started);
-        let (counters, latency) = stats.of(kind);
+        let (counters, latency) = stats_of(&mut stats, kind);
         match outcome {
             Ok(Outcome::Committed) => {
                 // Durable: what a client of this terminal would be told.
@@ -564,7 +568,7 @@ enum Kind {
 
 impl Kind {
     /// The next transaction of the run's mix.
-    fn pick(params: &crate::memory::params::Params, rng: &mut Rng) -> Kind {
+    fn pick(params: &skiff_pod_memory::memory::params::Params, rng: &mut Rng) -> Kind {
         let r = rng.uniform(1, 100);
         match params.mix {
             Mix::NewOrderPayment if r <= params.new_order_pct as u64 => Kind::NewOrder,
@@ -590,27 +594,28 @@ enum Input {
     StockLevel(StockLevelInput),
 }
 
-impl InputGen {
-    fn generate(&self, kind: Kind, rng: &mut Rng, w: u32) -> Input {
-        match kind {
-            Kind::NewOrder => Input::NewOrder(self.new_order(rng, w)),
-            Kind::Payment => Input::Payment(self.payment(rng, w)),
-            Kind::OrderStatus => Input::OrderStatus(self.order_status(rng, w)),
-            Kind::Delivery => Input::Delivery(self.delivery(rng, w)),
-            Kind::StockLevel => Input::StockLevel(self.stock_level(rng, w)),
-        }
+/// The input of one transaction of `kind` at warehouse `w`.
+fn generate(inputs: &InputGen, kind: Kind, rng: &mut Rng, w: u32) -> Input {
+    match kind {
+        Kind::NewOrder => Input::NewOrder(inputs.new_order(rng, w)),
+        Kind::Payment => Input::Payment(inputs.payment(rng, w)),
+        Kind::OrderStatus => Input::OrderStatus(inputs.order_status(rng, w)),
+        Kind::Delivery => Input::Delivery(inputs.delivery(rng, w)),
+        Kind::StockLevel => Input::StockLevel(inputs.stock_level(rng, w)),
     }
 }
 
-impl WorkerStats {
-    fn of(&mut self, kind: Kind) -> (&mut TxnCounters, &mut crate::run::stats::Histogram) {
-        match kind {
-            Kind::NewOrder => (&mut self.new_order, &mut self.new_order_latency),
-            Kind::Payment => (&mut self.payment, &mut self.payment_latency),
-            Kind::OrderStatus => (&mut self.order_status, &mut self.order_status_latency),
-            Kind::Delivery => (&mut self.delivery, &mut self.delivery_latency),
-            Kind::StockLevel => (&mut self.stock_level, &mut self.stock_level_latency),
-        }
+/// The counters and the latency histogram of `kind`'s transactions.
+fn stats_of(
+    stats: &mut WorkerStats,
+    kind: Kind,
+) -> (&mut TxnCounters, &mut skiff_pod_memory::stats::Histogram) {
+    match kind {
+        Kind::NewOrder => (&mut stats.new_order, &mut stats.new_order_latency),
+        Kind::Payment => (&mut stats.payment, &mut stats.payment_latency),
+        Kind::OrderStatus => (&mut stats.order_status, &mut stats.order_status_latency),
+        Kind::Delivery => (&mut stats.delivery, &mut stats.delivery_latency),
+        Kind::StockLevel => (&mut stats.stock_level, &mut stats.stock_level_latency),
     }
 }
 
@@ -624,7 +629,7 @@ fn run_one(
     input: impl FnOnce() -> Input,
     now: u64,
 ) -> (std::result::Result<Outcome, TxnError>, bool) {
-    let counters = stats.of(kind).0;
+    let counters = stats_of(stats, kind).0;
     match input() {
         Input::NewOrder(i) => (
             execute(txn, control, counters, |t| {

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::constants::LIVE_PUBLISH_MS;
 use crate::durability::lease::{HostRecord, life, mono_ms};
-use crate::error::{PodError, Result};
-use crate::memory::header::state;
-use crate::memory::live::{Figures, HostLive, LIVE_KINDS};
-use crate::memory::{Parts, PodMemory};
+use skiff_pod_memory::constants::LIVE_PUBLISH_MS;
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::header::state;
+use skiff_pod_memory::memory::live::{Figures, HostLive, LIVE_KINDS};
+use skiff_pod_memory::memory::{Parts, PodMemory};
 
 /// The transaction types' names, in the order of `run::host::Kind`.
 pub(crate) const KIND_NAMES: [&str; LIVE_KINDS] = [

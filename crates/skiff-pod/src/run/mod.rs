@@ -8,12 +8,10 @@
 //! (`live`) and report (`report`), and the Figure 3 sweep (`bench`).
 
 pub(crate) mod bench;
-pub(crate) mod config;
 pub(crate) mod host;
 pub(crate) mod live;
 pub(crate) mod participant;
 pub(crate) mod report;
-pub(crate) mod stats;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,15 +19,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::durability::lease::{HostRecord, mono_ms};
-use crate::error::{PodError, Result};
-use crate::memory::PodMemory;
-use crate::memory::futex;
-use crate::memory::header::state;
-use config::{HostFault, Launch, PodConfig};
 use host::{HostArgs, host_main};
 use report::FaultReport;
 use report::{RunFacts, RunReport};
-use stats::{HOST_STATS_BYTES, HOST_STATUS_FAILED, HOST_STATUS_OK, HostStatsRaw, WorkerStats};
+use skiff_pod_memory::config::{HostFault, Launch, PodConfig};
+use skiff_pod_memory::error::{PodError, Result};
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::futex;
+use skiff_pod_memory::memory::header::state;
+use skiff_pod_memory::stats::{
+    HOST_STATS_BYTES, HOST_STATUS_FAILED, HOST_STATUS_OK, HostStatsRaw, WorkerStats,
+};
 
 /// How long hosts may take to attach to a loaded pod.
 const HOSTS_ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -516,8 +516,8 @@ impl FaultLog {
 /// Orders and history rows host `h`'s districts gained since the load
 /// (D_NEXT_O_ID and D_NEXT_H_SLOT past their initial values).
 fn created(mem: &PodMemory, h: u16) -> (u64, u64) {
-    use crate::memory::layout::Array;
-    use crate::tpcc::schema::{
+    use skiff_pod_memory::memory::layout::Array;
+    use skiff_pod_memory::tpcc::schema::{
         CUSTOMERS_PER_DISTRICT, DISTRICTS_PER_WAREHOUSE, District, ORDERS_PER_DISTRICT_INITIAL,
     };
     let (mut orders, mut payments) = (0, 0);

@@ -7,15 +7,15 @@ use crate::arch::remote::{
     Msg, Reader, Received, Serve, array_of, arrays_of, await_decision, coordinator_of, op,
     table_code, table_of,
 };
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError};
 use crate::durability::checkpoint::Gate;
 use crate::durability::lease::HostRecord;
 use crate::durability::wal::{self, Wal};
-use crate::memory::PodMemory;
-use crate::memory::cxl::CxlCounters;
-use crate::memory::layout::LockTable;
-use crate::run::stats::thread_cpu_ns;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::cxl::CxlCounters;
+use skiff_pod_memory::memory::layout::LockTable;
+use skiff_pod_memory::stats::thread_cpu_ns;
 
 /// Serves one coordinator worker until it closes the link: LOCK, PREPARE,
 /// COMMIT and ABORT on this host's partition. Returns the CPU time it used
@@ -171,7 +171,7 @@ fn lock(txn: &mut Txn<'_>, host: u16, r: &mut Reader<'_>, reply: &mut Msg) -> bo
         _ => return false,
     };
     if !txn.is_active() {
-        txn.begin(age & ((1 << crate::cc::lockword::AGE_BITS) - 1));
+        txn.begin(age & ((1 << skiff_pod_memory::lockword::AGE_BITS) - 1));
     }
     match txn.lock(table, w, idx, mode) {
         Ok(()) => {

@@ -4,9 +4,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::arch::{Arch, CcProtocol};
-use crate::memory::cxl::{CxlCounters, CxlModel};
-use crate::run::stats::{Histogram, TxnCounters, WorkerStats};
+use skiff_pod_memory::arch::{Arch, CcProtocol};
+use skiff_pod_memory::memory::cxl::{CxlCounters, CxlModel};
+use skiff_pod_memory::stats::{Histogram, TxnCounters, WorkerStats};
 
 /// One transaction type's outcomes.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -147,7 +147,7 @@ pub struct RunReport {
     /// Seconds between the end of the warm-up (the start, without one) and
     /// the stop signal.
     pub elapsed_s: f64,
-    pub mix: crate::memory::params::Mix,
+    pub mix: skiff_pod_memory::memory::params::Mix,
     pub new_order: TxnReport,
     pub payment: TxnReport,
     /// Zero unless the mix is [`crate::Mix::Standard`]. Delivery counts
@@ -245,7 +245,7 @@ pub(crate) struct RunFacts {
     pub elapsed_s: f64,
     pub cxl_model: CxlModel,
     pub ended_early: Option<String>,
-    pub mix: crate::memory::params::Mix,
+    pub mix: skiff_pod_memory::memory::params::Mix,
 }
 
 impl RunReport {

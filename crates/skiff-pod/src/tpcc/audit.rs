@@ -2,11 +2,11 @@
 //! (W_YTD = sum of D_YTD) while Payments run. Under serializability it can
 //! never see the invariant broken, whichever host's memory the rows are in.
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnResult};
-use crate::memory::layout::{Array, LockTable};
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::schema::*;
 
 /// Whether warehouse `w` satisfies W_YTD = sum(D_YTD).
 pub(crate) fn audit_warehouse(txn: &mut Txn<'_>, w: u32) -> TxnResult<bool> {

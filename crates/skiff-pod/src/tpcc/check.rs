@@ -14,11 +14,11 @@ use std::fmt;
 use bytemuck::Pod;
 use serde::Serialize;
 
-use crate::constants::CHECK_GAP_SCAN_MAX;
-use crate::memory::PodMemory;
-use crate::memory::layout::Array;
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::constants::CHECK_GAP_SCAN_MAX;
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::layout::Array;
+use skiff_pod_memory::tpcc::schema::*;
 
 /// One condition's outcome.
 #[derive(Clone, Debug, Serialize)]

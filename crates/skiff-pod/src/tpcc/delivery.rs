@@ -15,12 +15,12 @@
 
 use bytemuck::Zeroable;
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError, TxnResult};
-use crate::memory::layout::{Array, LockTable};
-use crate::tpcc::input::DeliveryInput;
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::input::DeliveryInput;
+use skiff_pod_memory::tpcc::schema::*;
 
 /// Delivers the oldest undelivered order of district `d_id`; `None` when
 /// the district has none (clause 2.7.4.2: skipped, nothing written).

@@ -6,12 +6,12 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::error::Result;
-use crate::memory::PodMemory;
-use crate::memory::layout::Array;
 use crate::tpcc::keys;
-use crate::tpcc::random::{Rng, last_name};
-use crate::tpcc::schema::*;
+use skiff_pod_memory::error::Result;
+use skiff_pod_memory::memory::PodMemory;
+use skiff_pod_memory::memory::layout::Array;
+use skiff_pod_memory::tpcc::random::{Rng, last_name};
+use skiff_pod_memory::tpcc::schema::*;
 
 /// Stream ids of `Rng::derive`, one per table.
 const STREAM_ITEM: u64 = 1;
@@ -46,7 +46,7 @@ pub(crate) fn load(mem: &PodMemory, now: u64) -> Result<()> {
 /// Writes a row where the layout says; a replicated row to every host.
 fn put<T: Pod>(mem: &PodMemory, array: Array, w: u32, idx: u64, row: &T) {
     let loc = mem.layout.row(array, w, idx);
-    if loc.place == crate::arch::Place::Replicated {
+    if loc.place == skiff_pod_memory::arch::Place::Replicated {
         for h in 0..mem.params().hosts {
             mem.mapping_of(loc, h).write(loc.off, row);
         }

@@ -5,19 +5,16 @@
 pub(crate) mod audit;
 pub(crate) mod check;
 pub(crate) mod delivery;
-pub(crate) mod input;
 pub(crate) mod load;
 pub(crate) mod neworder;
 pub(crate) mod order_status;
 pub(crate) mod payment;
-pub mod random;
-pub mod schema;
 pub(crate) mod stock_level;
 
 /// Row indexes within one warehouse's arrays: TPC-C keys are dense, so the
 /// position of a row is its primary index.
 pub(crate) mod keys {
-    use crate::tpcc::schema::*;
+    use skiff_pod_memory::tpcc::schema::*;
 
     pub fn district(d_id: u32) -> u64 {
         debug_assert!((1..=DISTRICTS_PER_WAREHOUSE).contains(&d_id));

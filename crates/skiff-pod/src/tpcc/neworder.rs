@@ -2,12 +2,12 @@
 //! (ORDER, NEW_ORDER, ORDER_LINE), stock updated per the spec's quantity rule,
 //! a rollback on an unused item id after all other work.
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError, TxnResult};
-use crate::memory::layout::{Array, LockTable};
-use crate::tpcc::input::NewOrderInput;
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::input::NewOrderInput;
+use skiff_pod_memory::tpcc::schema::*;
 
 /// The terminal's output (clause 2.4.3.3), the parts tests check; workers
 /// discard it.

@@ -9,13 +9,13 @@
 //! customer can appear (or be half-inserted) while OrderStatus holds it:
 //! the read is phantom-free.
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError, TxnResult};
-use crate::memory::layout::{Array, LockTable};
-use crate::tpcc::input::{CustomerKey, OrderStatusInput};
 use crate::tpcc::keys;
 use crate::tpcc::payment::by_last_name;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::input::{CustomerKey, OrderStatusInput};
+use skiff_pod_memory::tpcc::schema::*;
 
 /// The terminal's output (clause 2.6.3.3), the parts tests check; workers
 /// discard it.

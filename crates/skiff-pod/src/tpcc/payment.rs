@@ -2,12 +2,12 @@
 //! C_BALANCE down, C_YTD_PAYMENT and C_PAYMENT_CNT up, C_DATA rewritten for
 //! bad credit, and a HISTORY row inserted.
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError, TxnResult};
-use crate::memory::layout::{Array, LockTable};
-use crate::tpcc::input::{CustomerKey, PaymentInput};
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::input::{CustomerKey, PaymentInput};
+use skiff_pod_memory::tpcc::schema::*;
 
 /// The terminal's output (clause 2.5.3.3), the part tests check; workers
 /// discard it.

@@ -9,12 +9,12 @@
 //! while it inserts, so no order can appear in (or be half-inserted into)
 //! the range of 20 — the read set has no phantoms.
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError, TxnResult};
-use crate::memory::layout::{Array, LockTable};
-use crate::tpcc::input::StockLevelInput;
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::{Array, LockTable};
+use skiff_pod_memory::tpcc::input::StockLevelInput;
+use skiff_pod_memory::tpcc::schema::*;
 
 /// Orders StockLevel examines.
 pub(crate) const STOCK_LEVEL_ORDERS: u32 = 20;

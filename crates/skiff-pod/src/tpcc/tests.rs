@@ -4,14 +4,14 @@
 
 use std::time::Instant;
 
-use crate::arch::Arch;
-use crate::memory::layout::Array;
-use crate::memory::region::tests::TempShm;
-use crate::memory::{Parts, PodMemory};
-use crate::run::config::PodConfig;
 use crate::tpcc::check::check_pod;
 use crate::tpcc::keys;
-use crate::tpcc::schema::*;
+use skiff_pod_memory::arch::Arch;
+use skiff_pod_memory::config::PodConfig;
+use skiff_pod_memory::memory::layout::Array;
+use skiff_pod_memory::memory::{Parts, PodMemory};
+use skiff_pod_memory::testing::TempShm;
+use skiff_pod_memory::tpcc::schema::*;
 
 fn loaded(tag: &str, arch: Arch, hosts: u16, warehouses: u32) -> (TempShm, PodMemory) {
     let shm = TempShm::new(tag);
@@ -76,7 +76,7 @@ fn loader_populates_one_warehouse_per_spec() {
         bad_credit += (c.c_credit == *b"BC") as u32;
         if c_id <= 1_000 {
             let mut want = [0u8; 16];
-            crate::tpcc::random::last_name(c_id - 1, &mut want);
+            skiff_pod_memory::tpcc::random::last_name(c_id - 1, &mut want);
             assert_eq!(c.c_last, want, "customer {c_id}");
         }
         let data: CustomerData = read(&mem, Array::CustomerData, 1, keys::customer(1, c_id));
@@ -105,13 +105,15 @@ fn loader_populates_one_warehouse_per_spec() {
     }
 }
 
-use crate::cc::lockword::Mode;
 use crate::cc::txn::{Txn, TxnError};
-use crate::memory::layout::LockTable;
-use crate::tpcc::input::{CustomerKey, InputGen, NewOrderInput, OrderLineInput, PaymentInput};
 use crate::tpcc::neworder::new_order;
 use crate::tpcc::payment::payment;
-use crate::tpcc::random::Rng;
+use skiff_pod_memory::lockword::Mode;
+use skiff_pod_memory::memory::layout::LockTable;
+use skiff_pod_memory::tpcc::input::{
+    CustomerKey, InputGen, NewOrderInput, OrderLineInput, PaymentInput,
+};
+use skiff_pod_memory::tpcc::random::Rng;
 
 fn order_input(w_id: u32, d_id: u32, c_id: u32, lines: &[(u32, u32, u32)]) -> NewOrderInput {
     let mut input = NewOrderInput {
@@ -251,7 +253,7 @@ fn payment_updates_ytd_balance_history_and_picks_the_middle_namesake() {
     // Customers of warehouse 2, district 3 named like customer 17 (each name
     // exists once among the first 1,000, and NURand adds namesakes).
     let mut name = [0u8; 16];
-    crate::tpcc::random::last_name(16, &mut name);
+    skiff_pod_memory::tpcc::random::last_name(16, &mut name);
     let mut namesakes: Vec<(Vec<u8>, u32)> = (1..=CUSTOMERS_PER_DISTRICT)
         .map(|c| read::<Customer>(&mem, Array::Customer, 2, keys::customer(3, c)))
         .filter(|c| c.c_last == name)
@@ -558,9 +560,9 @@ fn audit_under_payments(arch: Arch, hosts: u16) {
 }
 
 use crate::tpcc::delivery::deliver_district;
-use crate::tpcc::input::{DeliveryInput, OrderStatusInput, StockLevelInput};
 use crate::tpcc::order_status::order_status;
 use crate::tpcc::stock_level::stock_level;
+use skiff_pod_memory::tpcc::input::{DeliveryInput, OrderStatusInput, StockLevelInput};
 
 /// Delivery of one district, clause 2.7.4.2: the oldest undelivered order
 /// (2,101 after the load) loses its NEW_ORDER row, gets its carrier and its

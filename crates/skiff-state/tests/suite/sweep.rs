@@ -305,9 +305,10 @@ struct Target<'a> {
     partitions: Option<usize>,
 }
 
-/// Sweep every query of `bench` at every boundary from `source` to
-/// `target`.
-async fn sweep(bench: &str, source: &Engine, target: &Target<'_>) {
+/// Sweep every query of `bench` at every boundary from `source` to a
+/// target: boundary k migrates to `targets[k % targets.len()]`.
+async fn sweep(bench: &str, source: &Engine, targets: &[Target<'_>]) {
+    assert!(!targets.is_empty());
     // Two shards of the queries at once: one query at a time left a core
     // of two idle, and each migration is its own execution on the engines.
     let mut shards = vec![Vec::new(); SWEEP_SHARDS];
@@ -317,7 +318,7 @@ async fn sweep(bench: &str, source: &Engine, target: &Target<'_>) {
     let swept = futures::future::join_all(
         shards
             .into_iter()
-            .map(|shard| sweep_shard(bench, shard, source, target)),
+            .map(|shard| sweep_shard(bench, shard, source, targets)),
     )
     .await;
     let migrations: usize = swept.iter().map(|(m, _)| m).sum();
@@ -341,7 +342,7 @@ async fn sweep_shard(
     bench: &str,
     shard: Vec<(String, String)>,
     source: &Engine,
-    target: &Target<'_>,
+    targets: &[Target<'_>],
 ) -> (usize, Vec<String>) {
     let golden_dir = repo_root().join(format!("tests/golden/{bench}/sf0.01"));
     let mut failures = Vec::new();
@@ -372,6 +373,7 @@ async fn sweep_shard(
                 .len();
             // k = pipelines - 1: all but the result pipeline finished.
             for k in 0..pipelines {
+                let target = &targets[k % targets.len()];
                 match migrate(source, target, statement, Trigger::After(k), golden).await {
                     Ok(m) => {
                         migrations += 1;
@@ -396,39 +398,32 @@ async fn tpch_sf0_01_migrates_after_every_pipeline() {
         engine: &target,
         partitions: None,
     };
-    sweep("tpch", &source, &target).await;
+    sweep("tpch", &source, std::slice::from_ref(&target)).await;
 }
 
-/// TPC-DS at SF 0.01, every query at every boundary; slow, so it runs when
+/// TPC-DS at SF 0.01, every query at every boundary: even boundaries to a
+/// target of the source's partitions, odd ones to a 2-partition target
+/// (the TPC-H sweeps take every boundary both ways). Slow, so it runs when
 /// SKIFF_SLOW_TESTS is set (CI sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tpcds_sf0_01_migrates_after_every_pipeline() {
+async fn tpcds_sf0_01_migrates_after_every_pipeline_to_either_partition_count() {
     if !skiff_testkit::slow_tests("tpcds sweep") {
         return;
     }
     let source = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;
-    let target = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;
-    let target = Target {
-        engine: &target,
-        partitions: None,
-    };
-    sweep("tpcds", &source, &target).await;
-}
-
-/// TPC-DS into a 2-partition target; slow, so it runs when
-/// SKIFF_SLOW_TESTS is set (CI sets it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tpcds_sf0_01_migrates_to_fewer_partitions() {
-    if !skiff_testkit::slow_tests("tpcds sweep") {
-        return;
-    }
-    let source = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;
-    let target = engine_over(Benchmark::Tpcds, 2).await;
-    let target = Target {
-        engine: &target,
-        partitions: Some(2),
-    };
-    sweep("tpcds", &source, &target).await;
+    let same = engine_over(Benchmark::Tpcds, SOURCE_PARTITIONS).await;
+    let fewer = engine_over(Benchmark::Tpcds, 2).await;
+    let targets = [
+        Target {
+            engine: &same,
+            partitions: None,
+        },
+        Target {
+            engine: &fewer,
+            partitions: Some(2),
+        },
+    ];
+    sweep("tpcds", &source, &targets).await;
 }
 
 /// A target with half the partitions (in a cluster, a worker with half the
@@ -443,7 +438,7 @@ async fn tpch_sf0_01_migrates_to_fewer_partitions() {
         engine: &target,
         partitions: Some(SOURCE_PARTITIONS / 2),
     };
-    sweep("tpch", &source, &target).await;
+    sweep("tpch", &source, std::slice::from_ref(&target)).await;
 }
 
 /// On-demand pauses (what `skiff.migrate` and a vacate use): for every

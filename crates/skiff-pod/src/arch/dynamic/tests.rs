@@ -9,9 +9,9 @@
 /// unequal cells; a broken state transition trips an assertion.
 mod shuttle_movement {
     use super::super::{Miss, Route, Tuples, lock_tuple, move_back, move_in};
-    use crate::cc::lockword::{self, Conflict};
     use shuttle::sync::Arc;
     use shuttle::sync::atomic::{AtomicU64 as U64, Ordering as O};
+    use skiff_pod_memory::lockword::{self, Conflict};
 
     const SLOTS: usize = 2;
     const OWNER: u16 = 0;
@@ -212,18 +212,18 @@ mod pod {
     use std::time::Duration;
 
     use super::super::Mover;
-    use crate::arch::{Arch, Place};
-    use crate::cc::lockword::Mode;
     use crate::cc::txn::{Txn, TxnError};
-    use crate::memory::futex;
-    use crate::memory::header::state;
-    use crate::memory::layout::{Array, LockTable};
-    use crate::memory::region::tests::TempShm;
-    use crate::memory::{Parts, PodMemory};
-    use crate::run::config::PodConfig;
     use crate::tpcc::check::check_pod;
     use crate::tpcc::keys;
-    use crate::tpcc::schema::*;
+    use skiff_pod_memory::arch::{Arch, Place};
+    use skiff_pod_memory::config::PodConfig;
+    use skiff_pod_memory::lockword::Mode;
+    use skiff_pod_memory::memory::futex;
+    use skiff_pod_memory::memory::header::state;
+    use skiff_pod_memory::memory::layout::{Array, LockTable};
+    use skiff_pod_memory::memory::{Parts, PodMemory};
+    use skiff_pod_memory::testing::TempShm;
+    use skiff_pod_memory::tpcc::schema::*;
 
     fn loaded(tag: &str, slots: u32) -> (TempShm, PodMemory) {
         let shm = TempShm::new(tag);
@@ -339,9 +339,11 @@ mod pod {
             }
         });
         assert_eq!(mover.stats().moved_in, items as u64);
-        let wal =
-            crate::durability::wal::Wal::open(&crate::memory::files::wal_path(&shm.0, 1), true)
-                .unwrap();
+        let wal = crate::durability::wal::Wal::open(
+            &skiff_pod_memory::memory::files::wal_path(&shm.0, 1),
+            true,
+        )
+        .unwrap();
         let mut mover = mover.with_log(&wal);
         mover.cool_all();
         assert_eq!(mover.stats().moved_back, items as u64);
@@ -439,7 +441,7 @@ mod waiters {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::super::{move_back, move_in};
-    use crate::cc::lockword;
+    use skiff_pod_memory::lockword;
 
     #[test]
     fn a_waiter_on_a_slot_being_filled_or_emptied_is_reported() {

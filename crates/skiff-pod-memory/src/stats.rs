@@ -9,10 +9,10 @@ use crate::memory::cxl::CxlCounters;
 
 /// Log-linear latency buckets: values below 32 ns exactly, then 16 buckets
 /// per power of two (6% resolution) up to 2^40 ns (18 minutes).
-pub(crate) const LATENCY_BUCKETS: usize = 32 + (40 - 5 + 1) * 16;
+pub const LATENCY_BUCKETS: usize = 32 + (40 - 5 + 1) * 16;
 
 #[derive(Clone, Debug)]
-pub(crate) struct Histogram {
+pub struct Histogram {
     buckets: Box<[u64; LATENCY_BUCKETS]>,
 }
 
@@ -48,22 +48,22 @@ fn bucket_upper(b: usize) -> u64 {
 }
 
 impl Histogram {
-    pub(crate) fn record(&mut self, ns: u64) {
+    pub fn record(&mut self, ns: u64) {
         self.buckets[bucket_of(ns)] += 1;
     }
 
-    pub(crate) fn merge(&mut self, other: &Histogram) {
+    pub fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *a += b;
         }
     }
 
-    pub(crate) fn count(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }
 
     /// The `q` quantile (0..=1) in ns, as its bucket's upper bound; 0 if empty.
-    pub(crate) fn quantile(&self, q: f64) -> u64 {
+    pub fn quantile(&self, q: f64) -> u64 {
         let n = self.count();
         if n == 0 {
             return 0;
@@ -79,11 +79,11 @@ impl Histogram {
         bucket_upper(LATENCY_BUCKETS - 1)
     }
 
-    pub(crate) fn as_slice(&self) -> &[u64; LATENCY_BUCKETS] {
+    pub fn as_slice(&self) -> &[u64; LATENCY_BUCKETS] {
         &self.buckets
     }
 
-    pub(crate) fn from_slice(b: &[u64; LATENCY_BUCKETS]) -> Histogram {
+    pub fn from_slice(b: &[u64; LATENCY_BUCKETS]) -> Histogram {
         Histogram {
             buckets: Box::new(*b),
         }
@@ -93,7 +93,7 @@ impl Histogram {
 /// Outcomes of one transaction type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
-pub(crate) struct TxnCounters {
+pub struct TxnCounters {
     pub committed: u64,
     /// Attempts aborted by a lock conflict (NO_WAIT) and retried.
     pub aborted: u64,
@@ -107,7 +107,7 @@ pub(crate) struct TxnCounters {
 }
 
 impl TxnCounters {
-    pub(crate) fn add(&mut self, o: &TxnCounters) {
+    pub fn add(&mut self, o: &TxnCounters) {
         self.committed += o.committed;
         self.aborted += o.aborted;
         self.rolled_back += o.rolled_back;
@@ -119,7 +119,7 @@ impl TxnCounters {
 /// Outcomes of the auditor transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
-pub(crate) struct AuditCounters {
+pub struct AuditCounters {
     pub committed: u64,
     pub aborted: u64,
     /// Committed audits that saw W_YTD != sum of D_YTD.
@@ -130,7 +130,7 @@ pub(crate) struct AuditCounters {
 /// between hosts, and Pasha dynamic's data movement.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
-pub(crate) struct ProtocolCounters {
+pub struct ProtocolCounters {
     /// WAIT_DIE sleeps on a release epoch.
     pub waits: u64,
     /// Messages between hosts (a request and its reply are two).
@@ -167,7 +167,7 @@ pub(crate) struct ProtocolCounters {
 }
 
 impl ProtocolCounters {
-    pub(crate) fn add(&mut self, o: &ProtocolCounters) {
+    pub fn add(&mut self, o: &ProtocolCounters) {
         self.waits += o.waits;
         self.messages += o.messages;
         self.asks += o.asks;
@@ -192,7 +192,7 @@ impl ProtocolCounters {
 
 /// What one worker (or a whole host, merged) measured.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct WorkerStats {
+pub struct WorkerStats {
     pub new_order: TxnCounters,
     pub payment: TxnCounters,
     pub order_status: TxnCounters,
@@ -212,7 +212,7 @@ pub(crate) struct WorkerStats {
 }
 
 impl WorkerStats {
-    pub(crate) fn merge(&mut self, o: &WorkerStats) {
+    pub fn merge(&mut self, o: &WorkerStats) {
         self.new_order.add(&o.new_order);
         self.payment.add(&o.payment);
         self.order_status.add(&o.order_status);
@@ -232,15 +232,15 @@ impl WorkerStats {
     }
 }
 
-pub(crate) const HOST_STATUS_OK: u64 = 1;
-pub(crate) const HOST_STATUS_FAILED: u64 = 2;
+pub const HOST_STATUS_OK: u64 = 1;
+pub const HOST_STATUS_FAILED: u64 = 2;
 
 /// A host's slot in the coherent region. Written once by the host at the end
 /// of its run, then published by incrementing `hosts_done` (release); the
 /// coordinator reads it after seeing the count (acquire).
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
-pub(crate) struct HostStatsRaw {
+pub struct HostStatsRaw {
     pub status: u64,
     pub elapsed_ns: u64,
     pub cpu_ns: u64,
@@ -261,10 +261,10 @@ pub(crate) struct HostStatsRaw {
     pub stock_level_latency: [u64; LATENCY_BUCKETS],
 }
 
-pub(crate) const HOST_STATS_BYTES: u64 = size_of::<HostStatsRaw>().next_multiple_of(64) as u64;
+pub const HOST_STATS_BYTES: u64 = size_of::<HostStatsRaw>().next_multiple_of(64) as u64;
 
 impl HostStatsRaw {
-    pub(crate) fn from_stats(s: &WorkerStats, elapsed_ns: u64) -> HostStatsRaw {
+    pub fn from_stats(s: &WorkerStats, elapsed_ns: u64) -> HostStatsRaw {
         HostStatsRaw {
             status: HOST_STATUS_OK,
             elapsed_ns,
@@ -287,7 +287,7 @@ impl HostStatsRaw {
         }
     }
 
-    pub(crate) fn failed(message: &str) -> HostStatsRaw {
+    pub fn failed(message: &str) -> HostStatsRaw {
         let mut raw = HostStatsRaw::zeroed();
         raw.status = HOST_STATUS_FAILED;
         let n = message.len().min(HOST_ERROR_BYTES_MAX);
@@ -297,12 +297,12 @@ impl HostStatsRaw {
     }
 
     /// The error message, validated (length in bounds, UTF-8 lossily).
-    pub(crate) fn error_message(&self) -> String {
+    pub fn error_message(&self) -> String {
         let n = (self.error_len as usize).min(HOST_ERROR_BYTES_MAX);
         String::from_utf8_lossy(&self.error[..n]).into_owned()
     }
 
-    pub(crate) fn to_stats(self) -> WorkerStats {
+    pub fn to_stats(self) -> WorkerStats {
         WorkerStats {
             new_order: self.new_order,
             payment: self.payment,
@@ -328,14 +328,14 @@ impl HostStatsRaw {
 /// [`Window::restarted`] between units of work (a transaction, a request,
 /// a mover round), dropping what it counted before. With no warm-up the
 /// epoch never moves and figures cover the whole run.
-pub(crate) struct Window<'m> {
+pub struct Window<'m> {
     epoch: &'m std::sync::atomic::AtomicU32,
     seen: u32,
 }
 
 impl<'m> Window<'m> {
     /// A window on the run's measurement epoch (`Control::window`).
-    pub(crate) fn on(epoch: &'m std::sync::atomic::AtomicU32) -> Window<'m> {
+    pub fn on(epoch: &'m std::sync::atomic::AtomicU32) -> Window<'m> {
         Window {
             epoch,
             seen: epoch.load(std::sync::atomic::Ordering::Acquire),
@@ -344,7 +344,7 @@ impl<'m> Window<'m> {
 
     /// Whether measurement (re)started since the last call: the caller
     /// drops its figures and takes new CPU and counter baselines.
-    pub(crate) fn restarted(&mut self) -> bool {
+    pub fn restarted(&mut self) -> bool {
         let e = self.epoch.load(std::sync::atomic::Ordering::Acquire);
         let changed = e != self.seen;
         self.seen = e;
@@ -353,7 +353,7 @@ impl<'m> Window<'m> {
 }
 
 /// CPU time this thread has used, in ns.
-pub(crate) fn thread_cpu_ns() -> u64 {
+pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// Sleeps while `*word == expected`, at most `timeout`. Returns early on a
 /// wake, a signal, a spurious wake-up or if the value already differs, so
 /// callers re-check their condition in a loop (see [`wait_until`]).
-pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -32,7 +32,7 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 }
 
 /// Wakes every waiter on `word`, in this process or any other that maps it.
-pub(crate) fn wake_all(word: &AtomicU32) {
+pub fn wake_all(word: &AtomicU32) {
     // SAFETY: as in `wait`; FUTEX_WAKE does not dereference user memory
     // beyond the key lookup.
     unsafe {
@@ -52,7 +52,7 @@ pub(crate) fn wake_all(word: &AtomicU32) {
 /// Returns the value that satisfied `done`, or `None` on timeout. `slice_max`
 /// bounds each sleep so a caller can also watch something a futex cannot
 /// signal (a child process exiting).
-pub(crate) fn wait_until(
+pub fn wait_until(
     word: &AtomicU32,
     deadline: Instant,
     slice_max: Duration,

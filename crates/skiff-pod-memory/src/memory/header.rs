@@ -27,13 +27,13 @@ use crate::memory::params::Params;
 use crate::memory::region::Mapping;
 use crate::tpcc::random::NurandConstants;
 
-pub(crate) const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
-pub(crate) const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
+pub const POD_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPOD");
+pub const PART_MAGIC: u64 = u64::from_le_bytes(*b"SKIFFPRT");
 /// Bump on any change of header, layout or row format.
-pub(crate) const FORMAT_VERSION: u64 = 5;
+pub const FORMAT_VERSION: u64 = 5;
 
 /// Run states in `run_state`.
-pub(crate) mod state {
+pub mod state {
     pub const LOADING: u32 = 1;
     pub const LOADED: u32 = 2;
     pub const RUNNING: u32 = 3;
@@ -64,7 +64,7 @@ const STOP_REASON_OFF: u64 = 1224;
 /// a releaser bumps, one per cache line, chosen by a hash of the lock word's
 /// offset (a collision only wakes a waiter early).
 const RELEASE_EPOCHS_OFF: u64 = 2048;
-pub(crate) const RELEASE_EPOCHS: u64 = 16;
+pub const RELEASE_EPOCHS: u64 = 16;
 /// The measurement epoch: the coordinator bumps it when the warm-up ends,
 /// and every thread that keeps figures restarts them when it sees it change
 /// (`stats::Window`), so a run reports steady state only.
@@ -121,7 +121,7 @@ struct PartHeaderFixed {
 }
 
 /// Writes a fresh pod header with state LOADING.
-pub(crate) fn write_pod_header(pod: &Mapping, layout: &Layout) {
+pub fn write_pod_header(pod: &Mapping, layout: &Layout) {
     let p = &layout.params;
     let fixed = PodHeaderFixed {
         magic: POD_MAGIC,
@@ -164,7 +164,7 @@ pub(crate) fn write_pod_header(pod: &Mapping, layout: &Layout) {
 
 /// Reads and validates a pod header; recomputes the layout from it and
 /// checks the fingerprint. Every failure is an error naming the file.
-pub(crate) fn read_pod_header(pod: &Mapping) -> Result<Layout> {
+pub fn read_pod_header(pod: &Mapping) -> Result<Layout> {
     let bad = |reason: String| PodError::BadPodFile {
         path: pod.path().to_path_buf(),
         reason,
@@ -285,7 +285,7 @@ fn params_from(h: &PodHeaderFixed) -> std::result::Result<Params, String> {
     })
 }
 
-pub(crate) fn write_part_header(part: &Mapping, layout: &Layout, host: u16) {
+pub fn write_part_header(part: &Mapping, layout: &Layout, host: u16) {
     part.write(
         0,
         &PartHeaderFixed {
@@ -298,7 +298,7 @@ pub(crate) fn write_part_header(part: &Mapping, layout: &Layout, host: u16) {
     );
 }
 
-pub(crate) fn check_part_header(part: &Mapping, layout: &Layout, host: u16) -> Result<()> {
+pub fn check_part_header(part: &Mapping, layout: &Layout, host: u16) -> Result<()> {
     let h: PartHeaderFixed = part.read(0);
     let reason = if h.magic != PART_MAGIC {
         format!("magic {:#018x}, expected SKIFFPRT", h.magic)
@@ -321,7 +321,7 @@ pub(crate) fn check_part_header(part: &Mapping, layout: &Layout, host: u16) -> R
 }
 
 /// The run-control words of a mapped pod file.
-pub(crate) struct Control<'m> {
+pub struct Control<'m> {
     pub run_state: &'m AtomicU32,
     pub hosts_ready: &'m AtomicU32,
     pub hosts_done: &'m AtomicU32,
@@ -330,7 +330,7 @@ pub(crate) struct Control<'m> {
 }
 
 impl<'m> Control<'m> {
-    pub(crate) fn of(pod: &'m Mapping) -> Control<'m> {
+    pub fn of(pod: &'m Mapping) -> Control<'m> {
         Control {
             run_state: pod.atomic_u32(RUN_STATE_OFF),
             hosts_ready: pod.atomic_u32(HOSTS_READY_OFF),
@@ -340,19 +340,19 @@ impl<'m> Control<'m> {
         }
     }
 
-    pub(crate) fn state(&self) -> u32 {
+    pub fn state(&self) -> u32 {
         self.run_state.load(Ordering::Acquire)
     }
 
     /// Sets the state and wakes every sleeper on it.
-    pub(crate) fn set_state(&self, s: u32) {
+    pub fn set_state(&self, s: u32) {
         self.run_state.store(s, Ordering::Release);
         futex::wake_all(self.run_state);
     }
 
     /// Moves RUNNING to STOPPING, recording why, unless someone already did.
     /// Returns whether this call stopped the run.
-    pub(crate) fn request_stop(&self, reason: &str) -> bool {
+    pub fn request_stop(&self, reason: &str) -> bool {
         let won = self
             .run_state
             .compare_exchange(
@@ -375,18 +375,18 @@ impl<'m> Control<'m> {
     }
 
     /// Ends the warm-up: every thread restarts its figures (`stats::Window`).
-    pub(crate) fn begin_measuring(&self) {
+    pub fn begin_measuring(&self) {
         self.measure_epoch.fetch_add(1, Ordering::AcqRel);
         futex::wake_all(self.measure_epoch);
     }
 
     /// Where a thread's figures start: from now, until the warm-up ends.
-    pub(crate) fn window(&self) -> crate::run::stats::Window<'m> {
-        crate::run::stats::Window::on(self.measure_epoch)
+    pub fn window(&self) -> crate::stats::Window<'m> {
+        crate::stats::Window::on(self.measure_epoch)
     }
 
     /// Why a host stopped the run early, if one did.
-    pub(crate) fn stop_reason(&self) -> Option<String> {
+    pub fn stop_reason(&self) -> Option<String> {
         let n = (self
             .pod
             .atomic_u64(STOP_REASON_LEN_OFF)
@@ -401,14 +401,14 @@ impl<'m> Control<'m> {
     }
 
     /// The release epoch that waiters on the lock word at `word_off` use.
-    pub(crate) fn release_epoch(&self, word_off: u64) -> &'m AtomicU32 {
+    pub fn release_epoch(&self, word_off: u64) -> &'m AtomicU32 {
         let i = (word_off / 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
         debug_assert!(i < RELEASE_EPOCHS);
         self.pod.atomic_u32(RELEASE_EPOCHS_OFF + i * 64)
     }
 
     /// Increments a counter word and wakes its sleepers.
-    pub(crate) fn count_in(word: &AtomicU32) {
+    pub fn count_in(word: &AtomicU32) {
         word.fetch_add(1, Ordering::AcqRel);
         futex::wake_all(word);
     }
@@ -420,10 +420,10 @@ mod tests {
     use std::path::Path;
 
     use crate::arch::Arch;
+    use crate::config::PodConfig;
     use crate::memory::files::part_path;
-    use crate::memory::region::tests::TempShm;
     use crate::memory::{Parts, PodMemory};
-    use crate::run::config::PodConfig;
+    use crate::testing::TempShm;
 
     fn damaged(path: &Path, f: impl Fn(&mut PodHeaderFixed)) -> String {
         let pod = Mapping::open(path, true).unwrap();

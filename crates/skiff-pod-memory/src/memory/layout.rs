@@ -22,12 +22,12 @@ use crate::constants::{CACHE_LINE_BYTES, HEADER_BYTES, ORDERS_PER_DISTRICT_MIN};
 use crate::error::{PodError, Result};
 use crate::memory::live::HOST_LIVE_BYTES;
 use crate::memory::params::Params;
-use crate::run::stats::HOST_STATS_BYTES;
+use crate::stats::HOST_STATS_BYTES;
 use crate::tpcc::schema::*;
 
 /// A row array (a table or one column group of a table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Array {
+pub enum Array {
     Warehouse,
     District,
     Customer,
@@ -43,7 +43,7 @@ pub(crate) enum Array {
     StockDist,
 }
 
-pub(crate) const ARRAYS: [Array; 13] = [
+pub const ARRAYS: [Array; 13] = [
     Array::Warehouse,
     Array::District,
     Array::Customer,
@@ -61,7 +61,7 @@ pub(crate) const ARRAYS: [Array; 13] = [
 
 /// An array of lock words, one per lockable tuple.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LockTable {
+pub enum LockTable {
     Warehouse,
     District,
     Customer,
@@ -96,7 +96,7 @@ impl Array {
         }
     }
 
-    pub(crate) fn row_bytes(self) -> u64 {
+    pub fn row_bytes(self) -> u64 {
         (match self {
             Array::Warehouse => size_of::<Warehouse>(),
             Array::District => size_of::<District>(),
@@ -185,21 +185,21 @@ struct RemoteExtents {
 }
 
 /// The coherent region's global recovery words: the GSN counter (`wal`).
-pub(crate) const RECOVERY_GLOBAL_BYTES: u64 = 64;
+pub const RECOVERY_GLOBAL_BYTES: u64 = 64;
 /// One host's record: lease, liveness, reclaim figures, reported commits.
-pub(crate) const HOST_RECORD_BYTES: u64 = 128;
+pub const HOST_RECORD_BYTES: u64 = 128;
 /// One transaction slot in the shared region: a 64-byte header, the undo
 /// entries, the before-images.
-pub(crate) const TXN_SLOT_BYTES: u64 = 64
+pub const TXN_SLOT_BYTES: u64 = 64
     + crate::constants::TXN_POD_UNDO_ENTRIES_MAX as u64 * 16
     + crate::constants::TXN_UNDO_BYTES_MAX as u64;
 
 /// One request mailbox: a cache line of the coherent region.
-pub(crate) const MAILBOX_BYTES: u64 = 64;
+pub const MAILBOX_BYTES: u64 = 64;
 
 /// Where one row or lock word is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Loc {
+pub struct Loc {
     pub place: Place,
     /// The host that owns the warehouse (for `Partition`).
     pub host: u16,
@@ -214,7 +214,7 @@ struct Extent {
 
 /// Offsets of everything for one [`Params`].
 #[derive(Clone, Debug)]
-pub(crate) struct Layout {
+pub struct Layout {
     pub params: Params,
     arrays: [Extent; ARRAYS.len()],
     locks: [Extent; LOCK_TABLES.len()],
@@ -252,7 +252,7 @@ impl Bump {
 impl Layout {
     /// Computes the layout. Settles `params.orders_per_district` when it is 0
     /// (not configured) to what the run wants and the coherent region holds.
-    pub(crate) fn compute(mut params: Params) -> Result<Layout> {
+    pub fn compute(mut params: Params) -> Result<Layout> {
         let remote_customers = params.hosts > 1 && params.payment_remote_probability() > 0.0;
         let remote_stock = params.hosts > 1 && params.line_remote_probability() > 0.0;
         let placement = |g| place(params.arch, g, remote_customers, remote_stock);
@@ -429,13 +429,13 @@ impl Layout {
     }
 
     /// Rows of `array` per warehouse (per pod for ITEM).
-    pub(crate) fn rows_of(&self, array: Array) -> u64 {
+    pub fn rows_of(&self, array: Array) -> u64 {
         array.rows(self.params.orders_per_district as u64)
     }
 
     /// Host `host`'s live figures in the coherent region (`live`), after
     /// every host's record.
-    pub(crate) fn host_live(&self, host: u16) -> u64 {
+    pub fn host_live(&self, host: u16) -> u64 {
         assert!((host as usize) < crate::constants::HOSTS_MAX);
         self.recovery_off
             + RECOVERY_GLOBAL_BYTES
@@ -444,14 +444,14 @@ impl Layout {
     }
 
     /// Host `host`'s record in the coherent region (`lease`).
-    pub(crate) fn host_record(&self, host: u16) -> u64 {
+    pub fn host_record(&self, host: u16) -> u64 {
         assert!((host as usize) < crate::constants::HOSTS_MAX);
         self.recovery_off + RECOVERY_GLOBAL_BYTES + host as u64 * HOST_RECORD_BYTES
     }
 
     /// The transaction slot of worker `worker` (the auditor is
     /// `workers_per_host`) of `host`, in the shared region.
-    pub(crate) fn txn_slot(&self, host: u16, worker: u16) -> u64 {
+    pub fn txn_slot(&self, host: u16, worker: u16) -> u64 {
         let per = self.params.workers_per_host as u64 + 1;
         assert!(host < self.params.hosts && (worker as u64) < per);
         self.txn_slots_off + (host as u64 * per + worker as u64) * TXN_SLOT_BYTES
@@ -465,7 +465,7 @@ impl Layout {
     /// `orders_used(w, d)`, when given, bounds the ORDER and NEW_ORDER words
     /// scanned per district to the first that many slots (the rest were
     /// never locked); with a run's default capacity most words are unused.
-    pub(crate) fn pod_lock_ranges(
+    pub fn pod_lock_ranges(
         &self,
         orders_used: Option<&dyn Fn(u32, u64) -> u64>,
     ) -> Vec<std::ops::Range<u64>> {
@@ -495,12 +495,12 @@ impl Layout {
         out
     }
 
-    pub(crate) fn warehouses_of(&self, host: u16) -> std::ops::RangeInclusive<u32> {
+    pub fn warehouses_of(&self, host: u16) -> std::ops::RangeInclusive<u32> {
         let h = host as usize;
         self.first_warehouse[h]..=self.first_warehouse[h + 1] - 1
     }
 
-    pub(crate) fn host_of(&self, w: u32) -> u16 {
+    pub fn host_of(&self, w: u32) -> u16 {
         assert!(
             w >= 1 && w <= self.params.warehouses,
             "warehouse {w} out of range"
@@ -508,26 +508,26 @@ impl Layout {
         self.host_of_warehouse[w as usize - 1]
     }
 
-    pub(crate) fn place_of(&self, array: Array) -> Place {
+    pub fn place_of(&self, array: Array) -> Place {
         self.arrays[array as usize]
             .place
             .expect("every array is placed")
     }
 
     #[cfg(test)]
-    pub(crate) fn lock_place(&self, table: LockTable) -> Place {
+    pub fn lock_place(&self, table: LockTable) -> Place {
         self.locks[table as usize]
             .place
             .expect("every lock table is placed")
     }
 
     /// Whether the host runs with a partition file.
-    pub(crate) fn has_partitions(&self) -> bool {
+    pub fn has_partitions(&self) -> bool {
         self.part_bytes > 0
     }
 
     /// Row `idx` of `array` for warehouse `w` (ignored for ITEM).
-    pub(crate) fn row(&self, array: Array, w: u32, idx: u64) -> Loc {
+    pub fn row(&self, array: Array, w: u32, idx: u64) -> Loc {
         let cap = self.params.orders_per_district as u64;
         let rows = array.rows(cap);
         assert!(idx < rows, "{array:?} row {idx} out of {rows}");
@@ -542,7 +542,7 @@ impl Layout {
     }
 
     /// The lock word of tuple `idx` of `table` for warehouse `w`.
-    pub(crate) fn lock(&self, table: LockTable, w: u32, idx: u64) -> Loc {
+    pub fn lock(&self, table: LockTable, w: u32, idx: u64) -> Loc {
         let rows = table.array().rows(self.params.orders_per_district as u64);
         assert!(idx < rows, "{table:?} lock {idx} out of {rows}");
         let e = self.locks[table as usize];
@@ -569,13 +569,13 @@ impl Layout {
     }
 
     /// Tuples of `table` per warehouse.
-    pub(crate) fn lock_rows(&self, table: LockTable) -> u64 {
+    pub fn lock_rows(&self, table: LockTable) -> u64 {
         table.array().rows(self.params.orders_per_district as u64)
     }
 
     /// Shared nothing: the channel from worker `worker` of host `from` to
     /// host `to`: (its control line, its two message buffers).
-    pub(crate) fn channel(&self, from: u16, worker: u16, to: u16) -> (u64, u64) {
+    pub fn channel(&self, from: u16, worker: u16, to: u16) -> (u64, u64) {
         let r = &self.remote;
         let hosts = self.params.hosts as u64;
         assert!(r.workers > 0 && from < self.params.hosts && to < self.params.hosts);
@@ -589,26 +589,26 @@ impl Layout {
     }
 
     /// Shared nothing over TCP: the word holding host `host`'s port.
-    pub(crate) fn port_word(&self, host: u16) -> u64 {
+    pub fn port_word(&self, host: u16) -> u64 {
         assert!(self.remote.workers > 0 && host < self.params.hosts);
         self.remote.ports + host as u64 * CACHE_LINE_BYTES
     }
 
     /// Whether this is a shared-nothing layout (a remote tuple is reached
     /// through its owner, `remote`).
-    pub(crate) fn shared_nothing(&self) -> bool {
+    pub fn shared_nothing(&self) -> bool {
         self.remote.workers > 0
     }
 
     /// Whether tuples of `table` move on demand (Pasha dynamic).
-    pub(crate) fn movable(&self, table: LockTable) -> bool {
+    pub fn movable(&self, table: LockTable) -> bool {
         self.dynamic.slots > 0 && movable(self.params.arch, table.group())
     }
 
     /// (e): whether another host can ever write this pod's movable tuples
     /// (they move only when another host asks for one, which takes a
     /// remote access the run's inputs can make).
-    pub(crate) fn tuples_can_move(&self) -> bool {
+    pub fn tuples_can_move(&self) -> bool {
         let p = &self.params;
         self.dynamic.slots > 0
             && p.hosts > 1
@@ -616,13 +616,13 @@ impl Layout {
     }
 
     /// Slots per host and movable table (0 unless Pasha dynamic).
-    pub(crate) fn dynamic_slots(&self) -> u32 {
+    pub fn dynamic_slots(&self) -> u32 {
         self.dynamic.slots as u32
     }
 
     /// The directory word of movable tuple `idx` of `table`, warehouse `w`:
     /// 0, or the forward to the slot holding it. In the coherent region.
-    pub(crate) fn directory(&self, table: LockTable, w: u32, idx: u64) -> u64 {
+    pub fn directory(&self, table: LockTable, w: u32, idx: u64) -> u64 {
         assert!(self.movable(table), "{table:?} does not move");
         let rows = table.array().rows(0);
         assert!(idx < rows && w >= 1 && w <= self.params.warehouses);
@@ -630,7 +630,7 @@ impl Layout {
     }
 
     /// The lock word of slot `slot` of host `owner`'s pool for `table`.
-    pub(crate) fn slot_lock(&self, table: LockTable, owner: u16, slot: u32) -> u64 {
+    pub fn slot_lock(&self, table: LockTable, owner: u16, slot: u32) -> u64 {
         assert!(self.movable(table), "{table:?} does not move");
         assert!((slot as u64) < self.dynamic.slots && owner < self.params.hosts);
         self.dynamic.slot_locks[table as usize]
@@ -638,7 +638,7 @@ impl Layout {
     }
 
     /// Row of `array` in slot `slot` of host `owner`'s pool (shared region).
-    pub(crate) fn slot_row(&self, array: Array, owner: u16, slot: u32) -> Loc {
+    pub fn slot_row(&self, array: Array, owner: u16, slot: u32) -> Loc {
         assert!(
             self.dynamic.slots > 0 && movable(self.params.arch, array.group()),
             "{array:?} does not move"
@@ -654,24 +654,24 @@ impl Layout {
 
     /// The request mailbox of worker `worker` (workers, then the auditor) of
     /// `host`.
-    pub(crate) fn mailbox(&self, host: u16, worker: u16) -> u64 {
+    pub fn mailbox(&self, host: u16, worker: u16) -> u64 {
         let per = self.dynamic.mailboxes_per_host;
         assert!(per > 0 && host < self.params.hosts && (worker as u64) < per);
         self.dynamic.mailboxes + (host as u64 * per + worker as u64) * MAILBOX_BYTES
     }
 
-    pub(crate) fn mailboxes_per_host(&self) -> u16 {
+    pub fn mailboxes_per_host(&self) -> u16 {
         self.dynamic.mailboxes_per_host as u16
     }
 
     /// The futex word a host's mover sleeps on, bumped with each request.
-    pub(crate) fn doorbell(&self, host: u16) -> u64 {
+    pub fn doorbell(&self, host: u16) -> u64 {
         assert!(self.dynamic.slots > 0 && host < self.params.hosts);
         self.dynamic.doorbells + host as u64 * CACHE_LINE_BYTES
     }
 
     /// The lock table whose tuples own the rows of `array`, for movable arrays.
-    pub(crate) fn movable_lock_table(&self, array: Array) -> Option<LockTable> {
+    pub fn movable_lock_table(&self, array: Array) -> Option<LockTable> {
         if self.dynamic.slots == 0 || !movable(self.params.arch, array.group()) {
             return None;
         }
@@ -684,7 +684,7 @@ impl Layout {
 
     /// The lock word that protects row `idx` of `array`, and its index; `None`
     /// for arrays never written after load.
-    pub(crate) fn covering_lock(&self, array: Array, idx: u64) -> Option<(LockTable, u64)> {
+    pub fn covering_lock(&self, array: Array, idx: u64) -> Option<(LockTable, u64)> {
         let cap = self.params.orders_per_district as u64;
         match array {
             Array::Warehouse => Some((LockTable::Warehouse, idx)),
@@ -809,7 +809,7 @@ impl Fnv {
 mod tests {
     use super::*;
     use crate::arch::Arch;
-    use crate::run::config::PodConfig;
+    use crate::config::PodConfig;
 
     fn params(arch: Arch, hosts: u16, w: u32) -> Params {
         let mut c = PodConfig::new("/dev/shm/unused", hosts, w);

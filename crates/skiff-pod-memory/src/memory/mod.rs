@@ -7,20 +7,20 @@
 //! control (`header`), waiting on its words (`futex`) and the emulated CXL
 //! accounting (`cxl`).
 
-pub(crate) mod cxl;
-pub(crate) mod files;
-pub(crate) mod futex;
-pub(crate) mod header;
-pub(crate) mod layout;
-pub(crate) mod live;
-pub(crate) mod params;
-pub(crate) mod region;
+pub mod cxl;
+pub mod files;
+pub mod futex;
+pub mod header;
+pub mod layout;
+pub mod live;
+pub mod params;
+pub mod region;
 
 use std::path::Path;
 
 use crate::arch::Place;
-use crate::cc::lockword;
 use crate::error::{PodError, Result};
+use crate::lockword;
 use header::Control;
 use layout::{Array, Layout, Loc};
 use params::Params;
@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 
 /// Which partition files to map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Parts {
+pub enum Parts {
     /// A host maps its own partition only: the others are other hosts'
     /// private memory.
     Own(u16),
@@ -39,7 +39,7 @@ pub(crate) enum Parts {
     PodFileOnly,
 }
 
-pub(crate) struct PodMemory {
+pub struct PodMemory {
     pub pod: Mapping,
     /// Indexed by host; `None` where not mapped.
     pub parts: Vec<Option<Mapping>>,
@@ -49,7 +49,7 @@ pub(crate) struct PodMemory {
 impl PodMemory {
     /// Creates the pod file and every partition file for `params`, replacing
     /// any left by an earlier run at the same path, with state LOADING.
-    pub(crate) fn create(path: &Path, params: Params) -> Result<PodMemory> {
+    pub fn create(path: &Path, params: Params) -> Result<PodMemory> {
         let layout = Layout::compute(params)?;
         files::remove_files(path)?;
         let pod = Mapping::create(path, layout.pod_bytes)?;
@@ -66,7 +66,7 @@ impl PodMemory {
     }
 
     /// Maps an existing pod and validates every header.
-    pub(crate) fn open(path: &Path, writable: bool, which: Parts) -> Result<PodMemory> {
+    pub fn open(path: &Path, writable: bool, which: Parts) -> Result<PodMemory> {
         let pod = Mapping::open(path, writable)?;
         let layout = header::read_pod_header(&pod)?;
         let hosts = layout.params.hosts;
@@ -92,7 +92,7 @@ impl PodMemory {
     /// partition was its private memory and is gone, so the file is
     /// replaced by a zeroed one (`host::rebuild_partition` fills it
     /// from the checkpoint and the logs).
-    pub(crate) fn open_restarting(path: &Path, host: u16) -> Result<PodMemory> {
+    pub fn open_restarting(path: &Path, host: u16) -> Result<PodMemory> {
         let pod = Mapping::open(path, true)?;
         let layout = header::read_pod_header(&pod)?;
         let hosts = layout.params.hosts;
@@ -110,17 +110,17 @@ impl PodMemory {
         Ok(PodMemory { pod, parts, layout })
     }
 
-    pub(crate) fn control(&self) -> Control<'_> {
+    pub fn control(&self) -> Control<'_> {
         Control::of(&self.pod)
     }
 
-    pub(crate) fn params(&self) -> &Params {
+    pub fn params(&self) -> &Params {
         &self.layout.params
     }
 
     /// The partition file of `host`; asserts it is mapped (a host reaching
     /// into another host's private memory is a placement bug).
-    pub(crate) fn part(&self, host: u16) -> &Mapping {
+    pub fn part(&self, host: u16) -> &Mapping {
         match self.parts.get(host as usize) {
             Some(Some(m)) => m,
             _ => panic!("partition of host {host} is not mapped in this process"),
@@ -131,7 +131,7 @@ impl PodMemory {
     /// (`check`, tests): in Pasha dynamic a moved tuple's rows are in the
     /// slot its directory word names. A forward outside the pool is data,
     /// not a reason to panic: `None`.
-    pub(crate) fn resolve_row(&self, array: Array, w: u32, idx: u64) -> Option<Loc> {
+    pub fn resolve_row(&self, array: Array, w: u32, idx: u64) -> Option<Loc> {
         let l = &self.layout;
         let Some(table) = l.movable_lock_table(array) else {
             return Some(l.row(array, w, idx));
@@ -149,7 +149,7 @@ impl PodMemory {
 
     /// The mapping that holds `loc`, for offline readers and the loader; a
     /// replicated row resolves to `replica_host`'s copy.
-    pub(crate) fn mapping_of(&self, loc: Loc, replica_host: u16) -> &Mapping {
+    pub fn mapping_of(&self, loc: Loc, replica_host: u16) -> &Mapping {
         match loc.place {
             Place::Pod => &self.pod,
             Place::Partition => self.part(loc.host),

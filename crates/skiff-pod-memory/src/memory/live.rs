@@ -14,11 +14,11 @@ use crate::memory::PodMemory;
 
 /// Transaction types, in the order of `run::host::Kind` (and of the
 /// reported commits, `lease::REPORTED_KINDS`).
-pub(crate) const LIVE_KINDS: usize = 5;
+pub const LIVE_KINDS: usize = 5;
 
 /// What is counted per transaction type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Figures {
+pub struct Figures {
     /// Business transactions committed.
     pub committed: u64,
     /// Attempts aborted by a conflict (and retried, or abandoned).
@@ -34,29 +34,29 @@ impl Figures {
         [self.committed, self.aborted, self.misses]
     }
 
-    pub(crate) fn add(&mut self, o: Figures) {
+    pub fn add(&mut self, o: Figures) {
         self.committed += o.committed;
         self.aborted += o.aborted;
         self.misses += o.misses;
     }
 
-    pub(crate) fn is_zero(self) -> bool {
+    pub fn is_zero(self) -> bool {
         self == Figures::default()
     }
 }
 
 /// One host's slot: every kind's figures, with room to grow.
-pub(crate) const HOST_LIVE_BYTES: u64 = 128;
+pub const HOST_LIVE_BYTES: u64 = 128;
 const _: () = assert!(LIVE_KINDS as u64 * Figures::WORDS * 8 <= HOST_LIVE_BYTES);
 
 /// One host's live figures in pod memory.
-pub(crate) struct HostLive<'m> {
+pub struct HostLive<'m> {
     mem: &'m PodMemory,
     off: u64,
 }
 
 impl<'m> HostLive<'m> {
-    pub(crate) fn of(mem: &'m PodMemory, host: u16) -> HostLive<'m> {
+    pub fn of(mem: &'m PodMemory, host: u16) -> HostLive<'m> {
         HostLive {
             mem,
             off: mem.layout.host_live(host),
@@ -68,7 +68,7 @@ impl<'m> HostLive<'m> {
     }
 
     /// Adds `f` to `kind`'s totals.
-    pub(crate) fn add(&self, kind: usize, f: Figures) {
+    pub fn add(&self, kind: usize, f: Figures) {
         assert!(kind < LIVE_KINDS);
         let base = kind as u64 * Figures::WORDS * 8;
         for (i, v) in f.words().into_iter().enumerate() {
@@ -79,7 +79,7 @@ impl<'m> HostLive<'m> {
     }
 
     /// Every kind's totals.
-    pub(crate) fn read(&self) -> [Figures; LIVE_KINDS] {
+    pub fn read(&self) -> [Figures; LIVE_KINDS] {
         std::array::from_fn(|k| {
             let base = k as u64 * Figures::WORDS * 8;
             let w = |i: u64| self.word(base + 8 * i).load(Relaxed);

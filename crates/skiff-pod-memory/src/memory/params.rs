@@ -29,14 +29,14 @@ impl Mix {
         }
     }
 
-    pub(crate) fn code(self) -> u64 {
+    pub fn code(self) -> u64 {
         match self {
             Mix::NewOrderPayment => 1,
             Mix::Standard => 2,
         }
     }
 
-    pub(crate) fn from_code(code: u64) -> Option<Mix> {
+    pub fn from_code(code: u64) -> Option<Mix> {
         match code {
             1 => Some(Mix::NewOrderPayment),
             2 => Some(Mix::Standard),
@@ -69,7 +69,7 @@ impl std::str::FromStr for Mix {
 /// to concrete numbers. Written to the pod header by the coordinator, read
 /// back (and validated) by hosts and by `check`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub(crate) struct Params {
+pub struct Params {
     pub hosts: u16,
     pub warehouses: u32,
     #[serde(skip)]
@@ -100,17 +100,17 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    pub(crate) fn line_remote_probability(&self) -> f64 {
+    pub fn line_remote_probability(&self) -> f64 {
         (0.01 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
     }
 
-    pub(crate) fn payment_remote_probability(&self) -> f64 {
+    pub fn payment_remote_probability(&self) -> f64 {
         (0.15 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
     }
 
     /// Order slots per district wanted for the run when not configured:
     /// 3,000 loaded plus 20,000 per second, far above what a district takes.
-    pub(crate) fn default_orders_per_district(&self) -> u32 {
+    pub fn default_orders_per_district(&self) -> u32 {
         let secs = self.duration_ms.div_ceil(1000).max(1);
         (3_000 + secs.saturating_mul(20_000)).clamp(
             ORDERS_PER_DISTRICT_MIN as u64,

@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytemuck::Pod;
 use serde::Serialize;
 
-use crate::cc::lockword;
 use crate::constants::{CACHE_LINE_BYTES, TXN_LINES_MAX};
+use crate::lockword;
 use crate::memory::region::Mapping;
 
 /// Raw counts of modeled CXL traffic.
@@ -67,12 +67,12 @@ impl CxlCounters {
     }
 
     /// What was counted after `earlier` (a snapshot of the same counters).
-    pub(crate) fn since(&self, earlier: &CxlCounters) -> CxlCounters {
+    pub fn since(&self, earlier: &CxlCounters) -> CxlCounters {
         let (now, then) = (self.to_array(), earlier.to_array());
         CxlCounters::from_array(std::array::from_fn(|i| now[i] - then[i]))
     }
 
-    pub(crate) fn to_array(self) -> [u64; 5] {
+    pub fn to_array(self) -> [u64; 5] {
         [
             self.data_misses,
             self.coherent_misses,
@@ -82,7 +82,7 @@ impl CxlCounters {
         ]
     }
 
-    pub(crate) fn from_array(a: [u64; 5]) -> CxlCounters {
+    pub fn from_array(a: [u64; 5]) -> CxlCounters {
         CxlCounters {
             data_misses: a[0],
             coherent_misses: a[1],
@@ -199,7 +199,7 @@ impl LineSet {
 
 /// How the tuple behind an access keeps coherence.
 #[derive(Clone, Copy)]
-pub(crate) enum Coherence<'a> {
+pub enum Coherence<'a> {
     /// Never written after load: no validity bits.
     Immutable,
     /// Validity bits in this lock word, which the caller holds.
@@ -207,7 +207,7 @@ pub(crate) enum Coherence<'a> {
 }
 
 /// One host worker's window on pod memory. Not shared between threads.
-pub(crate) struct CxlAccess<'m> {
+pub struct CxlAccess<'m> {
     pod: &'m Mapping,
     host: u16,
     shared: std::ops::Range<u64>,
@@ -218,7 +218,7 @@ pub(crate) struct CxlAccess<'m> {
 
 impl<'m> CxlAccess<'m> {
     /// `shared` and `coherent` are the regions' byte ranges in `pod`.
-    pub(crate) fn new(
+    pub fn new(
         pod: &'m Mapping,
         host: u16,
         shared: std::ops::Range<u64>,
@@ -237,22 +237,22 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Starts a new transaction: nothing is cached any more.
-    pub(crate) fn begin(&mut self) {
+    pub fn begin(&mut self) {
         self.lines.clear();
     }
 
-    pub(crate) fn counters(&self) -> CxlCounters {
+    pub fn counters(&self) -> CxlCounters {
         self.counters
     }
 
     /// Forgets what was counted (the warm-up ended).
-    pub(crate) fn reset_counters(&mut self) {
+    pub fn reset_counters(&mut self) {
         self.counters = CxlCounters::default();
     }
 
     /// The lock word at `off` in the coherent region; counts a coherent miss
     /// the first time the transaction touches its line.
-    pub(crate) fn lock_word(&mut self, off: u64) -> &'m AtomicU64 {
+    pub fn lock_word(&mut self, off: u64) -> &'m AtomicU64 {
         self.touch_coherent(off);
         self.pod.atomic_u64(off)
     }
@@ -325,7 +325,7 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Reads a `T` at `off` in the shared region.
-    pub(crate) fn read<T: Pod>(&mut self, coherence: Coherence<'_>, off: u64) -> T {
+    pub fn read<T: Pod>(&mut self, coherence: Coherence<'_>, off: u64) -> T {
         let stale = self.is_stale(coherence);
         self.touch_range(off, size_of::<T>() as u64, LINE_READ, stale);
         let value = self.pod.read::<T>(off);
@@ -336,7 +336,7 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Reads `dst.len()` bytes at `off` in the shared region.
-    pub(crate) fn read_bytes(&mut self, coherence: Coherence<'_>, off: u64, dst: &mut [u8]) {
+    pub fn read_bytes(&mut self, coherence: Coherence<'_>, off: u64, dst: &mut [u8]) {
         let stale = self.is_stale(coherence);
         self.touch_range(off, dst.len() as u64, LINE_READ, stale);
         self.pod.read_bytes(off, dst);
@@ -348,7 +348,7 @@ impl<'m> CxlAccess<'m> {
     /// Writes `value` at `off` in the shared region. The caller holds the
     /// tuple's exclusive lock; every other host's copy becomes stale.
     #[cfg(test)]
-    pub(crate) fn write<T: Pod>(&mut self, coherence: Coherence<'_>, off: u64, value: &T) {
+    pub fn write<T: Pod>(&mut self, coherence: Coherence<'_>, off: u64, value: &T) {
         self.write_bytes(coherence, off, bytemuck::bytes_of(value));
     }
 
@@ -356,7 +356,7 @@ impl<'m> CxlAccess<'m> {
     /// slots, `recovery`): nobody else reads it while the host lives, so no
     /// validity bits. Modeled as streaming (non-temporal) stores of lines the
     /// host never reads back: each line counts one write-back and no miss.
-    pub(crate) fn write_own(&mut self, off: u64, src: &[u8]) {
+    pub fn write_own(&mut self, off: u64, src: &[u8]) {
         self.stream_lines(off, src.len() as u64);
         self.pod.write_bytes(off, src);
     }
@@ -365,7 +365,7 @@ impl<'m> CxlAccess<'m> {
     /// shared region ((b)'s pod channels): streaming stores, so the reader
     /// finds it in CXL memory. Every message writes its lines back, also
     /// lines an earlier message of the transaction wrote.
-    pub(crate) fn write_message(&mut self, off: u64, src: &[u8]) {
+    pub fn write_message(&mut self, off: u64, src: &[u8]) {
         if !src.is_empty() {
             let end = off + src.len() as u64;
             assert!(
@@ -379,7 +379,7 @@ impl<'m> CxlAccess<'m> {
 
     /// One access to a channel's control line (coherent region), whose
     /// words the other end wrote since: a coherent miss every time.
-    pub(crate) fn channel_control(&mut self, off: u64) {
+    pub fn channel_control(&mut self, off: u64) {
         assert!(
             self.coherent.contains(&off),
             "control word {off} outside the coherent region"
@@ -390,7 +390,7 @@ impl<'m> CxlAccess<'m> {
     /// Reads a message another host wrote into a channel buffer: every line
     /// is stale (this host's copy is invalidated and the line loaded from
     /// CXL memory), also when the transaction read the buffer before.
-    pub(crate) fn read_message(&mut self, off: u64, dst: &mut [u8]) {
+    pub fn read_message(&mut self, off: u64, dst: &mut [u8]) {
         if !dst.is_empty() {
             self.touch_range(off, dst.len() as u64, LINE_READ, true);
         }
@@ -398,7 +398,7 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// A word of this host's own area (see [`CxlAccess::write_own`]).
-    pub(crate) fn own_word(&mut self, off: u64) -> &'m AtomicU64 {
+    pub fn own_word(&mut self, off: u64) -> &'m AtomicU64 {
         self.stream_lines(off, 8);
         self.pod.atomic_u64(off)
     }
@@ -422,7 +422,7 @@ impl<'m> CxlAccess<'m> {
     }
 
     /// Writes raw bytes (undo images) at `off` in the shared region.
-    pub(crate) fn write_bytes(&mut self, coherence: Coherence<'_>, off: u64, src: &[u8]) {
+    pub fn write_bytes(&mut self, coherence: Coherence<'_>, off: u64, src: &[u8]) {
         let stale = self.is_stale(coherence);
         self.touch_range(off, src.len() as u64, LINE_DIRTY, stale);
         self.pod.write_bytes(off, src);
@@ -436,10 +436,8 @@ impl<'m> CxlAccess<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cc::lockword::{
-        try_lock_exclusive, try_lock_shared, unlock_exclusive, unlock_shared,
-    };
-    use crate::memory::region::tests::TempShm;
+    use crate::lockword::{try_lock_exclusive, try_lock_shared, unlock_exclusive, unlock_shared};
+    use crate::testing::TempShm;
 
     /// A pod of one coherent page and four shared pages.
     fn pod(tag: &str) -> (TempShm, Mapping) {
@@ -512,7 +510,7 @@ mod tests {
         unlock_shared(word);
     }
 
-    const VALID_BITS: u64 = crate::cc::lockword::VALID_MASK;
+    const VALID_BITS: u64 = crate::lockword::VALID_MASK;
 
     #[test]
     fn writebacks_count_once_per_dirty_line_per_transaction() {

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-/// Everything [`crate::run`], [`crate::load`], [`crate::check`] and
-/// [`crate::host_main`] can fail with.
+/// Everything `skiff_pod::run`, `load`, `check` and
+/// `host_main` can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum PodError {
     #[error("{path}: {source}")]
@@ -40,7 +40,7 @@ pub enum PodError {
 }
 
 impl PodError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         PodError::Io {
             path: path.into(),
             source,

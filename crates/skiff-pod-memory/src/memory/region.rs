@@ -19,7 +19,7 @@ use crate::error::{PodError, Result};
 
 /// One mapped file. `MAP_SHARED`: writes are visible to every process that
 /// maps the same file, which is what makes it pod memory.
-pub(crate) struct Mapping {
+pub struct Mapping {
     path: PathBuf,
     map: MmapRaw,
     len: u64,
@@ -31,12 +31,12 @@ pub(crate) struct Mapping {
 }
 
 /// The page size dirty tracking counts in.
-pub(crate) const PAGE_BYTES: u64 = 4096;
+pub const PAGE_BYTES: u64 = 4096;
 
 impl Mapping {
     /// Creates (or truncates) `path` with `len` zero bytes and maps it. The
     /// file is sparse: pages cost memory only once written.
-    pub(crate) fn create(path: &Path, len: u64) -> Result<Mapping> {
+    pub fn create(path: &Path, len: u64) -> Result<Mapping> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -60,7 +60,7 @@ impl Mapping {
 
     /// Maps an existing file whole. `writable: false` maps it read-only (for
     /// `check`); any write through such a mapping asserts.
-    pub(crate) fn open(path: &Path, writable: bool) -> Result<Mapping> {
+    pub fn open(path: &Path, writable: bool) -> Result<Mapping> {
         use std::os::unix::fs::OpenOptionsExt;
         // Non-blocking: opening a FIFO put where a pod was expected must
         // not hang the reader (mapping it then fails); no effect on files.
@@ -101,7 +101,7 @@ impl Mapping {
     /// however long the file is now: address space for a file that grows
     /// (a host's log). Touching a page past the file's end faults
     /// (SIGBUS), so the owner grows the file before writing there.
-    pub(crate) fn reserve(file: &std::fs::File, path: &Path, reserve: u64) -> Result<Mapping> {
+    pub fn reserve(file: &std::fs::File, path: &Path, reserve: u64) -> Result<Mapping> {
         let map = MmapOptions::new()
             .len(to_usize(reserve)?)
             .map_raw(file)
@@ -117,7 +117,7 @@ impl Mapping {
 
     /// Writes `[off, off + len)` back to the file and waits (msync): what
     /// makes a mapped log durable on a disk.
-    pub(crate) fn sync_range(&self, off: u64, len: u64) -> std::io::Result<()> {
+    pub fn sync_range(&self, off: u64, len: u64) -> std::io::Result<()> {
         let page = 4096;
         let start = off / page * page;
         let p = self.ptr(start, off + len - start, 1);
@@ -131,12 +131,16 @@ impl Mapping {
         }
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Pointer to `[off, off + len)`, asserted in bounds and aligned.
@@ -154,7 +158,7 @@ impl Mapping {
 
     /// The atomic u64 at `off` (lock words, counters). Atomics in a shared
     /// file mapping are coherent across processes on the same machine.
-    pub(crate) fn atomic_u64(&self, off: u64) -> &AtomicU64 {
+    pub fn atomic_u64(&self, off: u64) -> &AtomicU64 {
         let p = self.ptr(off, 8, 8);
         // SAFETY: aligned, in bounds, lives as long as `self`; AtomicU64 has
         // the layout of u64 and every bit pattern is valid.
@@ -162,7 +166,7 @@ impl Mapping {
     }
 
     /// The atomic u32 at `off` (futex words).
-    pub(crate) fn atomic_u32(&self, off: u64) -> &AtomicU32 {
+    pub fn atomic_u32(&self, off: u64) -> &AtomicU32 {
         let p = self.ptr(off, 4, 4);
         // SAFETY: as in `atomic_u64`.
         unsafe { &*(p as *const AtomicU32) }
@@ -170,7 +174,7 @@ impl Mapping {
 
     /// Copies a row out. `T: Pod`, so any bytes make a valid `T`; what the
     /// fields mean is for the caller to validate.
-    pub(crate) fn read<T: Pod>(&self, off: u64) -> T {
+    pub fn read<T: Pod>(&self, off: u64) -> T {
         let p = self.ptr(off, size_of::<T>() as u64, align_of::<T>() as u64);
         // SAFETY: in bounds and aligned for T; T is Pod. Concurrent writers
         // are excluded by the lock protocol of the caller.
@@ -178,14 +182,14 @@ impl Mapping {
     }
 
     /// Tracks which pages are written from now on.
-    pub(crate) fn track_writes(&mut self) {
+    pub fn track_writes(&mut self) {
         let words = self.len.div_ceil(PAGE_BYTES).div_ceil(64);
         self.dirty = Some((0..words).map(|_| AtomicU64::new(0)).collect());
     }
 
     /// The file matches its checkpoint again (a restart just copied the
     /// checkpoint in): forget what was written.
-    pub(crate) fn forget_dirty(&self) {
+    pub fn forget_dirty(&self) {
         for word in self.dirty.iter().flatten() {
             word.store(0, std::sync::atomic::Ordering::Relaxed);
         }
@@ -206,7 +210,7 @@ impl Mapping {
 
     /// The pages written since the last call, as runs (first page, pages),
     /// and forgets them. The caller keeps writers out while it copies them.
-    pub(crate) fn take_dirty(&self) -> Vec<(u64, u64)> {
+    pub fn take_dirty(&self) -> Vec<(u64, u64)> {
         let pages = self.len.div_ceil(PAGE_BYTES);
         let Some(bits) = &self.dirty else {
             panic!("{}: writes are not tracked", self.path.display());
@@ -231,7 +235,7 @@ impl Mapping {
     }
 
     /// Copies a row in.
-    pub(crate) fn write<T: Pod>(&self, off: u64, value: &T) {
+    pub fn write<T: Pod>(&self, off: u64, value: &T) {
         assert!(self.writable, "write to read-only {}", self.path.display());
         self.mark(off, size_of::<T>() as u64);
         let p = self.ptr(off, size_of::<T>() as u64, align_of::<T>() as u64);
@@ -241,14 +245,14 @@ impl Mapping {
     }
 
     /// Copies `dst.len()` bytes out of `[off, ...)`.
-    pub(crate) fn read_bytes(&self, off: u64, dst: &mut [u8]) {
+    pub fn read_bytes(&self, off: u64, dst: &mut [u8]) {
         let p = self.ptr(off, dst.len() as u64, 1);
         // SAFETY: in bounds; u8 has no alignment or validity requirement.
         unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Copies `src` into `[off, ...)`.
-    pub(crate) fn write_bytes(&self, off: u64, src: &[u8]) {
+    pub fn write_bytes(&self, off: u64, src: &[u8]) {
         assert!(self.writable, "write to read-only {}", self.path.display());
         self.mark(off, src.len() as u64);
         let p = self.ptr(off, src.len() as u64, 1);
@@ -263,32 +267,11 @@ fn to_usize(len: u64) -> Result<usize> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    /// A unique path in /dev/shm (or the temp dir) removed on drop, with the
-    /// partition files `check` and `run` create beside it.
-    pub(crate) struct TempShm(pub PathBuf);
-
-    impl TempShm {
-        pub(crate) fn new(tag: &str) -> TempShm {
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            let dir = if Path::new("/dev/shm").is_dir() {
-                PathBuf::from("/dev/shm")
-            } else {
-                std::env::temp_dir()
-            };
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            TempShm(dir.join(format!("skiff-pod-test-{tag}-{}-{n}", std::process::id())))
-        }
-    }
-
-    impl Drop for TempShm {
-        fn drop(&mut self) {
-            let _ = crate::remove_pod(&self.0);
-        }
-    }
+    use crate::testing::TempShm;
 
     /// Writes mark their pages (a write across a boundary marks both);
     /// atomics do not; taking the set forgets it.

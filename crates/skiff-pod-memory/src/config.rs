@@ -15,7 +15,7 @@ use crate::memory::cxl::CxlModel;
 use crate::memory::params::{Mix, Params};
 use crate::tpcc::random::{NurandConstants, Rng};
 
-/// How [`crate::run`] starts host processes.
+/// How `skiff_pod::run` starts host processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Launch {
     /// Every host as a group of threads in the calling process, each with its
@@ -23,7 +23,7 @@ pub enum Launch {
     /// nothing but pod memory all the same.
     Threads,
     /// Every host as its own process: `program args... --shm PATH --host N`,
-    /// which must call [`crate::host_main`].
+    /// which must call `skiff_pod::host_main`.
     Processes(HostCommand),
 }
 
@@ -45,11 +45,11 @@ impl HostCommand {
     }
 }
 
-/// Configuration of [`crate::run`] and [`crate::load`].
+/// Configuration of `skiff_pod::run` and `skiff_pod::load`.
 #[derive(Clone, Debug)]
 pub struct PodConfig {
     /// The pod file, normally in /dev/shm. Host partitions go beside it as
-    /// `PATH.host0`, `PATH.host1`, ...; [`crate::remove_pod`] deletes them all.
+    /// `PATH.host0`, `PATH.host1`, ...; `skiff_pod::remove_pod` deletes them all.
     pub shm_path: PathBuf,
     pub hosts: u16,
     /// At least `hosts`; host h owns a contiguous block of warehouses.
@@ -97,7 +97,7 @@ pub struct PodConfig {
     pub checkpoint_every: Duration,
 }
 
-/// A host [`crate::run`] kills with SIGKILL `kill_after` into the run and
+/// A host `skiff_pod::run` kills with SIGKILL `kill_after` into the run and
 /// restarts (`--recover`) `restart_after` later. Needs host processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostFault {
@@ -145,7 +145,7 @@ impl PodConfig {
         (0.15 * self.multi_warehouse_pct / 10.0).clamp(0.0, 1.0)
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         self.arch.require_implemented()?;
         self.cc.require_implemented()?;
         let bad = |m: String| Err(PodError::Config(m));
@@ -242,7 +242,7 @@ impl PodConfig {
 
     /// Resolves the configuration (already validated); the order capacity
     /// is settled by the layout, which knows what fits.
-    pub(crate) fn params(&self) -> Params {
+    pub fn params(&self) -> Params {
         let mut rng = Rng::derive(self.seed, 0x4E55, 0);
         Params {
             hosts: self.hosts,
@@ -273,7 +273,7 @@ impl PodConfig {
     }
 }
 
-/// Configuration of [`crate::check`].
+/// Configuration of `skiff_pod::check`.
 #[derive(Clone, Debug)]
 pub struct CheckConfig {
     pub shm_path: PathBuf,

@@ -36,18 +36,18 @@ use std::sync::atomic::Ordering::{self, AcqRel, Acquire, Relaxed};
 
 use crate::constants::LOCK_CAS_RETRY_MAX;
 
-pub(crate) const VALID_MASK: u64 = 0xFFFF;
-pub(crate) const READER_ONE: u64 = 1 << 16;
-pub(crate) const READERS_MASK: u64 = 0xFFFF << 16;
-pub(crate) const OWNER_SHIFT: u32 = 32;
-pub(crate) const OWNER_MASK: u64 = 0xF << OWNER_SHIFT;
-pub(crate) const AGE_SHIFT: u32 = 36;
-pub(crate) const AGE_BITS: u32 = 24;
-pub(crate) const AGE_MASK: u64 = ((1 << AGE_BITS) - 1) << AGE_SHIFT;
-pub(crate) const ACCESSED: u64 = 1 << 60;
-pub(crate) const WAITERS: u64 = 1 << 61;
-pub(crate) const MOVED: u64 = 1 << 62;
-pub(crate) const EXCLUSIVE: u64 = 1 << 63;
+pub const VALID_MASK: u64 = 0xFFFF;
+pub const READER_ONE: u64 = 1 << 16;
+pub const READERS_MASK: u64 = 0xFFFF << 16;
+pub const OWNER_SHIFT: u32 = 32;
+pub const OWNER_MASK: u64 = 0xF << OWNER_SHIFT;
+pub const AGE_SHIFT: u32 = 36;
+pub const AGE_BITS: u32 = 24;
+pub const AGE_MASK: u64 = ((1 << AGE_BITS) - 1) << AGE_SHIFT;
+pub const ACCESSED: u64 = 1 << 60;
+pub const WAITERS: u64 = 1 << 61;
+pub const MOVED: u64 = 1 << 62;
+pub const EXCLUSIVE: u64 = 1 << 63;
 const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
 const _: () = {
@@ -75,18 +75,18 @@ const _: () = {
 
 /// Lock modes of two-phase locking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     Shared,
     Exclusive,
 }
 
 /// The word is held in a conflicting mode, or it is a forward (MOVED).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Conflict;
+pub struct Conflict;
 
 /// The atomic operations the protocol needs, so the same code runs on a
 /// `std` atomic in pod memory and on a `shuttle` atomic in protocol tests.
-pub(crate) trait AtomicWord {
+pub trait AtomicWord {
     fn load(&self, order: Ordering) -> u64;
     fn swap(&self, value: u64, order: Ordering) -> u64;
     fn compare_exchange_weak(
@@ -124,36 +124,36 @@ impl AtomicWord for std::sync::atomic::AtomicU64 {
     }
 }
 
-pub(crate) fn host_bit(host: u16) -> u64 {
+pub fn host_bit(host: u16) -> u64 {
     assert!((host as usize) < crate::constants::HOSTS_MAX);
     1 << host
 }
 
-pub(crate) fn readers(word: u64) -> u64 {
+pub fn readers(word: u64) -> u64 {
     (word & READERS_MASK) >> 16
 }
 
-pub(crate) fn owner(word: u64) -> u16 {
+pub fn owner(word: u64) -> u16 {
     ((word & OWNER_MASK) >> OWNER_SHIFT) as u16
 }
 
 /// Whether anyone holds the word (a forward has no holders).
-pub(crate) fn held(word: u64) -> bool {
+pub fn held(word: u64) -> bool {
     word & MOVED == 0 && (word & EXCLUSIVE != 0 || readers(word) > 0)
 }
 
 /// The slot a forward names, or `None` for a lock word in use.
-pub(crate) fn forwarded(word: u64) -> Option<u32> {
+pub fn forwarded(word: u64) -> Option<u32> {
     (word & MOVED != 0).then_some((word & SLOT_MASK) as u32)
 }
 
 /// The forward to `slot`.
-pub(crate) fn forward_to(slot: u32) -> u64 {
+pub fn forward_to(slot: u32) -> u64 {
     MOVED | slot as u64
 }
 
 /// WAIT_DIE age stored in the word (the oldest holder's, if held).
-pub(crate) fn age(word: u64) -> u32 {
+pub fn age(word: u64) -> u32 {
     ((word & AGE_MASK) >> AGE_SHIFT) as u32
 }
 
@@ -163,7 +163,7 @@ fn with_age(word: u64, age: u32) -> u64 {
 
 /// Whether age `a` is strictly older than `b`, in serial-number arithmetic
 /// on `AGE_BITS` bits (correct while live ages are within 2^23 units).
-pub(crate) fn older(a: u32, b: u32) -> bool {
+pub fn older(a: u32, b: u32) -> bool {
     let d = b.wrapping_sub(a) & ((1 << AGE_BITS) - 1);
     d != 0 && d < 1 << (AGE_BITS - 1)
 }
@@ -175,13 +175,13 @@ fn oldest(a: u32, b: u32) -> u32 {
 
 /// Takes a shared lock unless the word is held exclusively (or moved).
 #[cfg(test)]
-pub(crate) fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
+pub fn try_lock_shared<W: AtomicWord>(word: &W) -> Result<(), Conflict> {
     try_lock_shared_aged(word, 0)
 }
 
 /// [`try_lock_shared`] recording the requester's WAIT_DIE age.
 #[cfg(test)]
-pub(crate) fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Result<(), Conflict> {
+pub fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Result<(), Conflict> {
     try_lock_shared_as(word, Reader::Count, my_age)
 }
 
@@ -191,7 +191,7 @@ pub(crate) fn try_lock_shared_aged<W: AtomicWord>(word: &W, my_age: u32) -> Resu
 /// a pod tuple shared at most once: a second reader of the same host
 /// conflicts, as a writer would.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reader {
+pub enum Reader {
     Count,
     Host(u16),
 }
@@ -212,7 +212,7 @@ impl Reader {
 }
 
 /// The reader kind of a word in pod memory (`pod`) or a partition.
-pub(crate) fn reader_unit(pod: bool, host: u16) -> Reader {
+pub fn reader_unit(pod: bool, host: u16) -> Reader {
     if pod {
         Reader::Host(host)
     } else {
@@ -222,7 +222,7 @@ pub(crate) fn reader_unit(pod: bool, host: u16) -> Reader {
 
 /// Takes a shared lock as `unit` ([`reader_unit`]) unless the word is held
 /// exclusively (or moved), or by this host already on a pod word.
-pub(crate) fn try_lock_shared_as<W: AtomicWord>(
+pub fn try_lock_shared_as<W: AtomicWord>(
     word: &W,
     reader: Reader,
     my_age: u32,
@@ -254,12 +254,12 @@ pub(crate) fn try_lock_shared_as<W: AtomicWord>(
 }
 
 /// Takes an exclusive lock if nobody holds the word in any mode.
-pub(crate) fn try_lock_exclusive<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+pub fn try_lock_exclusive<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
     try_lock_exclusive_aged(word, host, 0)
 }
 
 /// [`try_lock_exclusive`] recording the requester's WAIT_DIE age.
-pub(crate) fn try_lock_exclusive_aged<W: AtomicWord>(
+pub fn try_lock_exclusive_aged<W: AtomicWord>(
     word: &W,
     host: u16,
     my_age: u32,
@@ -288,16 +288,12 @@ pub(crate) fn try_lock_exclusive_aged<W: AtomicWord>(
 /// Turns the caller's shared lock into an exclusive one if it is the only
 /// reader. The caller must hold a shared lock on `word`.
 #[cfg(test)]
-pub(crate) fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
+pub fn try_upgrade<W: AtomicWord>(word: &W, host: u16) -> Result<(), Conflict> {
     try_upgrade_as(word, host, Reader::Count)
 }
 
 /// [`try_upgrade`] of a shared lock taken as `unit`.
-pub(crate) fn try_upgrade_as<W: AtomicWord>(
-    word: &W,
-    host: u16,
-    reader: Reader,
-) -> Result<(), Conflict> {
+pub fn try_upgrade_as<W: AtomicWord>(word: &W, host: u16, reader: Reader) -> Result<(), Conflict> {
     let owner_bits = (host as u64) << OWNER_SHIFT;
     let unit = reader.unit();
     let mut current = word.load(Relaxed);
@@ -323,12 +319,12 @@ pub(crate) fn try_upgrade_as<W: AtomicWord>(
 /// Releases one shared lock. Returns whether a WAIT_DIE waiter asked to be
 /// woken (the caller wakes it; the bit is cleared here).
 #[cfg(test)]
-pub(crate) fn unlock_shared<W: AtomicWord>(word: &W) -> bool {
+pub fn unlock_shared<W: AtomicWord>(word: &W) -> bool {
     unlock_shared_as(word, Reader::Count)
 }
 
 /// Releases a shared lock taken as `reader` ([`reader_unit`]).
-pub(crate) fn unlock_shared_as<W: AtomicWord>(word: &W, reader: Reader) -> bool {
+pub fn unlock_shared_as<W: AtomicWord>(word: &W, reader: Reader) -> bool {
     let unit = reader.unit();
     // One CAS for both changes: a word must never be free with WAITERS set.
     // Not bounded: a release cannot fail, and each failed CAS means another
@@ -352,7 +348,7 @@ pub(crate) fn unlock_shared_as<W: AtomicWord>(word: &W, reader: Reader) -> bool 
 /// Releases the exclusive lock held by `host`. Release ordering publishes the
 /// holder's writes to the next acquirer, in any process. Returns whether a
 /// WAIT_DIE waiter asked to be woken.
-pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) -> bool {
+pub fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) -> bool {
     let previous = word.fetch_and(!(EXCLUSIVE | OWNER_MASK | WAITERS), AcqRel);
     assert!(
         previous & EXCLUSIVE != 0
@@ -369,7 +365,7 @@ pub(crate) fn unlock_exclusive<W: AtomicWord>(word: &W, host: u16) -> bool {
 /// nothing here, else whether a WAIT_DIE waiter asked to be woken. Only the
 /// survivor that claimed the dead host's recovery calls it (`lease`), so the
 /// holder cannot release concurrently.
-pub(crate) fn release_dead<W: AtomicWord>(word: &W, host: u16) -> Option<bool> {
+pub fn release_dead<W: AtomicWord>(word: &W, host: u16) -> Option<bool> {
     let reader = Reader::Host(host);
     let unit = reader.unit();
     let mut current = word.load(Acquire);
@@ -393,7 +389,7 @@ pub(crate) fn release_dead<W: AtomicWord>(word: &W, host: u16) -> Option<bool> {
 
 /// WAIT_DIE: asks the next releaser of `word` to wake its waiters, if the
 /// word still has the value `seen`. False: it changed; try again.
-pub(crate) fn ask_for_wake<W: AtomicWord>(word: &W, seen: u64) -> bool {
+pub fn ask_for_wake<W: AtomicWord>(word: &W, seen: u64) -> bool {
     assert!(held(seen), "waiting on a free word {seen:#x}");
     seen & WAITERS != 0
         || word
@@ -402,7 +398,7 @@ pub(crate) fn ask_for_wake<W: AtomicWord>(word: &W, seen: u64) -> bool {
 }
 
 /// Records that `host` now caches the tuple. Caller holds the lock (any mode).
-pub(crate) fn mark_valid<W: AtomicWord>(word: &W, host: u16) {
+pub fn mark_valid<W: AtomicWord>(word: &W, host: u16) {
     let previous = word.fetch_or(host_bit(host), Relaxed);
     assert!(
         previous & EXCLUSIVE != 0 || readers(previous) >= 1,
@@ -412,7 +408,7 @@ pub(crate) fn mark_valid<W: AtomicWord>(word: &W, host: u16) {
 
 /// A write by `host`: every other host's cached copy is now stale. Caller
 /// holds the exclusive lock.
-pub(crate) fn keep_only_valid<W: AtomicWord>(word: &W, host: u16) {
+pub fn keep_only_valid<W: AtomicWord>(word: &W, host: u16) {
     let previous = word.fetch_and(!VALID_MASK | host_bit(host), Relaxed);
     assert!(
         previous & EXCLUSIVE != 0 && owner(previous) == host,
@@ -422,20 +418,20 @@ pub(crate) fn keep_only_valid<W: AtomicWord>(word: &W, host: u16) {
 }
 
 /// Sets the clock bit of a slot word the caller holds (no store if set).
-pub(crate) fn mark_accessed<W: AtomicWord>(word: &W) {
+pub fn mark_accessed<W: AtomicWord>(word: &W) {
     if word.load(Relaxed) & ACCESSED == 0 {
         word.fetch_or(ACCESSED, Relaxed);
     }
 }
 
 /// Clock hand: clears the bit; returns whether it was set.
-pub(crate) fn take_accessed<W: AtomicWord>(word: &W) -> bool {
+pub fn take_accessed<W: AtomicWord>(word: &W) -> bool {
     word.load(Relaxed) & ACCESSED != 0 && word.fetch_and(!ACCESSED, Relaxed) & ACCESSED != 0
 }
 
 /// Turns a free home lock word into a forward to `slot` (the tuple is being
 /// moved to the shared region). Fails if anyone holds it.
-pub(crate) fn try_forward<W: AtomicWord>(word: &W, slot: u32) -> Result<(), Conflict> {
+pub fn try_forward<W: AtomicWord>(word: &W, slot: u32) -> Result<(), Conflict> {
     let mut current = word.load(Relaxed);
     for _ in 0..LOCK_CAS_RETRY_MAX {
         if held(current) || current & MOVED != 0 {
@@ -622,30 +618,6 @@ mod tests {
         use super::super::*;
         use shuttle::sync::Arc;
         use shuttle::sync::atomic::{AtomicU64 as ShuttleU64, Ordering as O};
-
-        impl AtomicWord for ShuttleU64 {
-            fn load(&self, order: Ordering) -> u64 {
-                ShuttleU64::load(self, order)
-            }
-            fn swap(&self, value: u64, order: Ordering) -> u64 {
-                ShuttleU64::swap(self, value, order)
-            }
-            fn compare_exchange_weak(
-                &self,
-                current: u64,
-                new: u64,
-                success: Ordering,
-                failure: Ordering,
-            ) -> Result<u64, u64> {
-                ShuttleU64::compare_exchange_weak(self, current, new, success, failure)
-            }
-            fn fetch_and(&self, value: u64, order: Ordering) -> u64 {
-                ShuttleU64::fetch_and(self, value, order)
-            }
-            fn fetch_or(&self, value: u64, order: Ordering) -> u64 {
-                ShuttleU64::fetch_or(self, value, order)
-            }
-        }
 
         struct Shared {
             word: ShuttleU64,

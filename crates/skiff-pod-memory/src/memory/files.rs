@@ -8,14 +8,14 @@ use crate::constants::HOSTS_MAX;
 use crate::error::{PodError, Result};
 
 /// `PATH.hostN`: the partition file of host `host`.
-pub(crate) fn part_path(pod_path: &Path, host: u16) -> PathBuf {
+pub fn part_path(pod_path: &Path, host: u16) -> PathBuf {
     let mut s = pod_path.as_os_str().to_owned();
     s.push(format!(".host{host}"));
     s.into()
 }
 
 /// `PATH.hostN.wal`: the log of host `host`.
-pub(crate) fn wal_path(pod_path: &Path, host: u16) -> PathBuf {
+pub fn wal_path(pod_path: &Path, host: u16) -> PathBuf {
     let mut s = pod_path.as_os_str().to_owned();
     s.push(format!(".host{host}.wal"));
     s.into()
@@ -24,7 +24,7 @@ pub(crate) fn wal_path(pod_path: &Path, host: u16) -> PathBuf {
 /// `PATH.hostN.ckptI`: checkpoint image `image` (0 or 1) of host `host`'s
 /// partition. The log's header says which one a restart starts from; the
 /// other is the one the next checkpoint brings up to date (`checkpoint`).
-pub(crate) fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf {
+pub fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf {
     let mut s = pod_path.as_os_str().to_owned();
     s.push(format!(".host{host}.ckpt{image}"));
     s.into()
@@ -32,7 +32,7 @@ pub(crate) fn checkpoint_path(pod_path: &Path, host: u16, image: u8) -> PathBuf 
 
 /// Removes a pod file and every partition file beside it; missing files are
 /// fine.
-pub(crate) fn remove_files(path: &Path) -> Result<()> {
+pub fn remove_files(path: &Path) -> Result<()> {
     let remove = |p: &Path| match std::fs::remove_file(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

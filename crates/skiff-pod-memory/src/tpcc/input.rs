@@ -4,14 +4,14 @@ use crate::tpcc::random::{NurandConstants, Rng, last_name};
 use crate::tpcc::schema::*;
 
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct OrderLineInput {
+pub struct OrderLineInput {
     pub i_id: u32,
     pub supply_w_id: u32,
     pub quantity: u32,
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct NewOrderInput {
+pub struct NewOrderInput {
     pub w_id: u32,
     pub d_id: u32,
     pub c_id: u32,
@@ -20,23 +20,23 @@ pub(crate) struct NewOrderInput {
 }
 
 impl NewOrderInput {
-    pub(crate) fn lines(&self) -> &[OrderLineInput] {
+    pub fn lines(&self) -> &[OrderLineInput] {
         &self.lines[..self.ol_cnt as usize]
     }
 
-    pub(crate) fn all_local(&self) -> bool {
+    pub fn all_local(&self) -> bool {
         self.lines().iter().all(|l| l.supply_w_id == self.w_id)
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CustomerKey {
+pub enum CustomerKey {
     Id(u32),
     LastName([u8; 16]),
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct PaymentInput {
+pub struct PaymentInput {
     pub w_id: u32,
     pub d_id: u32,
     pub c_w_id: u32,
@@ -46,27 +46,27 @@ pub(crate) struct PaymentInput {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct OrderStatusInput {
+pub struct OrderStatusInput {
     pub w_id: u32,
     pub d_id: u32,
     pub customer: CustomerKey,
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct DeliveryInput {
+pub struct DeliveryInput {
     pub w_id: u32,
     pub o_carrier_id: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StockLevelInput {
+pub struct StockLevelInput {
     pub w_id: u32,
     pub d_id: u32,
     pub threshold: u32,
 }
 
 /// Generates inputs for one worker.
-pub(crate) struct InputGen {
+pub struct InputGen {
     pub warehouses: u32,
     pub line_remote_p: f64,
     pub payment_remote_p: f64,
@@ -81,7 +81,7 @@ impl InputGen {
     }
 
     /// Clause 2.4.1. 1% of orders end with an unused item id (rollback).
-    pub(crate) fn new_order(&self, rng: &mut Rng, w_id: u32) -> NewOrderInput {
+    pub fn new_order(&self, rng: &mut Rng, w_id: u32) -> NewOrderInput {
         let mut input = NewOrderInput {
             w_id,
             d_id: rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE),
@@ -107,7 +107,7 @@ impl InputGen {
     }
 
     /// Clause 2.5.1: 15% remote customer (scaled), 60% by last name.
-    pub(crate) fn payment(&self, rng: &mut Rng, w_id: u32) -> PaymentInput {
+    pub fn payment(&self, rng: &mut Rng, w_id: u32) -> PaymentInput {
         let d_id = rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE);
         let (c_w_id, c_d_id) = if self.warehouses > 1 && rng.chance(self.payment_remote_p) {
             (
@@ -130,7 +130,7 @@ impl InputGen {
 
     /// Clause 2.6.1: a customer of the home warehouse, by last name 60% of
     /// the time.
-    pub(crate) fn order_status(&self, rng: &mut Rng, w_id: u32) -> OrderStatusInput {
+    pub fn order_status(&self, rng: &mut Rng, w_id: u32) -> OrderStatusInput {
         let d_id = rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE);
         OrderStatusInput {
             w_id,
@@ -140,7 +140,7 @@ impl InputGen {
     }
 
     /// Clause 2.7.1: a carrier of 1..=10.
-    pub(crate) fn delivery(&self, rng: &mut Rng, w_id: u32) -> DeliveryInput {
+    pub fn delivery(&self, rng: &mut Rng, w_id: u32) -> DeliveryInput {
         DeliveryInput {
             w_id,
             o_carrier_id: rng.uniform_u32(1, 10),
@@ -149,7 +149,7 @@ impl InputGen {
 
     /// Clause 2.8.1: a threshold of 10..=20. The spec fixes the district per
     /// terminal; a worker stands for all ten terminals of its warehouses.
-    pub(crate) fn stock_level(&self, rng: &mut Rng, w_id: u32) -> StockLevelInput {
+    pub fn stock_level(&self, rng: &mut Rng, w_id: u32) -> StockLevelInput {
         StockLevelInput {
             w_id,
             d_id: rng.uniform_u32(1, DISTRICTS_PER_WAREHOUSE),
