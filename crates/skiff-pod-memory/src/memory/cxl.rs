@@ -224,7 +224,7 @@ impl<'m> CxlAccess<'m> {
         shared: std::ops::Range<u64>,
         coherent: std::ops::Range<u64>,
     ) -> CxlAccess<'m> {
-        assert!(shared.end <= pod.len() && coherent.end <= pod.len());
+        assert!(shared.end <= pod.bytes() && coherent.end <= pod.bytes());
         assert!(coherent.end <= shared.start || shared.end <= coherent.start);
         CxlAccess {
             pod,

@@ -188,10 +188,10 @@ pub fn read_pod_header(pod: &Mapping) -> Result<Layout> {
     {
         return Err(bad("layout fingerprint differs from this build's".into()));
     }
-    if pod.len() != layout.pod_bytes {
+    if pod.bytes() != layout.pod_bytes {
         return Err(bad(format!(
             "{} bytes, layout says {}",
-            pod.len(),
+            pod.bytes(),
             layout.pod_bytes
         )));
     }
@@ -308,7 +308,7 @@ pub fn check_part_header(part: &Mapping, layout: &Layout, host: u16) -> Result<(
         format!("partition of host {}, expected {host}", h.host)
     } else if h.layout_hash != layout.hash
         || h.part_bytes != layout.part_bytes
-        || part.len() != layout.part_bytes
+        || part.bytes() != layout.part_bytes
     {
         "layout differs from the pod file's".into()
     } else {

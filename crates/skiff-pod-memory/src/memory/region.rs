@@ -135,12 +135,9 @@ impl Mapping {
         &self.path
     }
 
-    pub fn len(&self) -> u64 {
+    /// The mapping's size in bytes.
+    pub fn bytes(&self) -> u64 {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Pointer to `[off, off + len)`, asserted in bounds and aligned.

@@ -165,7 +165,7 @@ pub(crate) fn checkpointer(
         if let (Some(part), None) = (part, &behind) {
             // While transactions run: the current image, to catch up from.
             let from = checkpoint_path(mem.pod.path(), host, current);
-            write_image(&from, part.len(), &path)?;
+            write_image(&from, part.bytes(), &path)?;
             behind = Some(Vec::new());
         }
         let closed = Instant::now();
@@ -222,7 +222,7 @@ fn copy_pages(
     for &(first, pages) in runs.iter().chain(older) {
         let (mut off, end) = (
             first * PAGE_BYTES,
-            ((first + pages) * PAGE_BYTES).min(part.len()),
+            ((first + pages) * PAGE_BYTES).min(part.bytes()),
         );
         while off < end {
             let n = ((end - off) as usize).min(buf.len());
@@ -268,7 +268,7 @@ pub(crate) fn write_checkpoints(mem: &PodMemory) -> Result<()> {
         if let Some(Some(part)) = mem.parts.get(h as usize) {
             for image in 0..2 {
                 let dst = checkpoint_path(mem.pod.path(), h, image);
-                write_image(part.path(), part.len(), &dst)?;
+                write_image(part.path(), part.bytes(), &dst)?;
             }
         }
     }
@@ -324,10 +324,10 @@ pub(crate) fn restore_checkpoint(mem: &PodMemory, host: u16) -> Result<()> {
     let len = std::fs::metadata(&ckpt)
         .map_err(|e| PodError::io(&ckpt, e))?
         .len();
-    if len != part.len() {
+    if len != part.bytes() {
         return Err(bad(format!(
             "{len} bytes, the partition has {}",
-            part.len()
+            part.bytes()
         )));
     }
     copy_sparse(&ckpt, |off, bytes| {

@@ -35,7 +35,7 @@ use skiff_pod_memory::memory::params::Mix;
 use skiff_pod_memory::memory::{Parts, PodMemory};
 use skiff_pod_memory::stats::ProtocolCounters;
 use skiff_pod_memory::stats::{
-    HOST_STATS_BYTES, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns,
+    HOST_STATS_BYTES, Histogram, HostStatsRaw, TxnCounters, WorkerStats, thread_cpu_ns,
 };
 use skiff_pod_memory::tpcc::input::{
     DeliveryInput, InputGen, NewOrderInput, OrderStatusInput, PaymentInput, StockLevelInput,
@@ -606,10 +606,7 @@ fn generate(inputs: &InputGen, kind: Kind, rng: &mut Rng, w: u32) -> Input {
 }
 
 /// The counters and the latency histogram of `kind`'s transactions.
-fn stats_of(
-    stats: &mut WorkerStats,
-    kind: Kind,
-) -> (&mut TxnCounters, &mut skiff_pod_memory::stats::Histogram) {
+fn stats_of(stats: &mut WorkerStats, kind: Kind) -> (&mut TxnCounters, &mut Histogram) {
     match kind {
         Kind::NewOrder => (&mut stats.new_order, &mut stats.new_order_latency),
         Kind::Payment => (&mut stats.payment, &mut stats.payment_latency),
