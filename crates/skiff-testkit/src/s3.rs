@@ -1,17 +1,19 @@
 //! An S3-compatible server for the tests of `s3://` data directories:
-//! `s3s-fs` (the S3 API over a local directory, from crates.io), built on
-//! first use under `target/skiff-testenv/` like the client environments,
-//! and started by each test on a port of its own.
+//! `s3s-fs` (the S3 API over a local directory, from crates.io), served in
+//! the test's own process on a thread of its own and a port of its own.
+//! (It was a `cargo install`ed binary, built by the first test that needed
+//! it: a minute and a half of CI's test time, and crates.io reached while
+//! the tests ran.)
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::thread::JoinHandle;
 
-use crate::clients::{locked, run};
-
-/// The s3s-fs release the tests use.
-pub const S3S_FS_VERSION: &str = "0.14.1";
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use s3s::auth::SimpleAuth;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use tokio::sync::oneshot;
 
 /// The bucket every server starts with.
 pub const BUCKET: &str = "skiff";
@@ -19,72 +21,42 @@ pub const BUCKET: &str = "skiff";
 const ACCESS_KEY: &str = "skiff-test";
 const SECRET_KEY: &str = "skiff-test-secret";
 
-/// How long a started server may take to accept connections.
-const START_DEADLINE: Duration = Duration::from_secs(30);
-
-/// The s3s-fs binary, built with `cargo install` when missing (about a
-/// minute on two cores). The install counts as complete only once a
-/// marker naming the version is written after it.
-pub fn s3s_fs() -> PathBuf {
-    let (root, _lock) = locked("s3s-fs");
-    let dir = root.join("s3s-fs");
-    let binary = dir.join("bin/s3s-fs");
-    let marker = dir.join("skiff-complete");
-    if std::fs::read_to_string(&marker).ok().as_deref() == Some(S3S_FS_VERSION) && binary.is_file()
-    {
-        return binary;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    // CI lints Skiff's crates as it builds them (`.ci/run` names clippy as
-    // the workspace's compiler); the install builds someone else's crate.
-    run(Command::new(cargo)
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("CLIPPY_ARGS")
-        .args(["install", "--quiet", "--debug", "--features", "binary"])
-        .args(["--version", &format!("={S3S_FS_VERSION}"), "--root"])
-        .arg(&dir)
-        .arg("s3s-fs"));
-    std::fs::write(&marker, S3S_FS_VERSION).expect("s3s-fs marker");
-    binary
-}
-
-/// A running s3s-fs over a temporary directory, killed when dropped. Its
+/// A running s3s-fs over a temporary directory, stopped when dropped. Its
 /// objects are files under [`S3Server::bucket_dir`].
 pub struct S3Server {
-    child: Child,
     root: tempfile::TempDir,
     port: u16,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl S3Server {
     /// Start a server holding an empty [`BUCKET`], with signature checks
-    /// on (the keys of [`S3Server::env`]).
+    /// on (the keys of [`S3Server::env`]). It accepts connections once
+    /// this returns: the socket is bound before.
     pub fn start() -> Self {
-        let binary = s3s_fs();
         let root = tempfile::tempdir().expect("s3 root");
         std::fs::create_dir(root.path().join(BUCKET)).expect("bucket directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(binary)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-            .arg(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start s3s-fs");
-        let server = Self { child, root, port };
-        let deadline = Instant::now() + START_DEADLINE;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "s3s-fs did not start on port {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("the bound address").port();
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let fs = s3s_fs::FileSystem::new(root.path()).expect("s3s-fs over the root");
+        let mut builder = S3ServiceBuilder::new(fs);
+        builder.set_auth(SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+        let service = builder.build();
+        let (stop, stopped) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("s3s-fs".into())
+            .spawn(move || serve(listener, service, stopped))
+            .expect("the S3 server's thread");
+        Self {
+            root,
+            port,
+            stop: Some(stop),
+            thread: Some(thread),
         }
-        server
     }
 
     /// The environment a Skiff process needs to use this server.
@@ -117,7 +89,40 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
+}
+
+/// Serves `service` on `listener` until `stopped` fires; the connections
+/// still open then are dropped with the runtime.
+fn serve(listener: TcpListener, service: S3Service, mut stopped: oneshot::Receiver<()>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the S3 server");
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+        let http = ConnBuilder::new(TokioExecutor::new());
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((socket, _)) = accepted else { continue };
+                    let connection = http
+                        .serve_connection(TokioIo::new(socket), service.clone())
+                        .into_owned();
+                    connections.spawn(async move {
+                        let _ = connection.await;
+                    });
+                }
+                _ = &mut stopped => break,
+            }
+            while connections.try_join_next().is_some() {}
+        }
+    });
 }
