@@ -165,7 +165,7 @@ fn answerable(bench: Benchmark) -> Vec<(String, String)> {
 /// Migrate every query of `bench` after boundary `first`, then every
 /// `stride`-th one after it, one boundary a run; the number of migrations.
 async fn migrate_sweep(bench: Benchmark, first: usize, stride: usize) -> usize {
-    sharded(bench, move |shard| async move {
+    sharded(bench, SWEEP_SHARDS, move |shard| async move {
         let server = Server::start(&dataset(bench, 0.01), Options::default());
         migrate_sweep_on(&server, bench, shard, first, stride).await
     })
@@ -180,17 +180,23 @@ async fn migrate_sweep(bench: Benchmark, first: usize, stride: usize) -> usize {
 /// CPU-bound.
 const SWEEP_SHARDS: usize = 2;
 
-/// Runs `sweep` on each shard of `bench`'s answerable queries (every
-/// `SWEEP_SHARDS`-th one) at once; the sum of what they counted. A shard's
+/// The kill sweep waits longest between steps (a killed worker restarts),
+/// and it runs last: with two shards a core sat 40% idle through the
+/// binary's last 100 s (`perf record -a`, issue 41).
+const KILL_SWEEP_SHARDS: usize = 3;
+
+/// Runs `sweep` on each of `count` shards of `bench`'s answerable queries
+/// (every `count`-th one) at once; the sum of what they counted. A shard's
 /// panic is the test's.
-async fn sharded<F, Fut>(bench: Benchmark, sweep: F) -> usize
+async fn sharded<F, Fut>(bench: Benchmark, count: usize, sweep: F) -> usize
 where
     F: Fn(Vec<(String, String)>) -> Fut,
     Fut: std::future::Future<Output = usize> + Send + 'static,
 {
-    let mut shards = vec![Vec::new(); SWEEP_SHARDS];
+    assert!(count > 0);
+    let mut shards = vec![Vec::new(); count];
     for (i, query) in answerable(bench).into_iter().enumerate() {
-        shards[i % SWEEP_SHARDS].push(query);
+        shards[i % count].push(query);
     }
     let mut tasks = tokio::task::JoinSet::new();
     for shard in shards {
@@ -318,7 +324,10 @@ async fn tpch_migrates_between_workers_of_different_parallelism() {
 /// Suspend every query of `bench` after every `stride`-th boundary and
 /// resume it from a second client; the number of suspensions.
 async fn suspend_sweep(bench: Benchmark, stride: usize) -> usize {
-    sharded(bench, move |shard| suspend_sweep_on(bench, shard, stride)).await
+    sharded(bench, SWEEP_SHARDS, move |shard| {
+        suspend_sweep_on(bench, shard, stride)
+    })
+    .await
 }
 
 async fn suspend_sweep_on(
@@ -506,7 +515,10 @@ async fn tpcds_survives_a_killed_worker_through_snapshots() {
 /// boundary k >= 2, with a snapshot after every pipeline; the number of
 /// workers killed.
 async fn kill_sweep(bench: Benchmark, stride: usize) -> usize {
-    sharded(bench, move |shard| kill_sweep_on(bench, shard, stride)).await
+    sharded(bench, KILL_SWEEP_SHARDS, move |shard| {
+        kill_sweep_on(bench, shard, stride)
+    })
+    .await
 }
 
 async fn kill_sweep_on(bench: Benchmark, queries: Vec<(String, String)>, stride: usize) -> usize {
