@@ -1,9 +1,8 @@
 //! An S3-compatible server for the tests of `s3://` data directories:
 //! `s3s-fs` (the S3 API over a local directory, from crates.io), served in
-//! the test's own process on a thread of its own and a port of its own.
-//! (It was a `cargo install`ed binary, built by the first test that needed
-//! it: a minute and a half of CI's test time, and crates.io reached while
-//! the tests ran.)
+//! the test's own process on a thread of its own and a port of its own:
+//! as a `cargo install`ed binary it cost the tests about two minutes of
+//! building, and crates.io while they ran.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
