@@ -14,6 +14,18 @@ use crate::auth::Users;
 /// a row is likely what kills them.
 pub const WORKER_LOSS_RESTARTS: u32 = 3;
 
+/// Bytes of a distributed query's rows the coordinator holds back until
+/// the attempt that makes them ends (`rerun`), so that the query can run
+/// again from the start without the client seeing a row twice (Trino's
+/// `retry-policy=QUERY` holds 32 MB). A query with more rows sends them
+/// as they come past this, and can no longer run again.
+pub const RERUN_BUFFER_BYTES: usize = 32 << 20;
+
+/// Times a distributed query runs again, for lost workers and vacates
+/// together; a lost worker's share is also bounded by
+/// [`WORKER_LOSS_RESTARTS`].
+pub const RERUNS_MAX: u32 = 8;
+
 /// Limits the coordinator enforces, each with a clear error when hit.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -95,10 +107,9 @@ pub struct CoordinatorConfig {
 }
 
 /// How long `skiff.remove_worker` waits for the worker's queries to move
-/// away and for the distributed queries that use it to end; past this the
-/// worker leaves anyway, and what still ran there fails (a single-worker
-/// query whose result already streams, or a distributed query, which
-/// cannot move).
+/// away (a distributed query runs again without it); past this the worker
+/// leaves anyway, and what still ran there fails: a query whose result
+/// already streams, which cannot move.
 pub const REMOVE_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Most workers one `skiff.add_workers(n)` starts.

@@ -5,9 +5,10 @@
 //! service on their Flight port (`skiff-worker`). Not written here: the
 //! exchange operators and the stage scheduler are the library's.
 //!
-//! A distributed query has none of the state separation features of a
-//! single-worker one (no migration, suspend or snapshot): the library
-//! streams between stages and has no pause or retry.
+//! A distributed query has fewer of the state separation features of a
+//! single-worker one: the library streams between stages and has no pause
+//! or retry, so a query that loses a worker or is vacated runs again from
+//! the start (`rerun`), and it cannot migrate, suspend or snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -35,8 +36,8 @@ use super::claims::RunGuard;
 use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::{QueryEntry, ScansSeen};
+use super::rerun::{self, Attempt, Replan};
 use super::window_keys::WindowSortKeys;
-use crate::config::WORKER_PROBE_TIMEOUT;
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
 use skiff_node::scan_progress::{CountScans, ScanCountCodec, ScanKey, files_in};
@@ -77,23 +78,21 @@ fn classes_read(plan: &LogicalPlan) -> BTreeSet<u32> {
 /// run on their partitions' owners under the current partition map
 /// ([`placement`]). `None` when it is not wanted or the plan has no stage
 /// boundary (one worker, or nothing to split): it runs, or is explained,
-/// as on one worker.
+/// as on one worker. A query that loses a worker or is vacated runs again
+/// ([`rerun`]).
 pub(crate) async fn start(
     state: &SessionState,
     inner: &Arc<Inner>,
-    entry: &QueryEntry,
+    entry: &Arc<QueryEntry>,
     plan: &LogicalPlan,
 ) -> Result<Option<SendableRecordBatchStream>> {
     let (query, explain) = match plan {
         LogicalPlan::Explain(explain) => (explain.plan.as_ref(), true),
         plan => (plan, false),
     };
-    let mode = state
-        .config()
-        .options()
-        .extensions
-        .get::<SkiffOptions>()
-        .map_or(Distribute::Auto, |s| s.distribute);
+    let options = state.config().options().extensions.get::<SkiffOptions>();
+    let mode = options.map_or(Distribute::Auto, |s| s.distribute);
+    let hold = options.is_some_and(|s| s.test_hold_distributed);
     // `auto` distributes a query that reads a hash-partitioned table whose
     // partitions several workers that take queries own. Most queries read
     // none: they are let go before any placement work.
@@ -114,10 +113,59 @@ pub(crate) async fn start(
     if mode == Distribute::Auto && !classes.iter().any(|&c| placement.spans_workers(c)) {
         return Ok(None);
     }
+    let planned = plan_on(state, inner, entry.id, query, placement, mode).await?;
+    if planned.physical.downcast_ref::<DistributedExec>().is_none() {
+        return Ok(None);
+    }
+    if explain {
+        return Ok(Some(explained(
+            query,
+            &planned.physical,
+            &planned.placement,
+        )?));
+    }
+    let retry = options.is_none_or(|s| s.retry_on_worker_loss);
+    entry.update(|info| info.retry_on_loss = retry);
+    let first = begin(inner, entry, planned, guard)?;
+    let replan: Replan = {
+        let (state, inner, entry) = (state.clone(), Arc::clone(inner), Arc::clone(entry));
+        let query = Arc::new(query.clone());
+        Box::new(move || {
+            let (state, inner, entry) = (state.clone(), Arc::clone(&inner), Arc::clone(&entry));
+            let query = Arc::clone(&query);
+            Box::pin(async move { again(&state, &inner, &entry, &query, mode).await })
+        })
+    };
+    Ok(Some(rerun::run(
+        Arc::clone(inner),
+        Arc::clone(entry),
+        first,
+        replan,
+        hold,
+    )))
+}
+
+/// A distributed query planned for its placement, with the session that
+/// runs it.
+struct Planned {
+    physical: Arc<dyn ExecutionPlan>,
+    session: SessionState,
+    placement: Arc<Placement>,
+}
+
+/// Plan `query` in stages over `placement`'s workers.
+async fn plan_on(
+    state: &SessionState,
+    inner: &Arc<Inner>,
+    query_id: u64,
+    query: &LogicalPlan,
+    placement: Placement,
+    mode: Distribute,
+) -> Result<Planned> {
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
     let scan_key = ScanKey {
         run: inner.scan_run,
-        query: entry.id,
+        query: query_id,
     };
     let mut builder = SessionStateBuilder::new_from_existing(state.clone())
         .with_distributed_worker_resolver(resolver)
@@ -141,22 +189,37 @@ pub(crate) async fn start(
         // a scan's tasks by its bytes, 16 MiB each by default).
         builder = builder.with_distributed_file_scan_config_bytes_per_partition(1)?;
     }
-    let mut distributed = builder.build();
+    let mut session = builder.build();
     let placement = Arc::new(placement);
-    distributed
-        .config_mut()
-        .set_extension(Arc::clone(&placement));
+    session.config_mut().set_extension(Arc::clone(&placement));
     // DataFusion's EXPLAIN renders the plan before the library cuts it into
     // stages: the stages are rendered here.
-    let physical = distributed.create_physical_plan(query).await?;
-    if physical.downcast_ref::<DistributedExec>().is_none() {
-        return Ok(None);
-    }
-    if explain {
-        return Ok(Some(explained(query, &physical, &placement)?));
-    }
+    let physical = session.create_physical_plan(query).await?;
+    Ok(Planned {
+        physical,
+        session,
+        placement,
+    })
+}
+
+/// Start a planned distributed query, the head stage here; it holds its
+/// workers (`guard`) until it ends.
+fn begin(
+    inner: &Arc<Inner>,
+    entry: &QueryEntry,
+    planned: Planned,
+    guard: RunGuard,
+) -> Result<Attempt> {
+    let Planned {
+        physical,
+        session,
+        placement,
+    } = planned;
     let scans = ScansSeen {
-        key: scan_key,
+        key: ScanKey {
+            run: inner.scan_run,
+            query: entry.id,
+        },
         total: files_in(&physical),
         by_node: BTreeMap::new(),
         local: Some(Arc::clone(&inner.scans)),
@@ -167,53 +230,74 @@ pub(crate) async fn start(
         inner: Arc::clone(inner),
         query: entry.id,
     };
-    let stream = physical.execute(0, distributed.task_ctx())?;
+    let stream = physical.execute(0, session.task_ctx())?;
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
     let epoch = placement.manager.epoch();
+    let placed = format!(
+        "distributed over workers {} (partition map epoch {epoch})",
+        workers.join(",")
+    );
     entry.update(|info| {
-        info.decision = format!(
-            "distributed over workers {} (partition map epoch {epoch})",
-            workers.join(",")
-        );
+        info.decision = after_restart(&info.decision, placed);
         info.routes = Some(Arc::clone(&placement.routes));
     });
-    // The query holds its workers until its stream is dropped: a removal
-    // waits for it (`resize`). When it fails, a worker of its that no
-    // longer listens is declared dead at once, not when its heartbeats
-    // stop, so the next query is not planned with it.
     let schema = stream.schema();
-    let inner = Arc::clone(inner);
-    let held = stream
-        .map(move |batch| {
-            let _ = (&guard, &settle);
-            batch
-        })
-        .then(move |batch| {
-            // A failure of the query's own (its data, its plan) says
-            // nothing of the workers.
-            let failed = batch
-                .as_ref()
-                .err()
-                .filter(|e| !own_failure(e))
-                .map(|_| (Arc::clone(&inner), Arc::clone(&placement)));
-            async move {
-                let Some((inner, placement)) = failed else {
-                    return batch;
-                };
-                // A worker found gone is what failed the query: say so, as
-                // a query that lost its single worker does (57P03).
-                match (declare_gone(&inner, &placement.urls).await.first(), batch) {
-                    (Some(id), Err(e)) => Err(ServerError::worker_gone(format!(
-                        "worker {id} was lost while running the query ({})",
-                        ServerError::from(e).message
-                    ))
-                    .into()),
-                    (_, batch) => batch,
-                }
-            }
-        });
-    Ok(Some(Box::pin(RecordBatchStreamAdapter::new(schema, held))))
+    let settled = stream.map(move |batch| {
+        let _ = &settle;
+        batch
+    });
+    Ok(Attempt {
+        stream: Box::pin(RecordBatchStreamAdapter::new(schema, settled)),
+        guard: Some(guard),
+        workers: placement.urls.clone(),
+    })
+}
+
+/// The query planned and started again on the workers that take queries
+/// now. With one left, the library makes no stage: the coordinator runs
+/// the plan itself rather than fail a query that could answer.
+async fn again(
+    state: &SessionState,
+    inner: &Arc<Inner>,
+    entry: &Arc<QueryEntry>,
+    query: &LogicalPlan,
+    mode: Distribute,
+) -> Result<Attempt> {
+    let (placement, guard) = Placement::now(inner);
+    if placement.urls.is_empty() {
+        return Err(ServerError::worker_gone(
+            "no worker takes queries to run the query again on",
+        ));
+    }
+    let planned = plan_on(state, inner, entry.id, query, placement, mode).await?;
+    if planned.physical.downcast_ref::<DistributedExec>().is_some() {
+        return begin(inner, entry, planned, guard);
+    }
+    let placed = "run on the coordinator (one worker was left)".to_string();
+    entry.update(|info| info.decision = after_restart(&info.decision, placed));
+    let stream =
+        datafusion::physical_plan::execute_stream(planned.physical, planned.session.task_ctx())?;
+    Ok(Attempt {
+        stream,
+        guard: None,
+        workers: BTreeMap::new(),
+    })
+}
+
+/// A query's decision `placed`, after the reason it started over (the
+/// decision before, when it says it started over).
+fn after_restart(before: &str, placed: String) -> String {
+    if !before.starts_with(rerun::STARTED_OVER) {
+        return placed;
+    }
+    // An earlier attempt's placement is dropped, the reason kept.
+    let why = ["; distributed over", "; run on the coordinator"]
+        .iter()
+        .filter_map(|m| before.find(m))
+        .min()
+        .map_or(before, |end| &before[..end]);
+    format!("{why}; {placed}")
 }
 
 /// Held by a distributed query's stream: when the stream goes, the
@@ -229,54 +313,6 @@ impl Drop for SettleScans {
     }
 }
 
-/// Whether `error` is the query's own (its data or its plan), not a
-/// worker's or the network's.
-fn own_failure(error: &DataFusionError) -> bool {
-    matches!(
-        error.find_root(),
-        DataFusionError::ArrowError(..)
-            | DataFusionError::Plan(_)
-            | DataFusionError::SchemaError(..)
-            | DataFusionError::NotImplemented(_)
-            | DataFusionError::ResourcesExhausted(_)
-    )
-}
-
-/// Each of `workers` whose address refuses connections (its process is
-/// gone) is declared dead, and the partition map follows; the ones found
-/// gone. The workers are probed at once; one that accepts is alive and
-/// left alone.
-async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) -> Vec<u64> {
-    let probes = workers.iter().map(|(&id, url)| async move {
-        let (Some(host), Some(port)) = (url.host_str(), url.port()) else {
-            return None;
-        };
-        let probe = tokio::net::TcpStream::connect((host, port));
-        // Accepted, timed out or failed otherwise: not known to be gone
-        // (the failure detector decides).
-        match tokio::time::timeout(WORKER_PROBE_TIMEOUT, probe).await {
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(id),
-            _ => None,
-        }
-    });
-    let gone: Vec<u64> = futures::future::join_all(probes)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    for &id in &gone {
-        if inner.membership.mark_dead(id) {
-            warn!(
-                worker = id,
-                "a distributed query's worker refuses connections; declared dead"
-            );
-            inner.node_lost(id);
-        }
-    }
-    inner.partition_map();
-    gone
-}
-
 impl Placement {
     /// The current partition map and the workers that take queries, with
     /// the query's claim on them. The claim is taken before the workers
@@ -289,10 +325,11 @@ impl Placement {
         let first = usable_urls(&inner.membership);
         let guard = inner.distributed_runs.enter(first.keys().copied());
         let again = usable_urls(&inner.membership);
-        let urls = first
+        let urls: BTreeMap<u64, Url> = first
             .into_iter()
             .filter(|(id, _)| again.contains_key(id))
             .collect();
+        guard.narrow(urls.keys().copied());
         let placement = Placement {
             manager,
             urls,

@@ -55,6 +55,7 @@ mod pg_catalog;
 mod placement;
 mod queries;
 mod relay;
+mod rerun;
 mod resize;
 mod session;
 mod system_tables;

@@ -3,10 +3,10 @@
 //! A worker joins by registering (`skiff worker --coordinator ADDR`, or
 //! `skiff.add_workers(n)`, which asks the launcher of `skiff serve` for
 //! local ones). `skiff.remove_worker(w)` first vacates it (its
-//! single-worker queries migrate away; it takes no new query and no new
-//! distributed task), then waits for the distributed queries that were
-//! placed on it to end, then removes it: its partitions move to the
-//! others, and its next heartbeat tells it to leave. Nothing waits for a
+//! single-worker queries migrate away, its distributed queries run again
+//! without it; it takes no new query and no new distributed task), then
+//! waits until nothing runs there, then removes it: its partitions move to
+//! the others, and its next heartbeat tells it to leave. Nothing waits for a
 //! cluster-wide pause: queries planned before keep their epoch's map.
 
 use std::sync::Arc;

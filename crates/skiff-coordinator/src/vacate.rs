@@ -5,7 +5,9 @@
 //! whose result already streams cannot move (no boundary is left): it
 //! finishes where it is, and the vacate waits for it. Under a spot notice
 //! the migrations abort running pipelines (they are redone on the target)
-//! once half the notice has passed.
+//! once half the notice has passed. A distributed query with tasks there
+//! runs again from the start without the worker (`rerun`), unless its
+//! rows already go out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,7 +43,8 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
         ));
     }
     let started = Instant::now();
-    let moved = ask_all(inner, id, matches!(how, Vacate::Abort));
+    let moved =
+        ask_all(inner, id, matches!(how, Vacate::Abort)) + inner.distributed_runs.vacate(id);
     info!(worker = id, queries = moved, ?how, "vacating worker");
     let notice = match how {
         Vacate::Notice(notice) => Some(notice),
@@ -63,7 +66,7 @@ pub(crate) fn vacate(inner: &Arc<Inner>, id: u64, how: Vacate) -> Result<()> {
                 );
                 return;
             }
-            if queries_on(&inner, id) == 0 {
+            if queries_on(&inner, id) + inner.distributed_runs.using(id) == 0 {
                 let ms = started.elapsed().as_millis() as u64;
                 inner.membership.vacated(id, ms);
                 info!(worker = id, queries = moved, ms, "worker vacated");

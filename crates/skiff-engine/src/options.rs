@@ -37,6 +37,10 @@ extensions_options! {
         /// operation (migrate, suspend, drain) moves it; so that tests can
         /// act on a query that surely runs on its worker.
         pub test_hold_after_pipelines: Option<usize>, default = None
+        /// Test trigger: hold a distributed query once its first rows
+        /// arrived, until a vacate of one of its workers (`skiff.drain`,
+        /// `skiff.remove_worker`) makes it run again without that worker.
+        pub test_hold_distributed: bool, default = false
         /// Compression of extracted state frames: `none`, `lz4` or `zstd`.
         /// None by default: the memory node sits on the cluster network,
         /// faster than lz4 compresses on one core.
@@ -105,8 +109,9 @@ extensions_options! {
 /// like `buffer_matching`, from one `skiff.add_workers` /
 /// `skiff.remove_worker` call to the next). A server refuses them unless
 /// it was started with `--fault-injection`.
-pub const TEST_HOOKS: [&str; 7] = [
+pub const TEST_HOOKS: [&str; 8] = [
     "skiff.test_hold_after_pipelines",
+    "skiff.test_hold_distributed",
     "skiff.migrate_after_pipelines",
     "skiff.migrate_after_morsels",
     "skiff.suspend_after_pipelines",
@@ -182,7 +187,8 @@ choice_setting!(
     /// when it reads a partitioned table whose partitions several workers
     /// own, `on` always (a plan with no stage boundary still runs on one
     /// worker), `off` never. A query on one worker keeps every state
-    /// separation feature; a distributed one has none of them.
+    /// separation feature; a distributed one only runs again from the
+    /// start when it loses a worker or is vacated.
     Distribute, "skiff.distribute", { Auto = "auto", On = "on", Off = "off" }
 );
 

@@ -94,6 +94,7 @@ const COORDINATOR_LAYERS: &[(&str, &[&str])] = &[
             "distributed",
             "fragments",
             "relay",
+            "rerun",
             "resize",
             "vacate",
         ],

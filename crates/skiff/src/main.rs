@@ -32,9 +32,13 @@ const THREAD_STACK_BYTES: usize = 8 << 20;
 const DEMO_SF: f64 = 0.1;
 
 fn main() -> ExitCode {
-    // A panic is a bug; the user still gets one line, not a backtrace.
+    // A panic is a bug; the user still gets one line, not a backtrace, and
+    // a server's log says which of its threads it ended (the process goes
+    // on unless it was the main one).
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("internal error (a bug in skiff): {info}");
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        eprintln!("internal error (a bug in skiff) in thread {name}: {info}");
     }));
     let cli = Cli::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();

@@ -345,25 +345,35 @@ fn coordinator_config(
     })
 }
 
-/// Cancelled on Ctrl-C or SIGTERM.
+/// Cancelled on Ctrl-C, SIGTERM, SIGHUP or SIGQUIT, with the signal in the
+/// log: a server never ends without saying why (SIGHUP and SIGQUIT would
+/// otherwise end it in silence, for instance when the terminal or the job
+/// that started it goes away).
 fn shutdown_on_signal() -> CancellationToken {
+    use tokio::signal::unix::{SignalKind, signal};
     let token = CancellationToken::new();
     let cancel = token.clone();
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(async move {
-            let terminate = async {
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            let on = |kind: SignalKind, name: &'static str| async move {
+                match signal(kind) {
                     Ok(mut s) => {
                         s.recv().await;
+                        name
                     }
-                    Err(_) => std::future::pending().await,
+                    Err(e) => {
+                        warn!(signal = name, error = %e, "cannot listen for the signal");
+                        std::future::pending().await
+                    }
                 }
             };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate => {}
-            }
-            info!("shutting down");
+            let name = tokio::select! {
+                name = on(SignalKind::interrupt(), "SIGINT") => name,
+                name = on(SignalKind::terminate(), "SIGTERM") => name,
+                name = on(SignalKind::hangup(), "SIGHUP") => name,
+                name = on(SignalKind::quit(), "SIGQUIT") => name,
+            };
+            info!(signal = name, "shutting down");
             cancel.cancel();
         });
     }
@@ -560,7 +570,9 @@ pub async fn serve(session: &SessionArgs, args: &ServeArgs) -> Result<()> {
     let (served, children) = tokio::join!(coordinator, children);
     shutdown.cancel();
     children?;
-    served.map_err(server_error)
+    served.map_err(server_error)?;
+    info!("stopped");
+    Ok(())
 }
 
 async fn wait_for_nodes(
