@@ -132,6 +132,10 @@ pub struct QueryInfo {
     /// Start over when the worker dies and no snapshot carries the query
     /// on (`skiff.retry_on_worker_loss`); how often it did.
     pub retry_on_loss: bool,
+    /// A distributed query (`rerun`): it moves by running again, and can
+    /// no longer once its rows went out (`rows_released`).
+    pub distributed: bool,
+    pub rows_released: bool,
     pub loss_restarts: u32,
     /// Where the query ran and how it moved, oldest first.
     pub timeline: Vec<Hop>,
@@ -183,6 +187,8 @@ pub struct QueryEntry {
     info: Mutex<QueryInfo>,
     /// Wakes a suspended query.
     resumed: Notify,
+    /// Asks a distributed query to suspend (`skiff.suspend`).
+    suspend: Notify,
     /// A worker it ran on died while a snapshot can carry it on.
     lost: Notify,
     lost_workers: Mutex<Vec<u64>>,
@@ -236,6 +242,15 @@ impl QueryEntry {
 
     pub(crate) async fn resumed(&self) {
         self.resumed.notified().await;
+    }
+
+    /// Ask a distributed query to suspend (`rerun` hears it).
+    pub(crate) fn ask_suspend(&self) {
+        self.suspend.notify_one();
+    }
+
+    pub(crate) async fn suspend_asked(&self) {
+        self.suspend.notified().await;
     }
 
     /// Resolves when `worker` is declared dead.
@@ -336,11 +351,14 @@ impl QueryRegistry {
                 snapshot_elapsed_ms: 0.0,
                 use_snapshot: false,
                 retry_on_loss: false,
+                distributed: false,
+                rows_released: false,
                 awaits_resume: false,
                 loss_restarts: 0,
                 timeline: Vec::new(),
             }),
             resumed: Notify::new(),
+            suspend: Notify::new(),
             lost: Notify::new(),
             lost_workers: Mutex::new(Vec::new()),
         });

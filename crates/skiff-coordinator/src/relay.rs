@@ -25,7 +25,7 @@ use super::membership::Placement;
 use super::queries::HopKind;
 use super::workers::{flight_error, lost_or};
 use crate::inner::Inner;
-use crate::queries::{QueryEntry, QueryStatus};
+use crate::queries::{QueryEntry, QueryInfo, QueryStatus};
 use skiff_node::error::{Cause, Result, ServerError, SqlState};
 
 /// One run of (part of) the query on one worker.
@@ -342,6 +342,38 @@ impl Relay {
     }
 }
 
+/// `skiff.suspend` and `skiff.migrate` of a distributed query, which
+/// moves only by running again from the start (`rerun`): a suspension
+/// lets its workers go and runs it again on resume, on the workers there
+/// are then; a migration has no one worker to go to, and is refused.
+fn move_distributed(entry: &QueryEntry, reason: HandoffReason, info: &QueryInfo) -> Result<()> {
+    let id = entry.id;
+    if reason != HandoffReason::Suspend {
+        return Err(ServerError::new(
+            SqlState::FeatureNotSupported,
+            format!(
+                "query {id} runs distributed over several workers and cannot migrate to one: \
+                 skiff.suspend({id}) and skiff.resume({id}) run it again on the workers there \
+                 are then, and skiff.remove_worker or skiff.drain move it off a worker"
+            ),
+        ));
+    }
+    if info.rows_released {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!("query {id} already sends its rows to its client: it can no longer suspend"),
+        ));
+    }
+    if info.status == QueryStatus::Suspended {
+        return Err(ServerError::new(
+            SqlState::InvalidParameterValue,
+            format!("query {id} is suspended already"),
+        ));
+    }
+    entry.ask_suspend();
+    Ok(())
+}
+
 fn address(entry: &QueryEntry) -> String {
     entry.info().worker.map(|(_, a)| a).unwrap_or_default()
 }
@@ -469,7 +501,11 @@ pub(crate) fn request_handoff(
             format!("no query {id} is running"),
         ));
     };
-    if reason == HandoffReason::Migrate && entry.info().status == QueryStatus::Suspended {
+    let info = entry.info();
+    if info.distributed {
+        return move_distributed(&entry, reason, &info);
+    }
+    if reason == HandoffReason::Migrate && info.status == QueryStatus::Suspended {
         // A suspended query runs nowhere: migrating it resumes it there.
         if entry.resume(target) {
             return Ok(());

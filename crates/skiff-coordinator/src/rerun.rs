@@ -22,7 +22,7 @@ use tracing::warn;
 use url::Url;
 
 use super::claims::RunGuard;
-use super::queries::{HopKind, QueryEntry};
+use super::queries::{HopKind, QueryEntry, QueryStatus};
 use crate::config::{RERUN_BUFFER_BYTES, RERUNS_MAX, WORKER_LOSS_RESTARTS, WORKER_PROBE_TIMEOUT};
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
@@ -55,6 +55,7 @@ pub(crate) fn run(
     hold: bool,
 ) -> SendableRecordBatchStream {
     let schema = first.stream.schema();
+    entry.update(|info| info.distributed = true);
     let state = Rerun {
         inner,
         entry,
@@ -93,6 +94,7 @@ struct Rerun {
 enum Step {
     Batch(Option<DfResult<RecordBatch>>),
     Vacated,
+    Suspend,
 }
 
 impl Rerun {
@@ -124,8 +126,10 @@ impl Rerun {
                     None => std::future::pending().await,
                 }
             };
+            let entry = Arc::clone(&self.entry);
             let step = tokio::select! {
                 biased;
+                () = entry.suspend_asked(), if !self.released => Step::Suspend,
                 () = vacated, if may_move => Step::Vacated,
                 batch = stream.next(), if !holding => Step::Batch(batch),
             };
@@ -155,14 +159,41 @@ impl Rerun {
                     }
                 }
                 Step::Vacated => self.start_over_elsewhere(),
+                Step::Suspend => self.suspend().await,
             }
         }
     }
 
     fn release(&mut self) {
         self.released = true;
+        self.entry.update(|info| info.rows_released = true);
         self.held_bytes = 0;
         self.ready.extend(self.held.drain(..));
+    }
+
+    /// `skiff.suspend`: let the attempt and its workers go, wait for
+    /// `skiff.resume` (a cancel or the client going away ends the wait, by
+    /// dropping this stream), then run again on the workers there are then.
+    async fn suspend(&mut self) {
+        self.attempt = None;
+        self.held.clear();
+        self.held_bytes = 0;
+        self.hold = false;
+        let id = self.entry.id;
+        self.entry.record(HopKind::Suspended, None, None);
+        self.entry.update(|info| {
+            info.status = QueryStatus::Suspended;
+            info.awaits_resume = true;
+            info.suspensions += 1;
+            info.decision =
+                "suspended by skiff.suspend; runs again from the start on resume".into();
+        });
+        tracing::info!(query = id, "a distributed query is suspended");
+        self.entry.resumed().await;
+        self.entry.record(HopKind::Resumed, None, None);
+        tracing::info!(query = id, "a distributed query resumes: it runs again");
+        self.entry
+            .update(|info| info.decision = format!("{STARTED_OVER}resumed after skiff.suspend"));
     }
 
     fn restarts_left(&self) -> bool {

@@ -39,7 +39,8 @@ extensions_options! {
         pub test_hold_after_pipelines: Option<usize>, default = None
         /// Test trigger: hold a distributed query once its first rows
         /// arrived, until a vacate of one of its workers (`skiff.drain`,
-        /// `skiff.remove_worker`) makes it run again without that worker.
+        /// `skiff.remove_worker`) makes it run again without that worker,
+        /// or `skiff.suspend` suspends it.
         pub test_hold_distributed: bool, default = false
         /// Compression of extracted state frames: `none`, `lz4` or `zstd`.
         /// None by default: the memory node sits on the cluster network,

@@ -15,7 +15,7 @@ use datafusion::common::runtime::SpawnedTask;
 use rand::{Rng, SeedableRng};
 use skiff_cluster::{PartitionManager, minimal_moves};
 use skiff_gen::Benchmark;
-use skiff_testkit::queries;
+use skiff_testkit::{Row, queries};
 
 use crate::golden::{check_in, run_pg};
 use crate::support::{Options, Server, partitioned_dataset, simple_rows, wait_for_workers};
@@ -345,35 +345,15 @@ async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it()
     let admin = server.pg().await;
     wait_for_workers(&admin, 3).await;
     let (before, _) = map(&admin).await;
-    let client = server.pg().await;
-    simple_rows(&client, "SET skiff.test_hold_distributed = true")
-        .await
-        .expect("the test hook");
-    let (_, sql) = queries("tpch")
-        .into_iter()
-        .find(|(q, _)| q == "q01")
-        .expect("q01");
-    let asked = sql.clone();
-    let query = SpawnedTask::spawn(async move { run_pg(&client, &asked).await });
-    // Running, distributed, over all three workers.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (id, decision) = loop {
-        let rows = simple_rows(
-            &admin,
-            "SELECT id, decision FROM skiff.queries \
-             WHERE state = 'running' AND decision LIKE 'distributed over%'",
-        )
-        .await
-        .expect("skiff.queries");
-        if let Some(row) = rows.first() {
-            break (
-                row[0].clone().expect("id"),
-                row[1].clone().expect("decision"),
-            );
-        }
-        assert!(Instant::now() < deadline, "q01 never ran distributed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (id, query) = held_distributed_q01(&server, &admin).await;
+    let decision = simple_rows(
+        &admin,
+        &format!("SELECT decision FROM skiff.queries WHERE id = {id}"),
+    )
+    .await
+    .expect("skiff.queries")[0][0]
+        .clone()
+        .unwrap_or_default();
     let leaving = *live_workers(&admin).await.last().expect("a worker");
     assert!(decision.contains(&leaving.to_string()), "{decision}");
     simple_rows(&admin, &format!("SELECT skiff.remove_worker('{leaving}')"))
@@ -410,6 +390,112 @@ async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it()
         "{decision}"
     );
     assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
+}
+
+/// `skiff.suspend` of a distributed query lets its workers go, and
+/// `skiff.resume` runs it again on the workers there are then: one added
+/// meanwhile takes part. `skiff.migrate` of it is refused, saying what
+/// moves it instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
+    let mut server = Server::start(
+        &partitioned_dataset(Benchmark::Tpch, P),
+        Options {
+            workers: Some(2),
+            ..Options::default()
+        },
+    );
+    let admin = server.pg().await;
+    wait_for_workers(&admin, 2).await;
+    let (id, query) = held_distributed_q01(&server, &admin).await;
+    let refused = admin
+        .simple_query(&format!("SELECT skiff.migrate({id})"))
+        .await
+        .expect_err("a distributed query migrated");
+    let refused = format!("{refused:?}");
+    assert!(
+        refused.contains("0A000") && refused.contains("cannot migrate"),
+        "{refused}"
+    );
+    simple_rows(&admin, &format!("SELECT skiff.suspend({id})"))
+        .await
+        .expect("suspend");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state_of(&admin, &id).await != "suspended" {
+        assert!(Instant::now() < deadline, "query {id} never suspended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    simple_rows(&admin, "SELECT skiff.add_workers(1)")
+        .await
+        .expect("add a worker");
+    wait_for_workers(&admin, 3).await;
+    let added = *live_workers(&admin).await.last().expect("a worker");
+    let resumed = simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
+        .await
+        .expect("resume");
+    assert_eq!(resumed[0][0].as_deref(), Some("t"), "{resumed:?}");
+    let answer = query.join().await.expect("the query's task");
+    check_in("tpch", "q01", answer).expect("q01 after the resume");
+    let rows = simple_rows(
+        &admin,
+        &format!("SELECT suspensions, decision FROM skiff.queries WHERE id = {id}"),
+    )
+    .await
+    .expect("skiff.queries");
+    assert_eq!(rows[0][0].as_deref(), Some("1"), "{rows:?}");
+    let decision = rows[0][1].clone().unwrap_or_default();
+    let (_, workers) = decision
+        .split_once("distributed over workers ")
+        .unwrap_or_else(|| panic!("{decision}"));
+    let workers: Vec<&str> = workers.split(' ').next().unwrap_or("").split(',').collect();
+    assert!(
+        workers.len() == 3 && workers.contains(&added.to_string().as_str()),
+        "{decision}"
+    );
+    assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
+}
+
+/// q01 started by a client of its own with `skiff.test_hold_distributed`,
+/// once it runs distributed: its id and its task (the answer).
+async fn held_distributed_q01(
+    server: &Server,
+    admin: &tokio_postgres::Client,
+) -> (String, SpawnedTask<Result<Vec<(Vec<Row>, usize)>, String>>) {
+    let client = server.pg().await;
+    simple_rows(&client, "SET skiff.test_hold_distributed = true")
+        .await
+        .expect("the test hook");
+    let (_, sql) = queries("tpch")
+        .into_iter()
+        .find(|(q, _)| q == "q01")
+        .expect("q01");
+    let query = SpawnedTask::spawn(async move { run_pg(&client, &sql).await });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = simple_rows(
+            admin,
+            "SELECT id FROM skiff.queries \
+             WHERE state = 'running' AND decision LIKE 'distributed over%'",
+        )
+        .await
+        .expect("skiff.queries");
+        if let Some(id) = rows.first().and_then(|r| r[0].clone()) {
+            return (id, query);
+        }
+        assert!(Instant::now() < deadline, "q01 never ran distributed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A query's state in `skiff.queries`.
+async fn state_of(admin: &tokio_postgres::Client, id: &str) -> String {
+    let rows = simple_rows(
+        admin,
+        &format!("SELECT state FROM skiff.queries WHERE id = {id}"),
+    )
+    .await
+    .expect("skiff.queries");
+    rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
 }
 
 /// What a query stream saw: how many answers it checked, those that were
