@@ -184,6 +184,14 @@ pub struct BenchArgs {
         conflicts_with_all = ["via", "migration", "state_sizes"]
     )]
     pub scale: Vec<usize>,
+    /// With `--scale`: measure faults instead, at its largest count: each
+    /// query with a worker SIGKILLed at 25, 50 and 75% of its latency (it
+    /// runs again from the start) against its undisturbed latency, then
+    /// `skiff.remove_worker` under 8 running distributed queries (the
+    /// vacate latency) against how long they still ran undisturbed;
+    /// results in RESULTS/<benchmark>-<data>-faults.*.
+    #[arg(long, requires = "scale")]
+    pub faults: bool,
     /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-11 and
     /// Table 2): q1 repeatedly while the cluster grows 2->3->4 and shrinks
     /// back, with matching on and off; matching time against the bytes

@@ -21,6 +21,7 @@ pub mod child;
 pub mod client;
 mod duckdb;
 mod error;
+mod faults;
 pub mod generate;
 mod groups;
 mod harness;
@@ -121,6 +122,9 @@ pub async fn run(args: &BenchArgs) -> Result<(), BenchError> {
             .collect();
         if args.matching {
             return matching::run(&setup, args, &probes, &title).await;
+        }
+        if args.faults {
+            return faults::run(&setup, args, &queries, &title).await;
         }
         return scale::run(&setup, args, &queries, &probes, &title).await;
     }

@@ -267,6 +267,8 @@ pub(crate) struct Cluster {
     /// Held for its drop, which kills the server and its workers.
     _server: Coordinator,
     pub(crate) conn: PgConn,
+    /// Its PostgreSQL front door, for more connections.
+    pub(crate) pg: std::net::SocketAddr,
 }
 
 impl Cluster {
@@ -279,12 +281,14 @@ impl Cluster {
         let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
         let mut command = launch::serve(&exe, state, workers, setup.threads);
         let server = Coordinator::start(&mut command, START_TIMEOUT).map_err(fail)?;
-        let conn = PgConn::connect(server.pg().map_err(fail)?, &Credentials::default())
+        let pg = server.pg().map_err(fail)?;
+        let conn = PgConn::connect(pg, &Credentials::default())
             .await
             .map_err(fail)?;
         let cluster = Self {
             _server: server,
             conn,
+            pg,
         };
         cluster.wait_for(workers).await?;
         Ok(cluster)

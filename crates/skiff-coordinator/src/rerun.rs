@@ -23,7 +23,9 @@ use url::Url;
 
 use super::claims::RunGuard;
 use super::queries::{HopKind, QueryEntry, QueryStatus};
-use crate::config::{RERUN_BUFFER_BYTES, RERUNS_MAX, WORKER_LOSS_RESTARTS, WORKER_PROBE_TIMEOUT};
+use crate::config::{
+    RERUN_BUFFER_BYTES, RERUN_PROBE_AGAIN, RERUNS_MAX, WORKER_LOSS_RESTARTS, WORKER_PROBE_TIMEOUT,
+};
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
 
@@ -215,7 +217,13 @@ impl Rerun {
             .unwrap_or_default();
         // A worker found gone is what failed the query; the others are
         // let go with the attempt before it runs again.
-        let gone = declare_gone(&self.inner, &workers).await;
+        let mut gone = declare_gone(&self.inner, &workers).await;
+        if gone.is_empty() && transient(&error) {
+            // A killed worker's connections break before its port
+            // refuses: look once more before running again with it.
+            tokio::time::sleep(RERUN_PROBE_AGAIN).await;
+            gone = declare_gone(&self.inner, &workers).await;
+        }
         drop(attempt);
         let info = self.entry.info();
         let again = !self.released
