@@ -19,6 +19,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use datafusion::common::runtime::SpawnedTask;
 use plotters::prelude::*;
 use skiff_engine::statement::split_statements;
 
@@ -218,12 +219,13 @@ async fn killed(
     let before = last_query(cluster).await?;
     let owned = script.to_string();
     let start = Instant::now();
-    let query = tokio::spawn(async move { run_script(&conn, &owned).await });
+    let query = SpawnedTask::spawn(async move { run_script(&conn, &owned).await });
     tokio::time::sleep(Duration::from_secs_f64(base_ms * fraction / 1000.0)).await;
     // SAFETY: kill(2) of a worker process of the server this bench started
     // (its pid from skiff.workers, checked positive: never a group).
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let outcome = query
+        .join()
         .await
         .map_err(|e| fail(format!("the query's task: {e}")))?;
     let ms = start.elapsed().as_secs_f64() * 1000.0;
@@ -273,7 +275,9 @@ async fn concurrent(
             .await
             .map_err(BenchError::Data)?;
         let owned = script.to_string();
-        tasks.push(tokio::spawn(async move { run_script(&conn, &owned).await }));
+        tasks.push(SpawnedTask::spawn(async move {
+            run_script(&conn, &owned).await
+        }));
     }
     tokio::time::sleep(Duration::from_secs_f64(base_ms / 2000.0)).await;
     let from = Instant::now();
@@ -310,7 +314,7 @@ async fn concurrent(
     }
     let mut failed = 0;
     for task in tasks {
-        if !matches!(task.await, Ok(Ok(_))) {
+        if !matches!(task.join().await, Ok(Ok(_))) {
             failed += 1;
         }
     }
@@ -413,7 +417,8 @@ fn csv(kills: &[KillFigure], vacates: &[VacateFigure]) -> String {
     }
     for (i, v) in vacates.iter().enumerate() {
         out.push_str(&format!(
-            "vacate,round {},,{:.1},{:.1},,{},{:.1},\"answered {:.1} ms after the removal began\"\n",
+            "vacate,round {},,{:.1},{:.1},,{},{:.1},\"answered {:.1} ms after the removal \
+             began\"\n",
             i + 1,
             v.undisturbed_ms,
             v.vacate_ms,
