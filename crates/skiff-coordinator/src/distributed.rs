@@ -390,3 +390,25 @@ fn explained(
     let stream = futures::stream::iter([Ok(batch)]);
     Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_after_a_restart_keeps_the_reason_and_the_newest_placement() {
+        let first = "distributed over workers 1,2,3 (partition map epoch 4)";
+        let placed = || "distributed over workers 1,2 (partition map epoch 5)".to_string();
+        // No restart: the placement alone.
+        assert_eq!(after_restart(first, placed()), placed());
+        let why = format!("{}it lost worker 3", rerun::STARTED_OVER);
+        let once = after_restart(&why, placed());
+        assert_eq!(once, format!("{why}; {}", placed()));
+        // A later attempt's placement replaces the earlier one.
+        let again = after_restart(&once, "run on the coordinator (one worker was left)".into());
+        assert_eq!(
+            again,
+            format!("{why}; run on the coordinator (one worker was left)")
+        );
+    }
+}

@@ -358,3 +358,38 @@ async fn declare_gone(inner: &Inner, workers: &BTreeMap<u64, Url>) -> Vec<u64> {
     inner.partition_map();
     gone
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::error::ArrowError;
+
+    #[test]
+    fn only_a_transport_failure_is_worth_a_second_attempt_without_a_worker_gone() {
+        let network = DataFusionError::External("h2 protocol error".into());
+        let io = DataFusionError::IoError(std::io::Error::other("connection reset"));
+        let data = DataFusionError::ArrowError(Box::new(ArrowError::DivideByZero), None);
+        let plan = DataFusionError::Plan("no such column".into());
+        let run = DataFusionError::Execution("cannot cast".into());
+        for error in [&network, &io] {
+            assert!(!own_failure(error) && transient(error), "{error}");
+        }
+        for error in [&data, &plan] {
+            assert!(own_failure(error) && !transient(error), "{error}");
+        }
+        // Neither: runs again only when a worker of its was found gone.
+        assert!(!own_failure(&run) && !transient(&run));
+        // Wrapped errors are judged by their root.
+        let wrapped = DataFusionError::Context("stage 2".into(), Box::new(network));
+        assert!(transient(&wrapped));
+        let wrapped = DataFusionError::Context("stage 2".into(), Box::new(data));
+        assert!(own_failure(&wrapped));
+    }
+
+    #[test]
+    fn worker_lists_read_as_the_decision_says_them() {
+        assert_eq!(join(&[3]), "3");
+        assert_eq!(join(&[1, 4]), "1,4");
+        assert_eq!(join(&[]), "?");
+    }
+}
