@@ -132,6 +132,16 @@ impl PgConn {
             .count() as u64)
     }
 
+    /// Run every statement of a query file, one simple query each (as a
+    /// client sends a script); rows of all of them.
+    pub async fn run_script(&self, script: &str) -> Result<u64, String> {
+        let mut rows = 0;
+        for statement in skiff_engine::statement::split_statements(script) {
+            rows += self.query(statement).await?;
+        }
+        Ok(rows)
+    }
+
     /// Run `sql` as one simple query; its rows as text cells.
     pub async fn rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
         Ok(self

@@ -21,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use datafusion::common::runtime::SpawnedTask;
 use plotters::prelude::*;
-use skiff_engine::statement::split_statements;
 
 use super::report;
-use super::scale::{Bars, Cluster, grouped_bars, own_state};
+use super::scale::{Bars, Cluster, grouped_bars, own_state, timed};
 use crate::args::BenchArgs;
 use crate::client::{Credentials, PgConn};
 use crate::harness::{BenchError, QueryFile, Setup, publish, read_scripts, results_stem};
@@ -94,8 +93,8 @@ pub async fn run(
     let mut kills = Vec::new();
     let mut slowest: Option<(f64, &str)> = None;
     for (name, script) in &scripts {
-        let base_ms = match undisturbed(&cluster, script, runs).await {
-            Ok(ms) => ms,
+        let base_ms = match timed(&cluster, script, runs).await {
+            Ok((ms, _)) => ms,
             Err(e) => {
                 eprintln!("{name}: {e}");
                 continue;
@@ -148,28 +147,6 @@ pub async fn run(
     Ok(())
 }
 
-/// Rows of every statement of `script` on `conn`.
-async fn run_script(conn: &PgConn, script: &str) -> Result<u64, String> {
-    let mut rows = 0;
-    for statement in split_statements(script) {
-        rows += conn.query(statement).await?;
-    }
-    Ok(rows)
-}
-
-/// The median latency of `runs` runs of `script`, the first a warm-up.
-async fn undisturbed(cluster: &Cluster, script: &str, runs: u32) -> Result<f64, String> {
-    let mut times = Vec::new();
-    for _ in 0..runs {
-        let start = Instant::now();
-        run_script(&cluster.conn, script).await?;
-        times.push(start.elapsed().as_secs_f64() * 1000.0);
-    }
-    report::stats(&times[1..])
-        .map(|s| s.median_ms)
-        .ok_or_else(|| "no run".to_string())
-}
-
 /// The newest query's id in `skiff.queries`.
 async fn last_query(cluster: &Cluster) -> Result<u64, BenchError> {
     cluster
@@ -219,7 +196,7 @@ async fn killed(
     let before = last_query(cluster).await?;
     let owned = script.to_string();
     let start = Instant::now();
-    let query = SpawnedTask::spawn(async move { run_script(&conn, &owned).await });
+    let query = SpawnedTask::spawn(async move { conn.run_script(&owned).await });
     tokio::time::sleep(Duration::from_secs_f64(base_ms * fraction / 1000.0)).await;
     // SAFETY: kill(2) of a worker process of the server this bench started
     // (its pid from skiff.workers, checked positive: never a group).
@@ -275,9 +252,9 @@ async fn concurrent(
             .await
             .map_err(BenchError::Data)?;
         let owned = script.to_string();
-        tasks.push(SpawnedTask::spawn(async move {
-            run_script(&conn, &owned).await
-        }));
+        tasks.push(SpawnedTask::spawn(
+            async move { conn.run_script(&owned).await },
+        ));
     }
     tokio::time::sleep(Duration::from_secs_f64(base_ms / 2000.0)).await;
     let from = Instant::now();

@@ -329,11 +329,7 @@ impl Cluster {
 
     /// Run every statement of a query file; rows of all of them.
     pub(crate) async fn run(&self, script: &str) -> Result<u64, String> {
-        let mut rows = 0;
-        for statement in split_statements(script) {
-            rows += self.conn.query(statement).await?;
-        }
-        Ok(rows)
+        self.conn.run_script(script).await
     }
 
     /// A statement whose rows do not matter.
@@ -481,7 +477,11 @@ pub(crate) fn own_state(data: &Path) -> Result<tempfile::TempDir, BenchError> {
 
 /// Median of the timed runs of `script` (the first is a warm-up when
 /// there are several), and its rows.
-async fn timed(cluster: &Cluster, script: &str, runs: u32) -> Result<(f64, u64), String> {
+pub(crate) async fn timed(
+    cluster: &Cluster,
+    script: &str,
+    runs: u32,
+) -> Result<(f64, u64), String> {
     let mut times = Vec::new();
     let mut rows = 0;
     for _ in 0..runs {

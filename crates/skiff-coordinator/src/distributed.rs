@@ -7,8 +7,8 @@
 //!
 //! A distributed query has fewer of the state separation features of a
 //! single-worker one: the library streams between stages and has no pause
-//! or retry, so a query that loses a worker or is vacated runs again from
-//! the start (`rerun`), and it cannot migrate, suspend or snapshot.
+//! or retry, so a query that loses a worker, is vacated or is suspended
+//! runs again from the start (`rerun`), and it cannot migrate or snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -69,6 +69,7 @@ pub(crate) fn run(
         released: false,
         done: false,
         hold,
+        restarts: 0,
     };
     let rows = futures::stream::unfold(state, |mut st| async move {
         let item = st.next().await?;
@@ -91,6 +92,9 @@ struct Rerun {
     released: bool,
     done: bool,
     hold: bool,
+    /// Times it started over (its `restarts` in `skiff.queries`), kept
+    /// here so that each batch need not read the query's record.
+    restarts: u32,
 }
 
 enum Step {
@@ -117,7 +121,7 @@ impl Rerun {
                     }
                 }
             }
-            let may_move = !self.released && self.restarts_left();
+            let may_move = !self.released && self.restarts < RERUNS_MAX;
             let holding = self.hold && may_move && !self.held.is_empty();
             let Some(Attempt { stream, guard, .. }) = self.attempt.as_mut() else {
                 continue;
@@ -138,6 +142,7 @@ impl Rerun {
             match step {
                 Step::Batch(Some(Ok(batch))) => {
                     if self.released {
+                        assert!(self.held.is_empty(), "rows held after they went out");
                         return Some(Ok(batch));
                     }
                     self.held_bytes += batch.get_array_memory_size();
@@ -198,10 +203,6 @@ impl Rerun {
             .update(|info| info.decision = format!("{STARTED_OVER}resumed after skiff.suspend"));
     }
 
-    fn restarts_left(&self) -> bool {
-        self.entry.info().restarts < RERUNS_MAX
-    }
-
     /// The attempt failed. When a worker of its is gone (or the network
     /// failed it) and no row went out, run it again (at most
     /// `WORKER_LOSS_RESTARTS` times, `skiff.retry_on_worker_loss`); a
@@ -229,7 +230,7 @@ impl Rerun {
         let again = !self.released
             && info.retry_on_loss
             && info.loss_restarts < WORKER_LOSS_RESTARTS
-            && info.restarts < RERUNS_MAX
+            && self.restarts < RERUNS_MAX
             && (!gone.is_empty() || transient(&error));
         if !again {
             // Said as a query that lost its single worker says it (57P03).
@@ -282,6 +283,7 @@ impl Rerun {
         self.held.clear();
         self.held_bytes = 0;
         self.hold = false;
+        self.restarts += 1;
         self.entry.record(HopKind::StartedOver, None, None);
         self.entry.update(|info| {
             info.restarts += 1;

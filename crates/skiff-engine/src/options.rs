@@ -189,7 +189,7 @@ choice_setting!(
     /// own, `on` always (a plan with no stage boundary still runs on one
     /// worker), `off` never. A query on one worker keeps every state
     /// separation feature; a distributed one only runs again from the
-    /// start when it loses a worker or is vacated.
+    /// start when it loses a worker, is vacated or is resumed.
     Distribute, "skiff.distribute", { Auto = "auto", On = "on", Off = "off" }
 );
 

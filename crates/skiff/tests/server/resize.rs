@@ -84,15 +84,7 @@ async fn next_map(client: &tokio_postgres::Client, epoch: u64) -> (PartitionMana
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_join_and_leave_while_queries_run() {
-    let mut server = Server::start(
-        &partitioned_dataset(Benchmark::Tpch, P),
-        Options {
-            workers: Some(2),
-            ..Options::default()
-        },
-    );
-    let admin = server.pg().await;
-    wait_for_workers(&admin, 2).await;
+    let (mut server, admin) = started(2).await;
 
     let done = Arc::new(AtomicBool::new(false));
     let stream = query_stream(&server, Arc::clone(&done)).await;
@@ -224,6 +216,33 @@ async fn workers_join_and_leave_while_queries_run() {
     );
 }
 
+/// A `skiff serve` over the test tables with `workers` workers, and an
+/// admin connection once they all registered.
+async fn started(workers: u32) -> (Server, tokio_postgres::Client) {
+    let server = Server::start(
+        &partitioned_dataset(Benchmark::Tpch, P),
+        Options {
+            workers: Some(workers),
+            ..Options::default()
+        },
+    );
+    let admin = server.pg().await;
+    wait_for_workers(&admin, workers as usize).await;
+    (server, admin)
+}
+
+/// Query `id`'s `columns` in `skiff.queries`, as text.
+async fn query_cells(admin: &tokio_postgres::Client, id: &str, columns: &str) -> Vec<String> {
+    let rows = simple_rows(
+        admin,
+        &format!("SELECT {columns} FROM skiff.queries WHERE id = {id}"),
+    )
+    .await
+    .expect("skiff.queries");
+    let row = rows.first().unwrap_or_else(|| panic!("no query {id}"));
+    row.iter().map(|c| c.clone().unwrap_or_default()).collect()
+}
+
 /// The process id of worker `id`.
 pub(crate) async fn pid_of(client: &tokio_postgres::Client, id: u64) -> i32 {
     let rows = simple_rows(
@@ -245,15 +264,7 @@ pub(crate) async fn pid_of(client: &tokio_postgres::Client, id: u64) -> i32 {
 /// coordinator found it gone, not waiting for its heartbeats).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
-    let mut server = Server::start(
-        &partitioned_dataset(Benchmark::Tpch, P),
-        Options {
-            workers: Some(3),
-            ..Options::default()
-        },
-    );
-    let admin = server.pg().await;
-    wait_for_workers(&admin, 3).await;
+    let (mut server, admin) = started(3).await;
     let (before, _) = map(&admin).await;
     let done = Arc::new(AtomicBool::new(false));
     let stream = query_stream(&server, Arc::clone(&done)).await;
@@ -335,25 +346,10 @@ async fn a_killed_worker_leaves_the_map_and_no_answer_is_wrong() {
 /// query answers as DuckDB does, having started over once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it() {
-    let mut server = Server::start(
-        &partitioned_dataset(Benchmark::Tpch, P),
-        Options {
-            workers: Some(3),
-            ..Options::default()
-        },
-    );
-    let admin = server.pg().await;
-    wait_for_workers(&admin, 3).await;
+    let (mut server, admin) = started(3).await;
     let (before, _) = map(&admin).await;
     let (id, query) = held_distributed_q01(&server, &admin).await;
-    let decision = simple_rows(
-        &admin,
-        &format!("SELECT decision FROM skiff.queries WHERE id = {id}"),
-    )
-    .await
-    .expect("skiff.queries")[0][0]
-        .clone()
-        .unwrap_or_default();
+    let decision = query_cells(&admin, &id, "decision").await.remove(0);
     let leaving = *live_workers(&admin).await.last().expect("a worker");
     assert!(decision.contains(&leaving.to_string()), "{decision}");
     simple_rows(&admin, &format!("SELECT skiff.remove_worker('{leaving}')"))
@@ -376,14 +372,9 @@ async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it()
     }
     let answer = query.join().await.expect("the query's task");
     check_in("tpch", "q01", answer).expect("q01 after the removal");
-    let rows = simple_rows(
-        &admin,
-        &format!("SELECT restarts, decision FROM skiff.queries WHERE id = {id}"),
-    )
-    .await
-    .expect("skiff.queries");
-    assert_eq!(rows[0][0].as_deref(), Some("1"), "{rows:?}");
-    let decision = rows[0][1].clone().unwrap_or_default();
+    let cells = query_cells(&admin, &id, "restarts, decision").await;
+    let decision = &cells[1];
+    assert_eq!(cells[0], "1", "{decision}");
     assert!(
         decision.contains(&format!("moved off worker {leaving} (vacated)"))
             && decision.contains("distributed over"),
@@ -398,15 +389,7 @@ async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it()
 /// moves it instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
-    let mut server = Server::start(
-        &partitioned_dataset(Benchmark::Tpch, P),
-        Options {
-            workers: Some(2),
-            ..Options::default()
-        },
-    );
-    let admin = server.pg().await;
-    wait_for_workers(&admin, 2).await;
+    let (mut server, admin) = started(2).await;
     let (id, query) = held_distributed_q01(&server, &admin).await;
     let refused = admin
         .simple_query(&format!("SELECT skiff.migrate({id})"))
@@ -421,7 +404,7 @@ async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
         .await
         .expect("suspend");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while state_of(&admin, &id).await != "suspended" {
+    while query_cells(&admin, &id, "state").await != ["suspended"] {
         assert!(Instant::now() < deadline, "query {id} never suspended");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -436,14 +419,9 @@ async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
     assert_eq!(resumed[0][0].as_deref(), Some("t"), "{resumed:?}");
     let answer = query.join().await.expect("the query's task");
     check_in("tpch", "q01", answer).expect("q01 after the resume");
-    let rows = simple_rows(
-        &admin,
-        &format!("SELECT suspensions, decision FROM skiff.queries WHERE id = {id}"),
-    )
-    .await
-    .expect("skiff.queries");
-    assert_eq!(rows[0][0].as_deref(), Some("1"), "{rows:?}");
-    let decision = rows[0][1].clone().unwrap_or_default();
+    let cells = query_cells(&admin, &id, "suspensions, decision").await;
+    let decision = &cells[1];
+    assert_eq!(cells[0], "1", "{decision}");
     let (_, workers) = decision
         .split_once("distributed over workers ")
         .unwrap_or_else(|| panic!("{decision}"));
@@ -485,17 +463,6 @@ async fn held_distributed_q01(
         assert!(Instant::now() < deadline, "q01 never ran distributed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A query's state in `skiff.queries`.
-async fn state_of(admin: &tokio_postgres::Client, id: &str) -> String {
-    let rows = simple_rows(
-        admin,
-        &format!("SELECT state FROM skiff.queries WHERE id = {id}"),
-    )
-    .await
-    .expect("skiff.queries");
-    rows.first().and_then(|r| r[0].clone()).unwrap_or_default()
 }
 
 /// What a query stream saw: how many answers it checked, those that were
