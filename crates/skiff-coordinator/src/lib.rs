@@ -10,7 +10,8 @@
 //! `pg_catalog` for client tools, the `skiff` system tables and admin
 //! functions; it relays a query's result across migrations, suspensions
 //! and restarts, runs queries across several workers on
-//! datafusion-distributed (`skiff.distribute`), keeps the partition map,
+//! datafusion-distributed (`skiff.distribute`) and runs them again when
+//! they lose a worker or are vacated ([`rerun`]), keeps the partition map,
 //! adds and removes workers online with buffer matching (old owners send
 //! moved partitions' blocks to new owners), loads tables into memory nodes
 //! and routes their scans, batches concurrent queries
