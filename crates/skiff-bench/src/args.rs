@@ -155,6 +155,12 @@ pub struct BenchArgs {
     /// cut (immediate with mid-pipeline cut points on).
     #[arg(long, requires = "migration", conflicts_with = "summarize")]
     pub vacate_only: bool,
+    /// With --migration: only the cost when nothing moves (experiment 4:
+    /// a trigger that never fires, snapshots after every pipeline, adaptive
+    /// snapshots, cut points), against runs with adaptive snapshots off;
+    /// results in RESULTS/<benchmark>-sf<SF>-migration-zero-*.
+    #[arg(long, requires = "migration", conflicts_with_all = ["summarize", "vacate_only"])]
+    pub zero_only: bool,
     /// Concurrent clients for the --via throughput runs.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub clients: Vec<usize>,

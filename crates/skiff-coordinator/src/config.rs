@@ -9,10 +9,17 @@ use skiff_tables::DataLocation;
 
 use crate::auth::Users;
 
-/// Times a query starts over because the worker running it died
-/// (`skiff.retry_on_worker_loss`); a query that loses this many workers in
-/// a row is likely what kills them.
-pub const WORKER_LOSS_RESTARTS: u32 = 3;
+/// Losses of its worker a query survives in a row, continuing from its
+/// latest snapshot or starting over (`skiff.retry_on_worker_loss`); the
+/// next fails it. A snapshot taken since the last loss is progress and
+/// begins a new row (`relay`): a query that loses this many workers with
+/// no progress between is likely what kills them.
+pub const WORKER_LOSSES_IN_A_ROW: u32 = 3;
+
+/// How long the coordinator waits for the state cache to delete a
+/// snapshot that a newer one replaced or whose query ended; one that is
+/// not deleted expires with its TTL.
+pub const SNAPSHOT_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Bytes of a distributed query's rows the coordinator holds back until
 /// the attempt that makes them ends (`rerun`), so that the query can run
@@ -23,7 +30,7 @@ pub const RERUN_BUFFER_BYTES: usize = 32 << 20;
 
 /// Times a distributed query runs again, for lost workers and vacates
 /// together; a lost worker's share is also bounded by
-/// [`WORKER_LOSS_RESTARTS`].
+/// [`WORKER_LOSSES_IN_A_ROW`].
 pub const RERUNS_MAX: u32 = 8;
 
 /// How long after a transport failure that found no worker gone a

@@ -136,7 +136,10 @@ pub struct QueryInfo {
     /// no longer once its rows went out (`rows_released`).
     pub distributed: bool,
     pub rows_released: bool,
-    pub loss_restarts: u32,
+    /// Workers lost since the latest snapshot (or the start):
+    /// [`WORKER_LOSSES_IN_A_ROW`](crate::config::WORKER_LOSSES_IN_A_ROW)
+    /// bounds them.
+    pub losses_in_a_row: u32,
     /// Where the query ran and how it moved, oldest first.
     pub timeline: Vec<Hop>,
 }
@@ -265,13 +268,14 @@ impl QueryEntry {
     }
 
     /// The query can go on elsewhere when its worker dies: no row reached
-    /// the client yet (rows come only after the last boundary), and a
-    /// snapshot carries it on or it may start over.
+    /// the client yet (rows come only after the last boundary), it has
+    /// not lost too many workers since its last progress, and a snapshot
+    /// carries it on or it may start over.
     pub fn recoverable(&self) -> bool {
         let info = lock(&self.info);
         info.rows_sent == 0
-            && (info.snapshot.is_some()
-                || (info.retry_on_loss && info.loss_restarts < crate::config::WORKER_LOSS_RESTARTS))
+            && info.losses_in_a_row < crate::config::WORKER_LOSSES_IN_A_ROW
+            && (info.snapshot.is_some() || info.retry_on_loss)
     }
 
     pub fn cancel_reason(&self) -> ServerError {
@@ -354,7 +358,7 @@ impl QueryRegistry {
                 distributed: false,
                 rows_released: false,
                 awaits_resume: false,
-                loss_restarts: 0,
+                losses_in_a_row: 0,
                 timeline: Vec::new(),
             }),
             resumed: Notify::new(),

@@ -18,14 +18,17 @@ use datafusion::error::DataFusionError;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_flight::protocol::{Handoff, HandoffReason, PauseQuery, PauseReply, RunQuery, action};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::cost::{Choice, Snapshot, choose};
 use super::membership::Placement;
 use super::queries::HopKind;
 use super::workers::{flight_error, lost_or};
+use crate::config::SNAPSHOT_DELETE_TIMEOUT;
 use crate::inner::Inner;
 use crate::queries::{QueryEntry, QueryInfo, QueryStatus};
+use skiff_engine::options::{REPEATING_HOOKS, TEST_HOOKS};
+use skiff_flight::delete_state;
 use skiff_node::error::{Cause, Result, ServerError, SqlState};
 
 /// One run of (part of) the query on one worker.
@@ -85,6 +88,7 @@ impl Relay {
             let decoded = match message {
                 None => {
                     self.current = None;
+                    forget_snapshot(&self.inner, &self.entry);
                     return None;
                 }
                 Some(Ok(decoded)) => decoded,
@@ -92,6 +96,7 @@ impl Relay {
                     let error = flight_error(worker, e);
                     if let Err(e) = self.after_failure(worker, error).await {
                         self.current = None;
+                        forget_snapshot(&self.inner, &self.entry);
                         return Some(Err(e));
                     }
                     continue;
@@ -112,12 +117,18 @@ impl Relay {
                         let elapsed_ms = self.entry.elapsed().as_secs_f64() * 1000.0;
                         self.entry
                             .record(HopKind::Snapshot, Some(worker), Some(&handoff));
+                        let mut older = None;
                         self.entry.update(|info| {
                             info.snapshots += 1;
                             info.state_bytes += handoff.state_bytes;
-                            info.snapshot = Some(handoff);
+                            older = info.snapshot.replace(handoff);
                             info.snapshot_elapsed_ms = elapsed_ms;
+                            // Progress: losses from here on are a new row.
+                            info.losses_in_a_row = 0;
                         });
+                        if let Some(older) = older {
+                            forget(&self.inner, self.entry.id, &older);
+                        }
                         continue;
                     }
                     self.current = None;
@@ -262,7 +273,7 @@ impl Relay {
         let Some(snapshot) = self.entry.info().snapshot else {
             self.entry.update(|info| {
                 info.worker = None;
-                info.loss_restarts += 1;
+                info.losses_in_a_row += 1;
             });
             warn!(
                 query = self.entry.id,
@@ -274,6 +285,7 @@ impl Relay {
         };
         self.entry.update(|info| {
             info.worker = None;
+            info.losses_in_a_row += 1;
             info.migrations += 1;
             info.state_bytes += snapshot.state_bytes;
             info.decision = format!(
@@ -326,6 +338,7 @@ impl Relay {
     }
 
     async fn restart(&mut self, placement: Placement, why: &str) -> Result<Attempt> {
+        forget_snapshot(&self.inner, &self.entry);
         self.hold_until_a_worker().await?;
         self.entry.record(HopKind::StartedOver, None, None);
         self.entry.update(|info| {
@@ -378,10 +391,52 @@ fn address(entry: &QueryEntry) -> String {
     entry.info().worker.map(|(_, a)| a).unwrap_or_default()
 }
 
+/// The query no longer needs its latest snapshot (it ended, or starts
+/// over): delete it from the state cache.
+fn forget_snapshot(inner: &Inner, entry: &QueryEntry) {
+    let mut snapshot = None;
+    entry.update(|info| snapshot = info.snapshot.take());
+    if let Some(snapshot) = snapshot {
+        forget(inner, entry.id, &snapshot);
+    }
+}
+
+/// Delete a snapshot nobody will continue from, so that adaptive
+/// snapshots (on by default) do not fill the cache until their TTL. In the
+/// background: neither the query nor its client waits for the cache.
+fn forget(inner: &Inner, query: u64, snapshot: &Handoff) {
+    let Some(cache) = inner.membership.memory_node() else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let key = snapshot.state_key.clone();
+    // Detached: a failure leaves the snapshot to its TTL, and says so.
+    runtime.spawn(async move {
+        let deleted =
+            tokio::time::timeout(SNAPSHOT_DELETE_TIMEOUT, delete_state(&cache, &key)).await;
+        match deleted {
+            Ok(Ok(())) => debug!(query, key = %key, "snapshot deleted"),
+            Ok(Err(e)) => warn!(query, key = %key, error = %e.message(), "snapshot not deleted"),
+            Err(_) => warn!(
+                query,
+                key = %key,
+                "snapshot not deleted: the state cache did not answer in time"
+            ),
+        }
+    });
+}
+
+/// The session's options without its one-shot test hooks: what a query
+/// that continues or starts over runs with.
 fn without_triggers(options: &HashMap<String, String>) -> HashMap<String, String> {
     options
         .iter()
-        .filter(|(k, _)| !skiff_engine::options::TEST_HOOKS.contains(&k.as_str()))
+        .filter(|(k, _)| {
+            let hook = k.as_str();
+            !TEST_HOOKS.contains(&hook) || REPEATING_HOOKS.contains(&hook)
+        })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }

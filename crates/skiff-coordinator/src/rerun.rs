@@ -24,7 +24,7 @@ use url::Url;
 use super::claims::RunGuard;
 use super::queries::{HopKind, QueryEntry, QueryStatus};
 use crate::config::{
-    RERUN_BUFFER_BYTES, RERUN_PROBE_AGAIN, RERUNS_MAX, WORKER_LOSS_RESTARTS, WORKER_PROBE_TIMEOUT,
+    RERUN_BUFFER_BYTES, RERUN_PROBE_AGAIN, RERUNS_MAX, WORKER_LOSSES_IN_A_ROW, WORKER_PROBE_TIMEOUT,
 };
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
@@ -205,7 +205,7 @@ impl Rerun {
 
     /// The attempt failed. When a worker of its is gone (or the network
     /// failed it) and no row went out, run it again (at most
-    /// `WORKER_LOSS_RESTARTS` times, `skiff.retry_on_worker_loss`); a
+    /// `WORKER_LOSSES_IN_A_ROW` times, `skiff.retry_on_worker_loss`); a
     /// failure of the query's own (its data, its plan) fails it.
     async fn after_failure(&mut self, error: DataFusionError) -> DfResult<()> {
         let attempt = self.attempt.take();
@@ -229,7 +229,7 @@ impl Rerun {
         let info = self.entry.info();
         let again = !self.released
             && info.retry_on_loss
-            && info.loss_restarts < WORKER_LOSS_RESTARTS
+            && info.losses_in_a_row < WORKER_LOSSES_IN_A_ROW
             && self.restarts < RERUNS_MAX
             && (!gone.is_empty() || transient(&error));
         if !again {
@@ -254,7 +254,7 @@ impl Rerun {
             ids => format!("it lost worker {}", join(ids)),
         };
         warn!(query = self.entry.id, %why, "a distributed query starts over");
-        self.entry.update(|info| info.loss_restarts += 1);
+        self.entry.update(|info| info.losses_in_a_row += 1);
         self.start_over(&why);
         Ok(())
     }

@@ -28,11 +28,22 @@ extensions_options! {
         pub snapshot_every_pipelines: Option<usize>, default = None
         /// When the worker running the query dies before any row reached
         /// the client and no snapshot can carry the query on, start it over
-        /// on another worker (at most `WORKER_LOSS_RESTARTS` times).
+        /// on another worker (at most `WORKER_LOSSES_IN_A_ROW` times).
         pub retry_on_worker_loss: bool, default = true
         /// Snapshot the query's state at the first pipeline boundary after
         /// every this many seconds of running; off when unset.
         pub snapshot_every_seconds: Option<f64>, default = None
+        /// Snapshot a query that runs long enough for a snapshot to cost at
+        /// most `ADAPTIVE_SNAPSHOT_SHARE` (2%) of its running time, so that
+        /// it keeps its progress when its worker dies (the worker's
+        /// `snapshot_pace`); only with a memory node, and not beside the
+        /// two settings above.
+        pub adaptive_snapshots: bool, default = true
+        /// Test trigger: every worker that runs the query (at first, after a
+        /// continuation or a restart) dies once this many more pipelines
+        /// finished there; unlike the other triggers it stays with the
+        /// query (`REPEATING_HOOKS`).
+        pub test_kill_every_worker_after_pipelines: Option<usize>, default = None
         /// Test trigger: hold the query after this many pipelines until an
         /// operation (migrate, suspend, drain) moves it; so that tests can
         /// act on a query that surely runs on its worker.
@@ -106,11 +117,11 @@ extensions_options! {
 
 /// Settings that inject faults or act on a query at a chosen point, for
 /// tests and benches. Each query hook fires once: a query that continues
-/// or restarts runs without them (`test_matching_pause_ms` instead holds,
-/// like `buffer_matching`, from one `skiff.add_workers` /
-/// `skiff.remove_worker` call to the next). A server refuses them unless
-/// it was started with `--fault-injection`.
-pub const TEST_HOOKS: [&str; 8] = [
+/// or restarts runs without them, except [`REPEATING_HOOKS`]
+/// (`test_matching_pause_ms` instead holds, like `buffer_matching`, from
+/// one `skiff.add_workers` / `skiff.remove_worker` call to the next). A
+/// server refuses them unless it was started with `--fault-injection`.
+pub const TEST_HOOKS: [&str; 9] = [
     "skiff.test_hold_after_pipelines",
     "skiff.test_hold_distributed",
     "skiff.migrate_after_pipelines",
@@ -119,7 +130,12 @@ pub const TEST_HOOKS: [&str; 8] = [
     "skiff.kill_worker_after_pipelines",
     "skiff.test_corrupt_state",
     "skiff.test_matching_pause_ms",
+    "skiff.test_kill_every_worker_after_pipelines",
 ];
+
+/// The test hooks a continued or restarted query keeps: they act on every
+/// worker that runs it.
+pub const REPEATING_HOOKS: [&str; 1] = ["skiff.test_kill_every_worker_after_pipelines"];
 
 impl ConfigExtension for SkiffOptions {
     const PREFIX: &'static str = "skiff";
@@ -244,6 +260,11 @@ mod tests {
                 keys.iter().any(|k| k == name),
                 "{hook} is not a skiff setting"
             );
+        }
+        // A repeating hook is a test hook: a server without
+        // `--fault-injection` refuses it too.
+        for hook in REPEATING_HOOKS {
+            assert!(TEST_HOOKS.contains(&hook), "{hook} is not a test hook");
         }
     }
 

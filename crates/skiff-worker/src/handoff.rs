@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{error, info, warn};
 
+use crate::snapshot_pace::{Pace, Verdict};
 use skiff_node::error::{Result, ServerError, SqlState, to_status};
 use skiff_node::sync::lock;
 
@@ -58,9 +59,13 @@ struct Triggers {
     migrate_after_morsels: Option<u64>,
     suspend_after: Option<usize>,
     kill_after: Option<usize>,
+    /// Pipelines after which each worker running the query dies (counted
+    /// from where it started here).
+    kill_every: Option<usize>,
     hold_after: Option<usize>,
     snapshot_every: Option<usize>,
     snapshot_period: Option<Duration>,
+    adaptive: bool,
     corrupt: bool,
     compression: Compression,
 }
@@ -100,10 +105,15 @@ pub(super) struct Control {
     snapshot_due: AtomicBool,
     /// The boundary of the latest snapshot (`usize::MAX`: none yet).
     snapshotted_at: AtomicUsize,
+    /// Pipelines finished when the query started here.
+    base: AtomicUsize,
+    /// The query runs in pipeline groups with others, which a pause of
+    /// its own would hold up: no adaptive snapshots.
+    grouped: bool,
 }
 
 impl Control {
-    pub(super) fn new(query_id: u64, cache: &str, options: &ConfigOptions) -> Self {
+    pub(super) fn new(query_id: u64, cache: &str, options: &ConfigOptions, grouped: bool) -> Self {
         let triggers = options
             .extensions
             .get::<SkiffOptions>()
@@ -112,12 +122,14 @@ impl Control {
                 migrate_after_morsels: o.migrate_after_morsels,
                 suspend_after: o.suspend_after_pipelines,
                 kill_after: o.kill_worker_after_pipelines,
+                kill_every: o.test_kill_every_worker_after_pipelines.filter(|&k| k > 0),
                 hold_after: o.test_hold_after_pipelines,
                 snapshot_every: o.snapshot_every_pipelines.filter(|&k| k > 0),
                 snapshot_period: o
                     .snapshot_every_seconds
                     .and_then(|s| Duration::try_from_secs_f64(s).ok())
                     .filter(|d| !d.is_zero()),
+                adaptive: o.adaptive_snapshots,
                 corrupt: o.test_corrupt_state,
                 compression: match o.state_compression {
                     StateCompression::None => Compression::None,
@@ -135,11 +147,15 @@ impl Control {
             started: Instant::now(),
             snapshot_due: AtomicBool::new(false),
             snapshotted_at: AtomicUsize::new(usize::MAX),
+            base: AtomicUsize::new(0),
+            grouped,
         }
     }
 
     /// Set the first pause point the triggers ask for.
     pub(super) fn arm(&self, execution: &QueryExecution) {
+        self.base
+            .store(execution.progress().pipelines_finished, Ordering::SeqCst);
         if let Some(k) = self.next_point(None) {
             execution.pause_after(k);
         }
@@ -160,6 +176,7 @@ impl Control {
             t.migrate_after,
             t.suspend_after,
             t.kill_after,
+            self.kill_here(),
             t.hold_after,
             snapshot,
         ]
@@ -180,8 +197,14 @@ impl Control {
             return;
         }
         let t = &self.triggers;
-        let here = [t.migrate_after, t.suspend_after, t.kill_after, t.hold_after]
-            .contains(&Some(finished));
+        let here = [
+            t.migrate_after,
+            t.suspend_after,
+            t.kill_after,
+            self.kill_here(),
+            t.hold_after,
+        ]
+        .contains(&Some(finished));
         let next = if here {
             Some(finished)
         } else {
@@ -217,7 +240,7 @@ impl Control {
             self.snapshot_due.store(false, Ordering::SeqCst);
             return Step::Snapshot;
         }
-        if t.kill_after == Some(finished) {
+        if t.kill_after == Some(finished) || self.kill_here() == Some(finished) {
             return Step::Kill;
         }
         if t.hold_after == Some(finished) {
@@ -230,6 +253,26 @@ impl Control {
             return Step::HandOff(HandoffReason::Suspend, Instant::now(), false);
         }
         Step::GoOn
+    }
+
+    /// The boundary at which this worker dies
+    /// (`skiff.test_kill_every_worker_after_pipelines`).
+    fn kill_here(&self) -> Option<usize> {
+        let base = self.base.load(Ordering::SeqCst);
+        self.triggers.kill_every.map(|k| base + k)
+    }
+
+    /// Adaptive snapshots pace this query: asked for, a memory node to
+    /// hold them, no snapshot setting of the session's own, and not in
+    /// pipeline groups.
+    fn adaptive(&self) -> Option<Pace> {
+        let t = &self.triggers;
+        (t.adaptive
+            && !self.grouped
+            && !self.cache.is_empty()
+            && t.snapshot_every.is_none()
+            && t.snapshot_period.is_none())
+        .then(|| Pace::new(self.started))
     }
 
     /// The snapshot period passed: pause at the next boundary (letting the
@@ -330,7 +373,12 @@ async fn produce(
         )))
     };
     let period = control.triggers.snapshot_period;
-    let mut next_snapshot = period.map(|p| tokio::time::Instant::now() + p);
+    let mut pace = control.adaptive();
+    let mut next_snapshot = period
+        .map(|p| tokio::time::Instant::now() + p)
+        .or_else(|| pace.map(|p| p.first_check().into()));
+    // When the pending snapshot was asked for: its cost counts from there.
+    let mut snapshot_asked = None;
     loop {
         let due = async {
             match next_snapshot {
@@ -347,7 +395,16 @@ async fn produce(
             pause = execution.paused() => pause,
             () = due => {
                 next_snapshot = None;
-                control.snapshot_at_next_boundary(&execution);
+                let verdict = pace.map_or(Verdict::Snapshot, |p| {
+                    p.check(Instant::now(), execution.state().state_bytes())
+                });
+                match verdict {
+                    Verdict::Snapshot => {
+                        snapshot_asked = Some(Instant::now());
+                        control.snapshot_at_next_boundary(&execution);
+                    }
+                    Verdict::CheckAt(at) => next_snapshot = Some(at.into()),
+                }
                 continue;
             }
         };
@@ -357,7 +414,8 @@ async fn produce(
         // The timer ticks by the millisecond and may be served late, while
         // pipelines can finish within one tick: a pause for another reason
         // that comes after the period takes the snapshot too.
-        if next_snapshot.is_some_and(|at| tokio::time::Instant::now() >= at)
+        if pace.is_none()
+            && next_snapshot.is_some_and(|at| tokio::time::Instant::now() >= at)
             && control.snapshot_due_here(&execution)
         {
             next_snapshot = None;
@@ -382,6 +440,10 @@ async fn produce(
                 let at = Instant::now();
                 next_snapshot = period.map(|p| tokio::time::Instant::now() + p);
                 let handoff = hand_off(&execution, &control, HandoffReason::Snapshot, at).await;
+                if let Some(pace) = &mut pace {
+                    let asked = snapshot_asked.take().unwrap_or(at);
+                    next_snapshot = Some(pace.taken(Instant::now(), asked.elapsed()).into());
+                }
                 if handoff.error.is_empty() {
                     if tx.send(Ok(metadata(&handoff))).await.is_err() {
                         return;

@@ -5,14 +5,16 @@
 //! It receives plans from the coordinator, runs them as
 //! pipeline graphs and streams the rows back as Arrow IPC over Flight; tells
 //! the coordinator what it runs in every heartbeat. Hands queries off at
-//! pipeline boundaries when asked ([`handoff`]) and continues queries handed
-//! off by others from their state.
+//! pipeline boundaries when asked ([`handoff`]), snapshots queries that run
+//! long enough for it to pay ([`snapshot_pace`]), and continues queries
+//! handed off by others from their state.
 
 mod batch;
 mod handoff;
 pub mod limits;
 mod matching;
 mod memory;
+mod snapshot_pace;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -349,6 +351,7 @@ impl WorkerService {
         // Planned at the coordinator's or the source worker's parallelism.
         let plan = skiff_state::with_partitions(plan, self.partitions)?;
         let mut labels = HashMap::new();
+        let mut grouped = false;
         let execution = if request.state_key.is_empty() {
             let graph = skiff_engine::split(plan)?;
             let placed = self.place_in_batch(&request, &graph, &task_ctx).await;
@@ -357,6 +360,7 @@ impl WorkerService {
                 .as_ref()
                 .map(batch::Placed::labels)
                 .unwrap_or_default();
+            grouped = groups.is_some();
             QueryExecution::grouped(graph, &task_ctx, groups)?
         } else {
             handoff::continue_from_state(&request, plan, &task_ctx).await?
@@ -367,6 +371,7 @@ impl WorkerService {
             query_id,
             &request.state_cache,
             task_ctx.session_config().options(),
+            grouped,
         ));
         lock(&self.running).insert(
             query_id,

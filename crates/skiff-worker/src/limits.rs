@@ -30,3 +30,20 @@ pub const CLOSED_BATCHES_KEPT: usize = 1024;
 
 /// Groups whose reports a worker keeps for `skiff.pipeline_groups`.
 pub const GROUP_REPORTS_KEPT: usize = 64;
+
+/// The most of a query's running time adaptive snapshots may cost
+/// (`skiff.adaptive_snapshots`, `snapshot_pace`).
+pub const ADAPTIVE_SNAPSHOT_SHARE: f64 = 0.02;
+
+/// No adaptive snapshot before a query ran this long, or this long since
+/// its last one: a snapshot's fixed cost alone is about 20 ms, 2% of 1 s.
+pub const ADAPTIVE_SNAPSHOT_FIRST: Duration = Duration::from_secs(1);
+
+/// A snapshot's cost besides its bytes, as adaptive snapshots estimate it:
+/// the pause, the put's round trip and the coordinator's bookkeeping.
+pub const ADAPTIVE_SNAPSHOT_FIXED: Duration = Duration::from_millis(20);
+
+/// Bytes per second a snapshot's extraction and put achieve one after the
+/// other, until a snapshot of the query measured its own (docs/state.md
+/// measured the put at about 0.8 GB/s, extraction faster).
+pub const SNAPSHOT_BANDWIDTH_GUESS: f64 = 400e6;

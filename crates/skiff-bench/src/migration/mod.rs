@@ -16,7 +16,9 @@
 //! 3. *vacate*: 1, 2, 4, 8 long queries on one worker, which is then
 //!    drained; the time until it holds no query;
 //! 4. *zero*: no trigger against a trigger that never fires, and the cost
-//!    of a snapshot after every pipeline;
+//!    of a snapshot after every pipeline and of adaptive snapshots (every
+//!    other run has them off, so that its figures compare with earlier
+//!    ones);
 //! 5. the cost model's choice at every boundary of 1 against the faster
 //!    measured alternative ([`judge`]).
 //!
@@ -53,6 +55,10 @@ const NEVER: usize = 100_000;
 const MAX_BOUNDARIES: usize = 80;
 /// States below this count as "small" in the paper's summary.
 const SMALL_STATE: u64 = 50 << 20;
+/// What every run sets first, unless its own settings name adaptive
+/// snapshots: they are on by default, and would make the figures of the
+/// other experiments incomparable with runs before them.
+const ADAPTIVE_OFF: &str = "skiff.adaptive_snapshots = false";
 /// Concurrent queries on the worker that is vacated.
 const VACATE_CONCURRENCY: [usize; 4] = [1, 2, 4, 8];
 /// Drains per concurrency and mode; the median is reported.
@@ -145,15 +151,21 @@ pub async fn run(
         bench.counted()
     );
     let mut rows = Vec::new();
-    if args.vacate_only {
+    if args.zero_only {
+        for (name, script) in &scripts {
+            rows.extend(bench.symmetric(name, script, false).await?);
+        }
+    } else if args.vacate_only {
         rows.extend(bench.local_only(&scripts).await?);
     } else {
         for (name, script) in &scripts {
-            rows.extend(bench.symmetric(name, script).await?);
+            rows.extend(bench.symmetric(name, script, true).await?);
             rows.extend(bench.faster(name, script).await?);
         }
     }
-    rows.extend(bench.vacate(&scripts, &rows).await?);
+    if !args.zero_only {
+        rows.extend(bench.vacate(&scripts, &rows).await?);
+    }
     let text = summary(title, &rows, Some(started.elapsed()));
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     let files = write(&args.results, args, title, &rows)?;
@@ -191,15 +203,20 @@ impl Bench {
         if self.runs > 1 { self.runs - 1 } else { 1 }
     }
 
-    /// Experiments 1 and 4 for one query, on a fresh pair of identical
-    /// workers (fresh, so the suspended states of one query never weigh
-    /// on the next one's memory node).
-    async fn symmetric(&self, name: &str, script: &str) -> Result<Vec<Row>, BenchError> {
+    /// Experiment 4 for one query, and 1 when `boundaries`, on a fresh
+    /// pair of identical workers (fresh, so the suspended states of one
+    /// query never weigh on the next one's memory node).
+    async fn symmetric(
+        &self,
+        name: &str,
+        script: &str,
+        boundaries: bool,
+    ) -> Result<Vec<Row>, BenchError> {
         let p = self.partitions;
         let cluster = Cluster::start(&self.data, &[p, p]).await?;
         let mut out = Vec::new();
         let never = format!("skiff.migrate_after_pipelines = {NEVER}");
-        let configs: [(&str, Vec<String>); 4] = [
+        let configs: [(&str, Vec<String>); 5] = [
             ("local", vec![]),
             ("zero_never", vec![never]),
             (
@@ -207,14 +224,20 @@ impl Bench {
                 vec!["skiff.snapshot_every_pipelines = 1".into()],
             ),
             ("zero_cuts", vec!["skiff.mid_pipeline_cuts = true".into()]),
+            (
+                "zero_adaptive",
+                vec!["skiff.adaptive_snapshots = true".into()],
+            ),
         ];
         self.warm_up(&cluster, script).await;
         // Interleaved, so drift of a shared machine hits all alike.
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         let mut answers: Vec<Option<Answer>> = vec![None; configs.len()];
         let mut errors: Vec<Option<String>> = vec![None; configs.len()];
+        // Snapshots the adaptive runs took, and their bytes.
+        let (mut adaptive_snapshots, mut adaptive_bytes) = (0, 0);
         for run in 0..self.runs {
-            for (i, (_, settings)) in configs.iter().enumerate() {
+            for (i, (kind, settings)) in configs.iter().enumerate() {
                 match self.timed(&cluster, settings, script).await {
                     Ok((ms, answer)) => {
                         if run > 0 || self.runs == 1 {
@@ -224,6 +247,12 @@ impl Bench {
                     }
                     Err(e) => errors[i] = Some(e),
                 }
+                if *kind == "zero_adaptive"
+                    && let Ok(record) = cluster.last_record().await
+                {
+                    adaptive_snapshots += record.snapshots;
+                    adaptive_bytes += record.state_bytes;
+                }
             }
         }
         let local_ms = median(&times[0]);
@@ -232,15 +261,19 @@ impl Bench {
         let total = record.as_ref().map(|r| r.pipelines_total);
         eprintln!(
             "{name}: local {} ms, never-firing trigger {} ms, snapshots {} ms, \
-             cut points {} ms, {} pipelines",
+             cut points {} ms, adaptive snapshots {} ms ({adaptive_snapshots} in {} runs), \
+             {} pipelines",
             fmt(local_ms),
             fmt(median(&times[1])),
             fmt(median(&times[2])),
             fmt(median(&times[3])),
+            fmt(median(&times[4])),
+            self.runs,
             total.map_or("?".into(), |t| t.to_string())
         );
         for (i, (kind, _)) in configs.iter().enumerate().skip(1) {
             let (rows_ok, wrong) = verdict(answers[i].as_ref(), local_rows.as_ref());
+            let adaptive = *kind == "zero_adaptive";
             out.push(Row {
                 kind,
                 query: name.into(),
@@ -250,6 +283,13 @@ impl Bench {
                 rows: answers[i].as_ref().map(Answer::len),
                 rows_ok,
                 error: errors[i].clone().or_else(|| errors[0].clone()).or(wrong),
+                // What the adaptive runs stored, all runs together.
+                state_bytes: adaptive.then_some(adaptive_bytes),
+                decision: if adaptive {
+                    format!("{adaptive_snapshots} snapshots in {} runs", self.runs)
+                } else {
+                    String::new()
+                },
                 ..Row::default()
             });
         }
@@ -263,7 +303,7 @@ impl Bench {
             error: errors[0].clone(),
             ..Row::default()
         });
-        let Some(local) = local_ms else {
+        let Some(local) = local_ms.filter(|_| boundaries) else {
             return Ok(out);
         };
         let limit = total.map_or(MAX_BOUNDARIES, |t| t as usize + 1);
@@ -489,8 +529,12 @@ impl Bench {
         let client = PgConn::connect(cluster.pg, &Credentials::default()).await?;
         let statements = split_statements(script);
         let last = statements.len().saturating_sub(1);
+        let adaptive_named = settings
+            .iter()
+            .any(|s| s.starts_with("skiff.adaptive_snapshots"));
+        let off = (!adaptive_named).then(|| ADAPTIVE_OFF.to_string());
         let set = async |client: &PgConn| {
-            for setting in settings {
+            for setting in off.iter().chain(settings) {
                 client.rows(&format!("SET {setting}")).await?;
             }
             Ok::<_, String>(())
@@ -765,6 +809,7 @@ struct Record {
     restarts: u64,
     state_bytes: u64,
     decision: String,
+    snapshots: u64,
 }
 
 /// A process the cluster owns; killed on drop.
@@ -912,8 +957,8 @@ impl Cluster {
     async fn last_record(&self) -> Result<Record, String> {
         let rows = self
             .rows(
-                "SELECT worker, pipelines_total, migrations, restarts, state_bytes, decision \
-                 FROM skiff.queries \
+                "SELECT worker, pipelines_total, migrations, restarts, state_bytes, decision, \
+                 snapshots FROM skiff.queries \
                  WHERE worker IS NOT NULL OR migrations > 0 OR restarts > 0 \
                  ORDER BY id DESC LIMIT 1",
             )
@@ -928,6 +973,7 @@ impl Cluster {
             restarts: number(3),
             state_bytes: number(4),
             decision: cell(5),
+            snapshots: number(6),
         })
     }
 }
@@ -1144,6 +1190,11 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
         ),
         ("zero_snapshot", "snapshot after every pipeline", ""),
         ("zero_cuts", "mid-pipeline cut points, never cut", ""),
+        (
+            "zero_adaptive",
+            "adaptive snapshots (on by default)",
+            " (target <= 1.02)",
+        ),
     ] {
         let group: Vec<&Row> = of(kind)
             .into_iter()
@@ -1159,6 +1210,17 @@ fn summary(title: &str, rows: &[Row], took: Option<Duration>) -> String {
             "  {what}: {measured:.1} ms vs no trigger {local:.1} ms, ratio {:.3}{target}\n",
             measured / local.max(1e-9)
         ));
+        if kind == "zero_adaptive" {
+            let taken: u64 = group
+                .iter()
+                .filter_map(|r| r.decision.split(' ').next()?.parse::<u64>().ok())
+                .sum();
+            let bytes: u64 = group.iter().filter_map(|r| r.state_bytes).sum();
+            t.push_str(&format!(
+                "    {taken} snapshots in all runs, {} stored\n",
+                human_bytes(bytes as f64)
+            ));
+        }
     }
     t.push_str(&judge::section(&symmetric));
     let failed: Vec<&Row> = rows.iter().filter(|r| r.kind != "vacate").collect();
@@ -1268,7 +1330,8 @@ fn write(
     title: &str,
     rows: &[Row],
 ) -> Result<Vec<String>, BenchError> {
-    let stem = format!("{}-migration", results_stem(args));
+    let zero = if args.zero_only { "-zero" } else { "" };
+    let stem = format!("{}-migration{zero}", results_stem(args));
     publish(dir, &stem, args.archive, csv(rows).as_bytes(), |png| {
         plot(png, title, rows)
     })

@@ -8,7 +8,7 @@ use super::{CSV_HEADER, Row, VACATE_MODES};
 use crate::BenchError;
 
 /// The kinds of rows a migration CSV holds.
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
     "symmetric",
     "faster",
     "vacate",
@@ -16,6 +16,7 @@ const KINDS: [&str; 7] = [
     "zero_never",
     "zero_snapshot",
     "zero_cuts",
+    "zero_adaptive",
 ];
 
 /// Read the rows of the migration CSV at `path`.

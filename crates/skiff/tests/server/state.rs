@@ -271,12 +271,7 @@ impl Drop for ExtraWorker {
 /// plan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_migrates_between_workers_of_different_parallelism() {
-    let data = dataset(Benchmark::Tpch, 0.01);
-    let options = Options {
-        workers: Some(1),
-        ..Options::default()
-    };
-    let server = Server::start(&data, options);
+    let server = tpch_server(1);
     let _three = ExtraWorker(
         std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
             .arg("worker")
@@ -441,6 +436,16 @@ async fn drop_views(client: &tokio_postgres::Client, sql: &str) {
     }
 }
 
+/// `skiff serve` with `workers` workers over TPC-H SF 0.01.
+fn tpch_server(workers: u32) -> Server {
+    let data = dataset(Benchmark::Tpch, 0.01);
+    let options = Options {
+        workers: Some(workers),
+        ..Options::default()
+    };
+    Server::start(&data, options)
+}
+
 /// Fail with every failure and the server's log, if there are any.
 fn assert_none(failures: &[String], server: &Server) {
     assert!(
@@ -579,12 +584,7 @@ async fn kill_sweep_on(bench: Benchmark, queries: Vec<(String, String)>, stride:
 /// after each of its first boundaries in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_starts_over_when_its_worker_dies_without_a_snapshot() {
-    let data = dataset(Benchmark::Tpch, 0.01);
-    let options = Options {
-        workers: Some(3),
-        ..Options::default()
-    };
-    let server = Server::start(&data, options);
+    let server = tpch_server(3);
     let client = server.pg().await;
     let mut failures = Vec::new();
     let mut kills = 0;
@@ -592,6 +592,8 @@ async fn tpch_starts_over_when_its_worker_dies_without_a_snapshot() {
         for k in [1, 3] {
             await_workers(&client, 2).await;
             let killer = server.pg().await;
+            // A slow run must not snapshot on its own.
+            set(&killer, "skiff.adaptive_snapshots = false").await;
             set(&killer, &format!("skiff.kill_worker_after_pipelines = {k}")).await;
             let outcome = check(&query, run_pg(&killer, &sql).await);
             let record = last_query(&client).await;
@@ -617,6 +619,80 @@ async fn tpch_starts_over_when_its_worker_dies_without_a_snapshot() {
     assert!(kills >= 30, "only {kills} workers killed");
 }
 
+/// A query keeps its progress across more losses than a row allows
+/// (`WORKER_LOSSES_IN_A_ROW`): every worker that runs it dies two
+/// boundaries after it started there, with a snapshot at each boundary in
+/// between, so each loss comes after progress. Every TPC-H query with
+/// enough boundaries for more losses than that finishes with DuckDB's
+/// answer, never starting over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_keeps_its_progress_across_repeated_losses() {
+    let row = skiff_coordinator::config::WORKER_LOSSES_IN_A_ROW;
+    let server = tpch_server(6);
+    let client = server.pg().await;
+    let mut failures = Vec::new();
+    let mut long = 0;
+    let mut losses = 0;
+    for (query, sql) in answerable(Benchmark::Tpch) {
+        if let Err(e) = check(&query, run_pg(&client, &sql).await) {
+            failures.push(format!("{query}: {e}"));
+            continue;
+        }
+        // Two boundaries per worker: more than `row` losses need more
+        // than 2 * row boundaries before the result.
+        if last_query(&client).await.pipelines_total <= 2 * (row + 1) {
+            continue;
+        }
+        long += 1;
+        await_workers(&client, 4).await;
+        let killer = server.pg().await;
+        set(&killer, "skiff.snapshot_every_pipelines = 1").await;
+        set(&killer, "skiff.test_kill_every_worker_after_pipelines = 2").await;
+        let outcome = check(&query, run_pg(&killer, &sql).await);
+        let record = last_query(&client).await;
+        losses += record.migrations;
+        if let Err(e) = outcome {
+            failures.push(format!("{query}: {e} {record:?}"));
+        } else if record.migrations <= row
+            || record.restarts != 0
+            || !record
+                .decision
+                .contains("lost; continued from the snapshot")
+        {
+            failures.push(format!("{query}: {} losses? {record:?}", row + 1));
+        }
+    }
+    assert_none(&failures, &server);
+    println!("{long} queries lost {losses} workers and kept their progress");
+    assert!(long >= 2, "only {long} queries long enough");
+}
+
+/// Without progress between them, losses fail the query once a row is
+/// full: its worker dies at its first boundary, again after each start
+/// over, and the query fails with 57P03 after `WORKER_LOSSES_IN_A_ROW`
+/// starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losses_without_progress_fail_the_query_after_a_row() {
+    let row = skiff_coordinator::config::WORKER_LOSSES_IN_A_ROW;
+    let server = tpch_server(6);
+    let client = server.pg().await;
+    set(&client, "skiff.adaptive_snapshots = false").await;
+    set(&client, "skiff.test_kill_every_worker_after_pipelines = 1").await;
+    let error = match run_pg(&client, &tpch_query("q03")).await {
+        Ok(rows) => panic!(
+            "q03 answered {} rows although every worker died",
+            rows.len()
+        ),
+        Err(e) => e,
+    };
+    let record = last_query(&client).await;
+    assert!(
+        error.contains("was lost") && record.state == "failed" && record.restarts == row,
+        "{error} {record:?}\n{}",
+        server.log_text()
+    );
+}
+
 /// Snapshots by time (`skiff.snapshot_every_seconds`): with a period far
 /// below a pipeline's runtime queries snapshot at their boundaries (not
 /// surely every query: pipelines can all finish within the timer's first
@@ -625,12 +701,7 @@ async fn tpch_starts_over_when_its_worker_dies_without_a_snapshot() {
 /// continue from on another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_survives_a_killed_worker_through_timed_snapshots() {
-    let data = dataset(Benchmark::Tpch, 0.01);
-    let options = Options {
-        workers: Some(4),
-        ..Options::default()
-    };
-    let server = Server::start(&data, options);
+    let server = tpch_server(4);
     let client = server.pg().await;
     set(&client, "skiff.snapshot_every_seconds = 0.000001").await;
     let mut failures = Vec::new();
@@ -1178,12 +1249,7 @@ async fn draining_the_last_worker_suspends_its_queries_until_undrained() {
 /// starts over on it and answers correctly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_only_worker_waits_for_its_restart() {
-    let data = dataset(Benchmark::Tpch, 0.01);
-    let options = Options {
-        workers: Some(1),
-        ..Options::default()
-    };
-    let server = Server::start(&data, options);
+    let server = tpch_server(1);
     let client = server.pg().await;
     set(&client, "skiff.kill_worker_after_pipelines = 1").await;
     check("q03", run_pg(&client, &tpch_query("q03")).await).expect("q03 after the restart");
@@ -1284,15 +1350,15 @@ async fn kill_loop_stream(bench: Benchmark, kills: usize) -> usize {
     killer.await.expect("killer");
     let kills = killed.load(std::sync::atomic::Ordering::Relaxed);
     // A query that failed on a lost worker must have sent rows already, or
-    // have started over as often as it may (`WORKER_LOSS_RESTARTS`: a long
+    // have started over as often as it may (`WORKER_LOSSES_IN_A_ROW`: a long
     // query on a loaded machine can be hit by the loop on every run).
     let unretried = simple_rows(
         &admin,
         &format!(
             "SELECT id, sql, rows_sent, restarts, error FROM skiff.queries \
              WHERE state = 'failed' AND error LIKE '%was lost%' AND rows_sent = 0 \
-             AND restarts < {}",
-            skiff_coordinator::config::WORKER_LOSS_RESTARTS
+             AND restarts + migrations < {}",
+            skiff_coordinator::config::WORKER_LOSSES_IN_A_ROW
         ),
     )
     .await
