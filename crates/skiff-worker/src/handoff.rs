@@ -437,6 +437,17 @@ async fn produce(
                 return;
             }
             Step::Snapshot => {
+                // The pause let running pipelines finish, whose outputs may
+                // have grown the state past what the check saw: judge the
+                // state at the boundary itself.
+                if let Some(Verdict::CheckAt(later)) =
+                    pace.map(|p| p.check(Instant::now(), execution.state().state_bytes()))
+                {
+                    snapshot_asked = None;
+                    next_snapshot = Some(later.into());
+                    control.rearm(&execution, finished);
+                    continue;
+                }
                 let at = Instant::now();
                 next_snapshot = period.map(|p| tokio::time::Instant::now() + p);
                 let handoff = hand_off(&execution, &control, HandoffReason::Snapshot, at).await;
