@@ -27,7 +27,9 @@ use datafusion_distributed::{
     DistributedExec, DistributedExt, SessionStateBuilderExt, WorkerResolver, display_plan_ascii,
 };
 use futures::StreamExt;
-use skiff_engine::options::{Distribute, SkiffOptions};
+use skiff_engine::options::{Distribute, SkiffOptions, StageCheckpoints};
+use skiff_node::checkpoints::CheckpointResolver;
+use skiff_state::Compression;
 use skiff_tables::ManagedTable;
 use tracing::warn;
 use url::Url;
@@ -163,6 +165,11 @@ async fn plan_on(
     mode: Distribute,
 ) -> Result<Planned> {
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
+    let mut headers = skiff_node::carried::headers(state.config().options())?;
+    let checkpoints = checkpoint_store(state, inner);
+    if let Some((store, _)) = &checkpoints {
+        skiff_node::checkpoints::add_store(&mut headers, store)?;
+    }
     let scan_key = ScanKey {
         run: inner.scan_run,
         query: query_id,
@@ -180,9 +187,17 @@ async fn plan_on(
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
         .with_distributed_route_tasks_handler(placement::route)
-        .with_distributed_passthrough_headers(skiff_node::carried::headers(
-            state.config().options(),
-        )?)?;
+        .with_distributed_passthrough_headers(headers)?;
+    if let Some((store, compression)) = checkpoints {
+        // The head stage, run here, reads the last stage's tasks through
+        // the store too.
+        let channels = Arc::clone(&inner.task_channels);
+        builder = builder.with_distributed_channel_resolver(CheckpointResolver::new(
+            channels,
+            &store,
+            compression,
+        ));
+    }
     if mode == Distribute::On {
         // `on` spreads every other scan over every worker, however small:
         // one task per byte is capped at one per worker (the library sizes
@@ -200,6 +215,21 @@ async fn plan_on(
         session,
         placement,
     })
+}
+
+/// Where `state`'s query commits its stage outputs, and how compressed:
+/// with `skiff.stage_checkpoints = all` and a memory node alive. Without
+/// one there is nowhere to commit, and the query runs as with `off`.
+fn checkpoint_store(state: &SessionState, inner: &Inner) -> Option<(String, Compression)> {
+    let options = state.config().options().extensions.get::<SkiffOptions>()?;
+    if options.stage_checkpoints != StageCheckpoints::All {
+        return None;
+    }
+    let store = inner.membership.memory_node();
+    if store.is_none() {
+        warn!("skiff.stage_checkpoints = all without a memory node: nothing is committed");
+    }
+    Some((store?, options.state_compression.into()))
 }
 
 /// Start a planned distributed query, the head stage here; it holds its

@@ -173,6 +173,9 @@ impl Coordinator {
                 scan_run: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
+                task_channels: Arc::new(
+                    datafusion_distributed::grpc::DefaultChannelResolver::default(),
+                ),
                 memory_tables: memory_tables::MemoryTables::default(),
                 batcher: Arc::default(),
             }

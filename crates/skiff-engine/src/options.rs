@@ -57,6 +57,12 @@ extensions_options! {
         /// None by default: the memory node sits on the cluster network,
         /// faster than lz4 compresses on one core.
         pub state_compression: StateCompression, default = StateCompression::None
+        /// Whether a distributed query's stage outputs are committed to the
+        /// memory node's store as their consumers read them (`off` or
+        /// `all`; skiff-worker's `checkpoints`): each consumer reads a
+        /// producer's partition whole, commits it, and a later read of the
+        /// same partition is served from the store exactly once.
+        pub stage_checkpoints: StageCheckpoints, default = StageCheckpoints::Off
         /// Test trigger: flip one byte of the state after extraction, so
         /// that the target must detect it and the query start over.
         pub test_corrupt_state: bool, default = false
@@ -197,6 +203,11 @@ macro_rules! choice_setting {
 choice_setting!(
     /// How extracted state frames are compressed (`skiff.state_compression`).
     StateCompression, "skiff.state_compression", { None = "none", Lz4 = "lz4", Zstd = "zstd" }
+);
+
+choice_setting!(
+    /// Whether stage outputs are committed (`skiff.stage_checkpoints`).
+    StageCheckpoints, "skiff.stage_checkpoints", { Off = "off", All = "all" }
 );
 
 choice_setting!(

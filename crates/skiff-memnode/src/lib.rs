@@ -194,6 +194,8 @@ pub async fn run_memnode(config: MemnodeConfig, shutdown: CancellationToken) -> 
 }
 
 #[cfg(test)]
+mod checkpoint_tests;
+#[cfg(test)]
 mod chunk_tests;
 #[cfg(test)]
 mod fragment_tests;

@@ -21,8 +21,8 @@ use tonic::Code;
 
 use super::{CacheConfig, StateCache, serve_cache};
 
-struct Node {
-    addr: String,
+pub(crate) struct Node {
+    pub(crate) addr: String,
     shutdown: CancellationToken,
     _served: SpawnedTask<skiff_node::Result<()>>,
     _dir: tempfile::TempDir,
@@ -34,7 +34,7 @@ impl Drop for Node {
     }
 }
 
-async fn node(capacity: u64) -> Node {
+pub(crate) async fn node(capacity: u64) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let cache = StateCache::open(CacheConfig {
         dir: dir.path().to_path_buf(),

@@ -14,7 +14,7 @@ use skiff_engine::SkiffOptions;
 use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The settings that matter while a task runs, each by its full name.
-pub(crate) const CARRIED: [&str; 12] = [
+pub(crate) const CARRIED: [&str; 14] = [
     "datafusion.execution.batch_size",
     "datafusion.execution.coalesce_batches",
     "datafusion.execution.enforce_batch_size_in_joins",
@@ -28,6 +28,9 @@ pub(crate) const CARRIED: [&str; 12] = [
     "skiff.buffer_pool",
     "skiff.prefetch_depth",
     "skiff.chunk_pruning",
+    // Read where a task's session is built (`checkpoints`).
+    "skiff.stage_checkpoints",
+    "skiff.state_compression",
 ];
 
 /// What each carried setting's header is named after; the library's own

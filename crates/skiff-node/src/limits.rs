@@ -19,3 +19,7 @@ pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;
 
 /// Fragments a memory node remembers for `skiff.memory_fragments`.
 pub const FRAGMENT_HISTORY: usize = 256;
+
+/// How long a committed stage output stays in the memory node's store
+/// (`checkpoints`): longer than a query that would want it again runs.
+pub const CHECKPOINT_TTL: Duration = Duration::from_secs(600);

@@ -35,6 +35,17 @@ pub enum Compression {
     Zstd,
 }
 
+impl From<skiff_engine::options::StateCompression> for Compression {
+    fn from(setting: skiff_engine::options::StateCompression) -> Self {
+        use skiff_engine::options::StateCompression;
+        match setting {
+            StateCompression::None => Compression::None,
+            StateCompression::Lz4 => Compression::Lz4,
+            StateCompression::Zstd => Compression::Zstd,
+        }
+    }
+}
+
 impl Compression {
     fn ipc(self) -> Option<CompressionType> {
         match self {
@@ -140,6 +151,23 @@ pub fn extract_carried(
         )?);
     }
     Ok(ExtractedState { outputs })
+}
+
+/// `batches` as a state of one output with one partition, under
+/// `pipeline`: how a distributed query's committed stage output travels
+/// to and from the memory node (skiff-worker's `checkpoints`), checked by
+/// [`load`] like any state.
+pub fn extract_batches(
+    pipeline: PipelineId,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+    compression: Compression,
+) -> Result<ExtractedState> {
+    let options = IpcWriteOptions::default().try_with_compression(compression.ipc())?;
+    let output = encode_batches(pipeline, schema, &[batches], &options)?;
+    Ok(ExtractedState {
+        outputs: vec![output],
+    })
 }
 
 fn encode_batches(

@@ -21,8 +21,8 @@ pub mod select;
 pub mod separate;
 
 pub use extract::{
-    Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, extract_carried,
-    extract_cuts, load,
+    Compression, ExtractedOutput, ExtractedState, Frame, LoadError, extract, extract_batches,
+    extract_carried, extract_cuts, load,
 };
 pub use resume::{resume, resume_context};
 pub use rewrite::{RemainingPlan, remaining_plan, remaining_plan_after_cut, with_partitions};

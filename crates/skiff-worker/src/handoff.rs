@@ -25,7 +25,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
-use skiff_engine::options::{SkiffOptions, StateCompression};
+use skiff_engine::options::SkiffOptions;
 use skiff_engine::store::PipelineStatus;
 use skiff_engine::{Pause, PauseMode, QueryExecution};
 use skiff_flight::FlightStream;
@@ -131,11 +131,7 @@ impl Control {
                     .filter(|d| !d.is_zero()),
                 adaptive: o.adaptive_snapshots,
                 corrupt: o.test_corrupt_state,
-                compression: match o.state_compression {
-                    StateCompression::None => Compression::None,
-                    StateCompression::Lz4 => Compression::Lz4,
-                    StateCompression::Zstd => Compression::Zstd,
-                },
+                compression: o.state_compression.into(),
             })
             .unwrap_or_default();
         Self {

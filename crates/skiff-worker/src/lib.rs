@@ -29,10 +29,11 @@ use datafusion::execution::TaskContext;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion_distributed::DistributedExt;
+use datafusion_distributed::{ChannelResolver, DistributedExt};
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_engine::buffer::RemoteTier;
+use skiff_engine::options::{SkiffOptions, StageCheckpoints};
 use skiff_engine::store::PipelineStatus;
 use skiff_engine::{
     Engine, EngineConfig, PauseMode, PipelineGraph, PipelineId, QueryExecution, explain,
@@ -48,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
+use skiff_node::checkpoints::{self, CheckpointResolver};
 use skiff_node::error::{Result, ServerError, to_status};
 use skiff_node::presence::{NodeIdentity, report_from_own_thread};
 use skiff_node::scan_progress::{ScanCountCodec, ScanTally};
@@ -164,8 +166,17 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         group: None,
         prune_chunks: false,
     };
+    // One gRPC resolver for the process, so that the tasks of queries with
+    // stage checkpoints reuse its connections as the library's own does.
+    let channels: Arc<dyn ChannelResolver + Send + Sync> =
+        Arc::new(datafusion_distributed::grpc::DefaultChannelResolver::default());
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
-        task_session(ctx, Arc::clone(&scans), tiers.clone())
+        task_session(
+            ctx,
+            Arc::clone(&scans),
+            tiers.clone(),
+            Arc::clone(&channels),
+        )
     })
     .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
@@ -229,12 +240,16 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
 
 /// The session of a distributed query's task: the settings its query
 /// carried (`carried`), the library's own shuffle batch size first when
-/// one is set, and the codec of the scans it counts (`scan_progress`).
+/// one is set, the codec of the scans it counts (`scan_progress`), and
+/// reads of other tasks through the store when the query commits stage
+/// checkpoints (`checkpoints`).
 async fn task_session(
     mut ctx: datafusion_distributed::WorkerQueryContext,
     scans: Arc<ScanTally>,
     tiers: skiff_engine::buffer::Tiers,
+    channels: Arc<dyn ChannelResolver + Send + Sync>,
 ) -> datafusion::common::Result<datafusion::execution::SessionState> {
+    let mut checkpoints = None;
     if let Some(config) = ctx.builder.config().as_mut() {
         let options = config.options_mut();
         skiff_node::carried::apply(&ctx.headers, options)?;
@@ -244,11 +259,21 @@ async fn task_session(
         if shuffle != 0 {
             options.set("datafusion.execution.batch_size", &shuffle.to_string())?;
         }
+        if let Some(o) = options.extensions.get::<SkiffOptions>()
+            && o.stage_checkpoints == StageCheckpoints::All
+            && let Some(store) = checkpoints::store_from(&ctx.headers)
+        {
+            let compression = o.state_compression.into();
+            checkpoints = Some(CheckpointResolver::new(channels, &store, compression));
+        }
     }
-    Ok(ctx
+    let mut builder = ctx
         .builder
-        .with_distributed_user_codec(ScanCountCodec::new(scans).with_tiers(tiers))
-        .build())
+        .with_distributed_user_codec(ScanCountCodec::new(scans).with_tiers(tiers));
+    if let Some(resolver) = checkpoints {
+        builder = builder.with_distributed_channel_resolver(resolver);
+    }
+    Ok(builder.build())
 }
 
 impl WorkerService {
@@ -653,9 +678,17 @@ mod tests {
             builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
             headers,
         };
-        let state = task_session(task(headers), Arc::default(), Default::default())
-            .await
-            .unwrap();
+        let channels = || -> Arc<dyn ChannelResolver + Send + Sync> {
+            Arc::new(datafusion_distributed::grpc::DefaultChannelResolver::default())
+        };
+        let state = task_session(
+            task(headers),
+            Arc::default(),
+            Default::default(),
+            channels(),
+        )
+        .await
+        .unwrap();
         assert_eq!(state.config().batch_size(), 100);
 
         // The library sets its shuffle batch size from its own headers.
@@ -668,7 +701,7 @@ mod tests {
             .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
             .unwrap();
         ctx.builder = ctx.builder.with_config(config);
-        let state = task_session(ctx, Arc::default(), Default::default())
+        let state = task_session(ctx, Arc::default(), Default::default(), channels())
             .await
             .unwrap();
         assert_eq!(state.config().batch_size(), 50);

@@ -173,6 +173,53 @@ async fn tpch_distributed_over_three_workers_matches_duckdb() {
     suite_matches_duckdb(&server, &client, "tpch", "distributed").await;
 }
 
+/// With `skiff.stage_checkpoints = all`, every stage output a consumer
+/// reads from another worker is committed to the memory node's store
+/// first (`skiff_node::checkpoints`): the answers still match DuckDB's,
+/// and the store took the commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_distributed_with_stage_checkpoints_matches_duckdb() {
+    let (server, client) = distributed_over_three(Benchmark::Tpch).await;
+    let memnode = simple_rows(
+        &client,
+        "SELECT address FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers");
+    let store = memnode
+        .first()
+        .and_then(|r| r[0].clone())
+        .expect("a memory node");
+    let before = skiff_flight::cache_stats(&store)
+        .await
+        .expect("cache stats");
+    client
+        .simple_query("SET skiff.stage_checkpoints = 'all'")
+        .await
+        .expect("set");
+    suite_matches_duckdb(&server, &client, "tpch", "with stage checkpoints").await;
+    let after = skiff_flight::cache_stats(&store)
+        .await
+        .expect("cache stats");
+    // Each query's stages over three workers: a read of each remote task's
+    // partitions at least.
+    let commits = after.puts - before.puts;
+    assert!(
+        commits >= 22,
+        "{commits} commits for 22 distributed queries"
+    );
+    println!("{commits} stage outputs committed");
+    let refused = client
+        .simple_query("SET skiff.stage_checkpoints = 'sometimes'")
+        .await
+        .expect_err("an unknown mode");
+    let message = refused.as_db_error().map(|e| e.message().to_string());
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("off, all")),
+        "{refused:?}"
+    );
+}
+
 /// TPC-H on tables written by `skiff gen --partitions 8`, over three
 /// workers with the default `skiff.distribute = auto`: queries over the
 /// partitioned tables are distributed, each scan task runs on the owner of

@@ -1,0 +1,274 @@
+//! Stage checkpoints (`skiff_node::checkpoints`) against a real memory
+//! node's store: a committed task output is read exactly once, whoever
+//! reads it and whichever attempt of its producer runs later; a producer
+//! that fails mid-partition leaves nothing committed and no row read.
+//! The producer is a test channel that says which attempt made each row.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion_distributed::{
+    ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest,
+    GetWorkerInfoResponse, ProducerHead, SetPlanRequest, TaskKey, WorkerChannel,
+    WorkerToCoordinatorMsg,
+};
+use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use skiff_node::checkpoints::{CheckpointResolver, key};
+use skiff_state::Compression;
+use tonic::Code;
+use tonic::codegen::http::HeaderMap;
+use url::Url;
+
+use crate::tests::node;
+
+const PARTITIONS: usize = 3;
+
+/// Rows of one partition: `(value, attempt)`, 5 per partition but the
+/// last, which is empty.
+fn rows(partition: usize) -> Vec<i64> {
+    if partition + 1 == PARTITIONS {
+        return Vec::new();
+    }
+    (0..5).map(|i| (partition * 100 + i) as i64).collect()
+}
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("value", DataType::Int64, false),
+        Field::new("attempt", DataType::Int64, false),
+    ]))
+}
+
+/// A producer task: each partition's rows in batches of two, tagged with
+/// `attempt`; with `fail_after`, partition 0 fails after its first batch.
+struct Producer {
+    attempt: i64,
+    fail_after: Option<usize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Producer {
+    fn partition(&self, partition: usize) -> BoxStream<'static, Result<RecordBatch>> {
+        let values = rows(partition);
+        let mut batches: Vec<Result<RecordBatch>> = values
+            .chunks(2)
+            .map(|chunk| {
+                let attempts = vec![self.attempt; chunk.len()];
+                RecordBatch::try_new(
+                    schema(),
+                    vec![
+                        Arc::new(Int64Array::from(chunk.to_vec())),
+                        Arc::new(Int64Array::from(attempts)),
+                    ],
+                )
+                .map_err(DataFusionError::from)
+            })
+            .collect();
+        if partition == 0
+            && let Some(after) = self.fail_after
+        {
+            batches.truncate(after);
+            batches.push(Err(DataFusionError::Execution("producer lost".into())));
+        }
+        Box::pin(futures::stream::iter(batches))
+    }
+}
+
+#[async_trait]
+impl WorkerChannel for Producer {
+    async fn coordinator_channel(
+        &mut self,
+        _: HeaderMap,
+        _: SetPlanRequest,
+        _: BoxStream<'static, CoordinatorToWorkerMsg>,
+        _: ExecutionPlanMetricsSet,
+        _: &Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
+        Err(DataFusionError::NotImplemented(
+            "a producer of rows only".into(),
+        ))
+    }
+
+    async fn execute_task(
+        &mut self,
+        _: HeaderMap,
+        request: ExecuteTaskRequest,
+        _: ExecutionPlanMetricsSet,
+        _: &Arc<TaskContext>,
+    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Ok(
+            (request.target_partition_start..request.target_partition_end)
+                .map(|p| self.partition(p))
+                .collect(),
+        )
+    }
+
+    async fn get_worker_info(&mut self, _: GetWorkerInfoRequest) -> Result<GetWorkerInfoResponse> {
+        Ok(GetWorkerInfoResponse {
+            version: "test".into(),
+        })
+    }
+}
+
+/// Resolves every URL to a [`Producer`] of `attempt`, or to nothing
+/// (`attempt` 0: the producer's worker is gone).
+struct Producers {
+    attempt: i64,
+    fail_after: Option<usize>,
+    calls: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl ChannelResolver for Producers {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        if self.attempt == 0 {
+            return Err(DataFusionError::Execution(format!(
+                "{url}: connection refused"
+            )));
+        }
+        Ok(Box::new(Producer {
+            attempt: self.attempt,
+            fail_after: self.fail_after,
+            calls: Arc::clone(&self.calls),
+        }))
+    }
+}
+
+fn task() -> TaskKey {
+    TaskKey {
+        query_id: uuid::Uuid::from_u128(42),
+        stage_id: 1,
+        task_number: 2,
+    }
+}
+
+/// A consumer reading `partitions` of [`task`] through the store at
+/// `store`, from producers of `attempt`: the producer's calls, and per
+/// partition its `(value, attempt)` rows or its error.
+async fn read(
+    store: &str,
+    attempt: i64,
+    fail_after: Option<usize>,
+    partitions: std::ops::Range<usize>,
+) -> (usize, Vec<Result<Vec<(i64, i64)>>>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let producers = Producers {
+        attempt,
+        fail_after,
+        calls: Arc::clone(&calls),
+    };
+    let resolver = CheckpointResolver::new(Arc::new(producers), store, Compression::Lz4);
+    let url = Url::parse("http://127.0.0.1:1").expect("url");
+    let mut channel = resolver
+        .get_worker_client_for_url(&url)
+        .await
+        .expect("channel");
+    let request = ExecuteTaskRequest {
+        task_key: task(),
+        target_partition_start: partitions.start,
+        target_partition_end: partitions.end,
+        producer_head: ProducerHead::None,
+    };
+    let streams = channel
+        .execute_task(
+            HeaderMap::new(),
+            request,
+            ExecutionPlanMetricsSet::new(),
+            &Arc::new(TaskContext::default()),
+        )
+        .await
+        .expect("streams");
+    let mut read = Vec::new();
+    for stream in streams {
+        read.push(stream.try_collect::<Vec<_>>().await.map(|b| pairs(&b)));
+    }
+    (calls.load(Ordering::SeqCst), read)
+}
+
+fn pairs(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+    let mut pairs = Vec::new();
+    for batch in batches {
+        let column = |i: usize| {
+            batch
+                .column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("int64")
+                .clone()
+        };
+        let (values, attempts) = (column(0), column(1));
+        pairs.extend(
+            values
+                .iter()
+                .zip(attempts.iter())
+                .map(|(v, a)| (v.expect("value"), a.expect("attempt"))),
+        );
+    }
+    pairs
+}
+
+fn made_by(partition: usize, attempt: i64) -> Vec<(i64, i64)> {
+    rows(partition).into_iter().map(|v| (v, attempt)).collect()
+}
+
+#[tokio::test]
+async fn a_committed_output_is_read_again_from_the_store_exactly_once() {
+    let node = node(0).await;
+    // The first read asks the producer and commits each partition.
+    let (calls, first) = read(&node.addr, 1, None, 0..PARTITIONS).await;
+    assert_eq!(calls, 1);
+    for (p, partition) in first.into_iter().enumerate() {
+        assert_eq!(partition.expect("read"), made_by(p, 1), "partition {p}");
+    }
+    // A consumer run again reads the same outputs with the producer gone:
+    // the store serves each, rows neither doubled nor lost.
+    let (calls, again) = read(&node.addr, 0, None, 0..PARTITIONS).await;
+    assert_eq!(calls, 0);
+    for (p, partition) in again.into_iter().enumerate() {
+        assert_eq!(partition.expect("reread"), made_by(p, 1), "partition {p}");
+    }
+    // With a producer run again (attempt 2), what is committed still wins:
+    // the consumer never mixes two attempts' rows.
+    let (calls, third) = read(&node.addr, 2, None, 0..PARTITIONS).await;
+    assert_eq!(calls, 0, "every partition was committed");
+    for (p, partition) in third.into_iter().enumerate() {
+        assert_eq!(partition.expect("read"), made_by(p, 1), "partition {p}");
+    }
+}
+
+#[tokio::test]
+async fn a_producer_lost_mid_partition_commits_nothing_and_its_rerun_is_read_once() {
+    let node = node(0).await;
+    // Partition 0 fails after one batch: the consumer sees the error and
+    // none of the batch before it; partition 1 is read and committed.
+    let (calls, first) = read(&node.addr, 1, Some(1), 0..2).await;
+    assert_eq!(calls, 1);
+    let mut first = first.into_iter();
+    let lost = first.next().expect("partition 0");
+    assert!(
+        matches!(&lost, Err(e) if e.to_string().contains("producer lost")),
+        "{lost:?}"
+    );
+    assert_eq!(
+        first.next().expect("partition 1").expect("read"),
+        made_by(1, 1)
+    );
+    let status = skiff_flight::get_state(&node.addr, &key(&task(), 0))
+        .await
+        .expect_err("nothing committed for the failed partition");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    // The producer runs again (attempt 2): partition 0 comes whole from
+    // it, partition 1 from the store, each row once.
+    let (calls, again) = read(&node.addr, 2, None, 0..2).await;
+    assert_eq!(calls, 1);
+    let again: Vec<_> = again.into_iter().map(|p| p.expect("read")).collect();
+    assert_eq!(again, vec![made_by(0, 2), made_by(1, 1)]);
+}
