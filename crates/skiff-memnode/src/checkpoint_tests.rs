@@ -18,7 +18,7 @@ use datafusion_distributed::{
     GetWorkerInfoResponse, ProducerHead, SetPlanRequest, TaskKey, WorkerChannel,
     WorkerToCoordinatorMsg,
 };
-use futures::TryStreamExt;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use skiff_node::checkpoints::{CheckpointResolver, key};
 use skiff_state::Compression;
@@ -187,8 +187,21 @@ async fn read(
         .await
         .expect("streams");
     let mut read = Vec::new();
-    for stream in streams {
-        read.push(stream.try_collect::<Vec<_>>().await.map(|b| pairs(&b)));
+    for mut stream in streams {
+        // Every batch the consumer is given counts, those before an error
+        // too: it would have used them.
+        let (mut batches, mut error) = (Vec::new(), None);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(batch) => batches.push(batch),
+                Err(e) => error = Some(e),
+            }
+        }
+        read.push(match error {
+            Some(e) if batches.is_empty() => Err(e),
+            Some(e) => panic!("{} rows given before the error {e}", pairs(&batches).len()),
+            None => Ok(pairs(&batches)),
+        });
     }
     (calls.load(Ordering::SeqCst), read)
 }
