@@ -194,8 +194,9 @@ pub struct BenchArgs {
     /// query with a worker SIGKILLed at 25, 50 and 75% of its latency (it
     /// runs again from the start) against its undisturbed latency, then
     /// `skiff.remove_worker` under 8 running distributed queries (the
-    /// vacate latency) against how long they still ran undisturbed;
-    /// results in RESULTS/<benchmark>-<data>-faults.*.
+    /// vacate latency) against how long they still ran undisturbed, and
+    /// each query with `skiff.stage_checkpoints = all` against its
+    /// undisturbed latency; results in RESULTS/<benchmark>-<data>-faults.*.
     #[arg(long, requires = "scale")]
     pub faults: bool,
     /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-11 and

@@ -12,8 +12,12 @@
 //!   against how long those queries go on running when nothing is removed
 //!   (what a removal waited for before queries ran again).
 //!
-//! Stage checkpoints (re-running only lost tasks) are not built yet: the
-//! one recovery measured is the restart from scratch.
+//! - what committing stage outputs costs when nothing fails: every
+//!   query's latency with `skiff.stage_checkpoints = all` against its
+//!   undisturbed latency without (`skiff_node::checkpoints`).
+//!
+//! Re-running only lost tasks from committed outputs is not built yet:
+//! the one recovery measured is the restart from scratch.
 
 use std::io::Write;
 use std::path::Path;
@@ -47,6 +51,14 @@ struct KillFigure {
     base_ms: f64,
     ms: Option<f64>,
     restarts: u64,
+    error: Option<String>,
+}
+
+/// One query with its stage outputs committed, nothing failing.
+struct CheckpointFigure {
+    query: String,
+    base_ms: f64,
+    ms: Option<f64>,
     error: Option<String>,
 }
 
@@ -91,6 +103,7 @@ pub async fn run(
     let cluster = Cluster::start(setup, state.path(), workers).await?;
     let scripts = read_scripts(queries)?;
     let mut kills = Vec::new();
+    let mut checkpoints = Vec::new();
     let mut slowest: Option<(f64, &str)> = None;
     for (name, script) in &scripts {
         let base_ms = match timed(&cluster, script, runs).await {
@@ -103,6 +116,15 @@ pub async fn run(
         if slowest.is_none_or(|(ms, _)| base_ms > ms) {
             slowest = Some((base_ms, script.as_str()));
         }
+        let figure = checkpointed(&cluster, name, script, base_ms, runs).await?;
+        eprintln!(
+            "{name}: {base_ms:.0} ms; with stage checkpoints: {}",
+            figure.ms.map_or_else(
+                || format!("failed: {}", figure.error.as_deref().unwrap_or("")),
+                |ms| format!("{ms:.0} ms")
+            )
+        );
+        checkpoints.push(figure);
         for fraction in KILL_AT {
             let figure = killed(&cluster, workers, name, script, base_ms, fraction).await?;
             eprintln!(
@@ -133,18 +155,70 @@ pub async fn run(
             vacates.push(figure);
         }
     }
-    let text = summary(title, workers, &kills, &vacates);
+    let mut text = summary(title, workers, &kills, &vacates);
+    text.push_str(&checkpoint_summary(title, &checkpoints));
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     let stem = format!("{}-faults", results_stem(args));
     let files = publish(
         &args.results,
         &stem,
         args.archive,
-        csv(&kills, &vacates).as_bytes(),
-        |png| plot(png, title, &kills, &vacates),
+        csv(&kills, &checkpoints, &vacates).as_bytes(),
+        |png| plot(png, title, &kills, &checkpoints, &vacates),
     )?;
     println!("\nwrote {}", files.join(", "));
     Ok(())
+}
+
+/// `script` timed with its stage outputs committed
+/// (`skiff.stage_checkpoints = all`), against `base_ms` without.
+async fn checkpointed(
+    cluster: &Cluster,
+    name: &str,
+    script: &str,
+    base_ms: f64,
+    runs: u32,
+) -> Result<CheckpointFigure, BenchError> {
+    cluster
+        .execute("SET skiff.stage_checkpoints = 'all'")
+        .await?;
+    let timed = timed(cluster, script, runs).await;
+    cluster
+        .execute("SET skiff.stage_checkpoints = 'off'")
+        .await?;
+    Ok(CheckpointFigure {
+        query: name.to_string(),
+        base_ms,
+        ms: timed.as_ref().ok().map(|(ms, _)| *ms),
+        error: timed.err(),
+    })
+}
+
+fn checkpoint_summary(title: &str, figures: &[CheckpointFigure]) -> String {
+    let done: Vec<&CheckpointFigure> = figures.iter().filter(|f| f.ms.is_some()).collect();
+    let with: f64 = done.iter().filter_map(|f| f.ms).sum();
+    let without: f64 = done.iter().map(|f| f.base_ms).sum();
+    let ratio = median(done.iter().filter_map(|f| f.ms.map(|ms| ms / f.base_ms)));
+    let mut text = format!(
+        "{title}: skiff.stage_checkpoints = all when nothing fails: {with:.0} ms in all \
+         against {without:.0} ms without ({}), median per query {}; {} of {} failed\n",
+        if without > 0.0 {
+            format!("{:.2}x", with / without)
+        } else {
+            "-".to_string()
+        },
+        ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x")),
+        figures.len() - done.len(),
+        figures.len()
+    );
+    for f in figures.iter().filter(|f| f.error.is_some()) {
+        text.push_str(&format!(
+            "  {} with checkpoints failed: {}\n",
+            f.query,
+            f.error.as_deref().unwrap_or("")
+        ));
+    }
+    text
 }
 
 /// The newest query's id in `skiff.queries`.
@@ -377,7 +451,7 @@ fn summary(title: &str, workers: usize, kills: &[KillFigure], vacates: &[VacateF
     text
 }
 
-fn csv(kills: &[KillFigure], vacates: &[VacateFigure]) -> String {
+fn csv(kills: &[KillFigure], checkpoints: &[CheckpointFigure], vacates: &[VacateFigure]) -> String {
     let mut out =
         String::from("experiment,query,kill_at,base_ms,ms,restarts,failed,removed_ms,error\n");
     for k in kills {
@@ -390,6 +464,16 @@ fn csv(kills: &[KillFigure], vacates: &[VacateFigure]) -> String {
             k.restarts,
             u8::from(k.ms.is_none()),
             k.error.as_deref().unwrap_or("").replace('"', "'")
+        ));
+    }
+    for c in checkpoints {
+        out.push_str(&format!(
+            "checkpoints,{},,{:.1},{},,{},,\"{}\"\n",
+            c.query,
+            c.base_ms,
+            c.ms.map_or(String::new(), |ms| format!("{ms:.1}")),
+            u8::from(c.ms.is_none()),
+            c.error.as_deref().unwrap_or("").replace('"', "'")
         ));
     }
     for (i, v) in vacates.iter().enumerate() {
@@ -411,6 +495,7 @@ fn plot(
     path: &Path,
     title: &str,
     kills: &[KillFigure],
+    checkpoints: &[CheckpointFigure],
     vacates: &[VacateFigure],
 ) -> Result<(), String> {
     super::plot::fonts()?;
@@ -448,6 +533,19 @@ fn plot(
                 .collect(),
         });
     }
+    series.push(Bars {
+        label: "stage_checkpoints = all, undisturbed".into(),
+        color: RGBColor(148, 103, 189),
+        values: queries
+            .iter()
+            .map(|q| {
+                checkpoints
+                    .iter()
+                    .find(|c| c.query == *q)
+                    .and_then(|c| c.ms)
+            })
+            .collect(),
+    });
     let labels: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
     grouped_bars(
         &top,
