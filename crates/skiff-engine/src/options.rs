@@ -59,7 +59,7 @@ extensions_options! {
         pub state_compression: StateCompression, default = StateCompression::None
         /// Whether a distributed query's stage outputs are committed to the
         /// memory node's store as their consumers read them (`off` or
-        /// `all`; skiff-worker's `checkpoints`): each consumer reads a
+        /// `all`; `skiff_node::checkpoints`): each consumer reads a
         /// producer's partition whole, commits it, and a later read of the
         /// same partition is served from the store exactly once.
         pub stage_checkpoints: StageCheckpoints, default = StageCheckpoints::Off

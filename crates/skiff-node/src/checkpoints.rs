@@ -46,7 +46,7 @@ use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
 use tracing::{debug, warn};
 use url::Url;
 
-use crate::limits::CHECKPOINT_TTL;
+use crate::limits::{CHECKPOINT_COMMIT_DEADLINE, CHECKPOINT_LOOKUP_DEADLINE, CHECKPOINT_TTL};
 
 /// The header that tells a task's session where its query's checkpoints
 /// go (the memory node's address); sent only when they are on.
@@ -207,13 +207,19 @@ fn stored(batches: Vec<RecordBatch>) -> Batches {
 }
 
 /// The batches committed under `key`, if any. A store that cannot answer
-/// counts as holding nothing (the producer is asked).
+/// within `CHECKPOINT_LOOKUP_DEADLINE` counts as holding nothing (the
+/// producer is asked).
 async fn committed(store: &str, key: &str) -> Option<Vec<RecordBatch>> {
-    let state = match get_state(store, key).await {
-        Ok(state) => state,
-        Err(status) if status.code() == Code::NotFound => return None,
-        Err(status) => {
+    let state = match tokio::time::timeout(CHECKPOINT_LOOKUP_DEADLINE, get_state(store, key)).await
+    {
+        Ok(Ok(state)) => state,
+        Ok(Err(status)) if status.code() == Code::NotFound => return None,
+        Ok(Err(status)) => {
             warn!(%key, error = status.message(), "checkpoint unreadable; reading the producer");
+            return None;
+        }
+        Err(_) => {
+            warn!(%key, "checkpoint store silent; reading the producer");
             return None;
         }
     };
@@ -240,8 +246,8 @@ fn commit_then_yield(stream: Batches, key: String, store: Arc<str>, c: Compressi
     .boxed()
 }
 
-/// Commit `batches` under `key`. Logged, never fatal: the consumer has
-/// the batches either way.
+/// Commit `batches` under `key`, waiting `CHECKPOINT_COMMIT_DEADLINE` at
+/// most. Logged, never fatal: the consumer has the batches either way.
 async fn commit(store: &str, key: &str, batches: &[RecordBatch], compression: Compression) {
     let schema = batches
         .first()
@@ -258,7 +264,12 @@ async fn commit(store: &str, key: &str, batches: &[RecordBatch], compression: Co
         read_once: false,
         durable: false,
     };
-    if let Err(status) = put_state(store, key, &options, &state).await {
-        warn!(%key, error = status.message(), "checkpoint not committed");
+    // A put cut off by the deadline leaves nothing: the store makes an
+    // entry visible only once it has every message.
+    let put = put_state(store, key, &options, &state);
+    match tokio::time::timeout(CHECKPOINT_COMMIT_DEADLINE, put).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(status)) => warn!(%key, error = status.message(), "checkpoint not committed"),
+        Err(_) => warn!(%key, "checkpoint store silent; not committed"),
     }
 }

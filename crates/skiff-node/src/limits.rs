@@ -20,6 +20,15 @@ pub const SCAN_TALLY_RETIRED_MAX: usize = 1024;
 /// Fragments a memory node remembers for `skiff.memory_fragments`.
 pub const FRAGMENT_HISTORY: usize = 256;
 
+/// How long a read waits for the store to say whether it holds a
+/// committed output (`checkpoints`) before it asks the producer instead.
+pub const CHECKPOINT_LOOKUP_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a read waits for its output's commit before it goes on
+/// without one (`checkpoints`): a checkpoint is an aid, and a store that
+/// hangs must not hold the query.
+pub const CHECKPOINT_COMMIT_DEADLINE: Duration = Duration::from_secs(30);
+
 /// How long a committed stage output stays in the memory node's store
 /// (`checkpoints`): longer than a query that would want it again runs.
 pub const CHECKPOINT_TTL: Duration = Duration::from_secs(600);

@@ -155,7 +155,7 @@ pub fn extract_carried(
 
 /// `batches` as a state of one output with one partition, under
 /// `pipeline`: how a distributed query's committed stage output travels
-/// to and from the memory node (skiff-worker's `checkpoints`), checked by
+/// to and from the memory node (`skiff_node::checkpoints`), checked by
 /// [`load`] like any state.
 pub fn extract_batches(
     pipeline: PipelineId,
