@@ -14,10 +14,15 @@
 //!
 //! - what committing stage outputs costs when nothing fails: every
 //!   query's latency with `skiff.stage_checkpoints = all` against its
-//!   undisturbed latency without (`skiff_node::checkpoints`).
+//!   undisturbed latency without (`skiff_node::checkpoints`);
+//! - the same kills with checkpoints on, at 25, 50 and 75% of the
+//!   query's latency with them: the query runs its plan again over the
+//!   stage outputs it committed (`skiff_coordinator::stage_reuse`),
+//!   against its undisturbed latency without checkpoints.
 //!
-//! Re-running only lost tasks from committed outputs is not built yet:
-//! the one recovery measured is the restart from scratch.
+//! Re-running only the lost tasks while the rest of the query goes on is
+//! not built: the recoveries measured are the restart from scratch and
+//! the run again over committed outputs.
 
 use std::io::Write;
 use std::path::Path;
@@ -48,6 +53,10 @@ const POLL: Duration = Duration::from_millis(5);
 struct KillFigure {
     query: String,
     fraction: f64,
+    /// With `skiff.stage_checkpoints = all`: it runs again over what it
+    /// committed, not from scratch.
+    checkpoints: bool,
+    /// Its undisturbed latency without checkpoints.
     base_ms: f64,
     ms: Option<f64>,
     restarts: u64,
@@ -124,18 +133,37 @@ pub async fn run(
                 |ms| format!("{ms:.0} ms")
             )
         );
+        // A kill lands at the same share of the run with checkpoints.
+        let checkpointed_ms = figure.ms;
         checkpoints.push(figure);
-        for fraction in KILL_AT {
-            let figure = killed(&cluster, workers, name, script, base_ms, fraction).await?;
-            eprintln!(
-                "{name}: {base_ms:.0} ms; killed at {:.0}%: {} ({} restarts)",
-                fraction * 100.0,
-                figure
-                    .ms
-                    .map_or_else(|| "failed".to_string(), |ms| format!("{ms:.0} ms")),
-                figure.restarts
-            );
-            kills.push(figure);
+        let modes = [(false, Some(base_ms)), (true, checkpointed_ms)];
+        for (with_checkpoints, latency) in modes {
+            let Some(latency) = latency else { continue };
+            for fraction in KILL_AT {
+                let kill = Kill {
+                    name,
+                    script,
+                    base_ms,
+                    at_ms: latency * fraction,
+                    fraction,
+                    checkpoints: with_checkpoints,
+                };
+                let figure = killed(&cluster, workers, kill).await?;
+                eprintln!(
+                    "{name}: {base_ms:.0} ms; killed at {:.0}%{}: {} ({} restarts)",
+                    fraction * 100.0,
+                    if with_checkpoints {
+                        " with checkpoints"
+                    } else {
+                        ""
+                    },
+                    figure
+                        .ms
+                        .map_or_else(|| "failed".to_string(), |ms| format!("{ms:.0} ms")),
+                    figure.restarts
+                );
+                kills.push(figure);
+            }
         }
     }
     let mut vacates = Vec::new();
@@ -238,17 +266,33 @@ async fn restarts_after(cluster: &Cluster, after: u64) -> Result<u64, BenchError
         .await
 }
 
-/// `script` with the newest worker SIGKILLed `fraction` of `base_ms` into
-/// it; then the cluster is back to `workers` (`skiff serve` restarts the
-/// killed one under a new id).
+/// One kill: query `name` (`script`), the newest worker SIGKILLed `at_ms`
+/// into it (`fraction` of its undisturbed latency), with or without
+/// stage checkpoints.
+struct Kill<'a> {
+    name: &'a str,
+    script: &'a str,
+    base_ms: f64,
+    at_ms: f64,
+    fraction: f64,
+    checkpoints: bool,
+}
+
+/// `kill`'s query with its worker killed; then the cluster is back to
+/// `workers` (`skiff serve` restarts the killed one under a new id).
 async fn killed(
     cluster: &Cluster,
     workers: usize,
-    name: &str,
-    script: &str,
-    base_ms: f64,
-    fraction: f64,
+    kill: Kill<'_>,
 ) -> Result<KillFigure, BenchError> {
+    let Kill {
+        name,
+        script,
+        base_ms,
+        at_ms,
+        fraction,
+        checkpoints,
+    } = kill;
     let fail = |e: String| BenchError::Data(format!("{name}: {e}"));
     let victim = *cluster
         .live()
@@ -267,11 +311,16 @@ async fn killed(
     let conn = PgConn::connect(cluster.pg, &Credentials::default())
         .await
         .map_err(fail)?;
+    if checkpoints {
+        conn.run_script("SET skiff.stage_checkpoints = 'all'")
+            .await
+            .map_err(fail)?;
+    }
     let before = last_query(cluster).await?;
     let owned = script.to_string();
     let start = Instant::now();
     let query = SpawnedTask::spawn(async move { conn.run_script(&owned).await });
-    tokio::time::sleep(Duration::from_secs_f64(base_ms * fraction / 1000.0)).await;
+    tokio::time::sleep(Duration::from_secs_f64(at_ms / 1000.0)).await;
     // SAFETY: kill(2) of a worker process of the server this bench started
     // (its pid from skiff.workers, checked positive: never a group).
     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -285,6 +334,7 @@ async fn killed(
     Ok(KillFigure {
         query: name.to_string(),
         fraction,
+        checkpoints,
         base_ms,
         ms: outcome.is_ok().then_some(ms),
         restarts,
@@ -407,27 +457,45 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 
 fn summary(title: &str, workers: usize, kills: &[KillFigure], vacates: &[VacateFigure]) -> String {
     let mut text = format!(
-        "\n{title}: a worker of {workers} killed during a distributed query (it runs again \
-         from the start); latency / undisturbed latency, median over the queries\n"
+        "\n{title}: a worker of {workers} killed during a distributed query; latency / \
+         undisturbed latency without checkpoints, median over the queries\n"
     );
-    for fraction in KILL_AT {
-        let at: Vec<&KillFigure> = kills.iter().filter(|k| k.fraction == fraction).collect();
-        let ratio = median(at.iter().filter_map(|k| k.ms.map(|ms| ms / k.base_ms)));
-        let failed = at.iter().filter(|k| k.ms.is_none()).count();
-        let restarted = at.iter().filter(|k| k.restarts > 0).count();
-        text.push_str(&format!(
-            "  killed at {:>3.0}%: {} ({} of {} queries restarted, {failed} failed)\n",
-            fraction * 100.0,
-            ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x")),
-            restarted,
-            at.len()
-        ));
+    let modes = [
+        (false, "from the start"),
+        (
+            true,
+            "over its committed stage outputs (stage_checkpoints = all)",
+        ),
+    ];
+    for (checkpoints, how) in modes {
+        text.push_str(&format!("  runs again {how}:\n"));
+        for fraction in KILL_AT {
+            let at: Vec<&KillFigure> = kills
+                .iter()
+                .filter(|k| k.fraction == fraction && k.checkpoints == checkpoints)
+                .collect();
+            let ratio = median(at.iter().filter_map(|k| k.ms.map(|ms| ms / k.base_ms)));
+            let failed = at.iter().filter(|k| k.ms.is_none()).count();
+            let restarted = at.iter().filter(|k| k.restarts > 0).count();
+            text.push_str(&format!(
+                "    killed at {:>3.0}%: {} ({} of {} queries ran again, {failed} failed)\n",
+                fraction * 100.0,
+                ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x")),
+                restarted,
+                at.len()
+            ));
+        }
     }
     for k in kills.iter().filter(|k| k.error.is_some()) {
         text.push_str(&format!(
-            "  {} at {:.0}% failed: {}\n",
+            "  {} at {:.0}%{} failed: {}\n",
             k.query,
             k.fraction * 100.0,
+            if k.checkpoints {
+                " with checkpoints"
+            } else {
+                ""
+            },
             k.error.as_deref().unwrap_or("")
         ));
     }
@@ -456,7 +524,12 @@ fn csv(kills: &[KillFigure], checkpoints: &[CheckpointFigure], vacates: &[Vacate
         String::from("experiment,query,kill_at,base_ms,ms,restarts,failed,removed_ms,error\n");
     for k in kills {
         out.push_str(&format!(
-            "kill,{},{},{:.1},{},{},{},,\"{}\"\n",
+            "{},{},{},{:.1},{},{},{},,\"{}\"\n",
+            if k.checkpoints {
+                "kill_checkpoints"
+            } else {
+                "kill"
+            },
             k.query,
             k.fraction,
             k.base_ms,
@@ -518,20 +591,35 @@ fn plot(
             .map(|q| kills.iter().find(|k| k.query == *q).map(|k| k.base_ms))
             .collect(),
     }];
-    for (fraction, color) in KILL_AT.into_iter().zip(colors) {
-        series.push(Bars {
-            label: format!("worker killed at {:.0}% (runs again)", fraction * 100.0),
-            color,
-            values: queries
-                .iter()
-                .map(|q| {
-                    kills
-                        .iter()
-                        .find(|k| k.query == *q && k.fraction == fraction)
-                        .and_then(|k| k.ms)
-                })
-                .collect(),
-        });
+    let checkpoint_colors = [
+        RGBColor(158, 202, 225),
+        RGBColor(253, 190, 133),
+        RGBColor(161, 217, 155),
+    ];
+    let modes = [
+        (false, "runs again", colors),
+        (true, "checkpoints, runs again over them", checkpoint_colors),
+    ];
+    for (checkpoints, how, palette) in modes {
+        for (fraction, color) in KILL_AT.into_iter().zip(palette) {
+            series.push(Bars {
+                label: format!("worker killed at {:.0}% ({how})", fraction * 100.0),
+                color,
+                values: queries
+                    .iter()
+                    .map(|q| {
+                        kills
+                            .iter()
+                            .find(|k| {
+                                k.query == *q
+                                    && k.fraction == fraction
+                                    && k.checkpoints == checkpoints
+                            })
+                            .and_then(|k| k.ms)
+                    })
+                    .collect(),
+            });
+        }
     }
     series.push(Bars {
         label: "stage_checkpoints = all, undisturbed".into(),

@@ -8,7 +8,9 @@
 //! A distributed query has fewer of the state separation features of a
 //! single-worker one: the library streams between stages and has no pause
 //! or retry, so a query that loses a worker, is vacated or is suspended
-//! runs again from the start (`rerun`), and it cannot migrate or snapshot.
+//! runs again (`rerun`), and it cannot migrate or snapshot. It runs again
+//! from the start, or, when it commits stage checkpoints, from the stage
+//! outputs it committed (`stage_reuse`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,7 +30,7 @@ use datafusion_distributed::{
 };
 use futures::StreamExt;
 use skiff_engine::options::{Distribute, SkiffOptions, StageCheckpoints};
-use skiff_node::checkpoints::CheckpointResolver;
+use skiff_node::checkpoints::{CheckpointResolver, Target};
 use skiff_state::Compression;
 use skiff_tables::ManagedTable;
 use tracing::warn;
@@ -39,6 +41,7 @@ use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::{QueryEntry, ScansSeen};
 use super::rerun::{self, Attempt, Replan};
+use super::stage_reuse;
 use super::window_keys::WindowSortKeys;
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
@@ -115,7 +118,8 @@ pub(crate) async fn start(
     if mode == Distribute::Auto && !classes.iter().any(|&c| placement.spans_workers(c)) {
         return Ok(None);
     }
-    let planned = plan_on(state, inner, entry.id, query, placement, mode).await?;
+    let checkpoints = checkpoint_target(state, inner);
+    let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_none() {
         return Ok(None);
     }
@@ -128,14 +132,22 @@ pub(crate) async fn start(
     }
     let retry = options.is_none_or(|s| s.retry_on_worker_loss);
     entry.update(|info| info.retry_on_loss = retry);
-    let first = begin(inner, entry, planned, guard)?;
+    // What runs again over the committed stage outputs, if it may.
+    let reuse = match checkpoints {
+        Some(_) if stage_reuse::reusable(&planned.physical) => Some(Arc::new(Reuse {
+            physical: Arc::clone(&planned.physical),
+            session: planned.session.clone(),
+        })),
+        _ => None,
+    };
+    let first = begin(inner, entry, planned, guard, false)?;
     let replan: Replan = {
         let (state, inner, entry) = (state.clone(), Arc::clone(inner), Arc::clone(entry));
         let query = Arc::new(query.clone());
         Box::new(move || {
             let (state, inner, entry) = (state.clone(), Arc::clone(&inner), Arc::clone(&entry));
-            let query = Arc::clone(&query);
-            Box::pin(async move { again(&state, &inner, &entry, &query, mode).await })
+            let (query, reuse) = (Arc::clone(&query), reuse.clone());
+            Box::pin(async move { again(&state, &inner, &entry, &query, mode, reuse).await })
         })
     };
     Ok(Some(rerun::run(
@@ -155,20 +167,28 @@ struct Planned {
     placement: Arc<Placement>,
 }
 
+/// A query's first plan, as planned, and its session: what runs again
+/// over its committed stage outputs (`stage_reuse`).
+struct Reuse {
+    physical: Arc<dyn ExecutionPlan>,
+    session: SessionState,
+}
+
 /// Plan `query` in stages over `placement`'s workers.
 async fn plan_on(
     state: &SessionState,
     inner: &Arc<Inner>,
     query_id: u64,
     query: &LogicalPlan,
-    placement: Placement,
+    mut placement: Placement,
     mode: Distribute,
+    checkpoints: &Option<(Target, Compression)>,
 ) -> Result<Planned> {
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
     let mut headers = skiff_node::carried::headers(state.config().options())?;
-    let checkpoints = checkpoint_store(state, inner);
-    if let Some((store, _)) = &checkpoints {
-        skiff_node::checkpoints::add_store(&mut headers, store)?;
+    if let Some((target, _)) = checkpoints {
+        skiff_node::checkpoints::add_target(&mut headers, target)?;
+        placement.mark_stages = true;
     }
     let scan_key = ScanKey {
         run: inner.scan_run,
@@ -188,14 +208,14 @@ async fn plan_on(
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
         .with_distributed_route_tasks_handler(placement::route)
         .with_distributed_passthrough_headers(headers)?;
-    if let Some((store, compression)) = checkpoints {
+    if let Some((target, compression)) = checkpoints {
         // The head stage, run here, reads the last stage's tasks through
         // the store too.
         let channels = Arc::clone(&inner.task_channels);
         builder = builder.with_distributed_channel_resolver(CheckpointResolver::new(
             channels,
-            &store,
-            compression,
+            target.clone(),
+            *compression,
         ));
     }
     if mode == Distribute::On {
@@ -217,10 +237,11 @@ async fn plan_on(
     })
 }
 
-/// Where `state`'s query commits its stage outputs, and how compressed:
-/// with `skiff.stage_checkpoints = all` and a memory node alive. Without
-/// one there is nowhere to commit, and the query runs as with `off`.
-fn checkpoint_store(state: &SessionState, inner: &Inner) -> Option<(String, Compression)> {
+/// Where `state`'s query commits its stage outputs, under a checkpoint
+/// name of its own, and how compressed: with `skiff.stage_checkpoints =
+/// all` and a memory node alive. Without one there is nowhere to commit,
+/// and the query runs as with `off`.
+fn checkpoint_target(state: &SessionState, inner: &Inner) -> Option<(Target, Compression)> {
     let options = state.config().options().extensions.get::<SkiffOptions>()?;
     if options.stage_checkpoints != StageCheckpoints::All {
         return None;
@@ -229,16 +250,22 @@ fn checkpoint_store(state: &SessionState, inner: &Inner) -> Option<(String, Comp
     if store.is_none() {
         warn!("skiff.stage_checkpoints = all without a memory node: nothing is committed");
     }
-    Some((store?, options.state_compression.into()))
+    let target = Target {
+        store: store?,
+        query: uuid::Uuid::new_v4().to_string(),
+    };
+    Some((target, options.state_compression.into()))
 }
 
 /// Start a planned distributed query, the head stage here; it holds its
-/// workers (`guard`) until it ends.
+/// workers (`guard`) until it ends. `reused`: it runs an earlier attempt's
+/// plan over its committed stage outputs.
 fn begin(
     inner: &Arc<Inner>,
     entry: &QueryEntry,
     planned: Planned,
     guard: RunGuard,
+    reused: bool,
 ) -> Result<Attempt> {
     let Planned {
         physical,
@@ -264,8 +291,12 @@ fn begin(
     // `skiff.queries` says where it runs (its `worker` names one).
     let workers: Vec<String> = placement.urls.keys().map(u64::to_string).collect();
     let epoch = placement.manager.epoch();
+    let over = match reused {
+        true => ", over its committed stage outputs",
+        false => "",
+    };
     let placed = format!(
-        "distributed over workers {} (partition map epoch {epoch})",
+        "distributed over workers {} (partition map epoch {epoch}){over}",
         workers.join(",")
     );
     entry.update(|info| {
@@ -284,25 +315,43 @@ fn begin(
     })
 }
 
-/// The query planned and started again on the workers that take queries
-/// now. With one left, the library makes no stage: the coordinator runs
-/// the plan itself rather than fail a query that could answer.
+/// The query started again on the workers that take queries now: its
+/// first plan over its committed stage outputs when it may (`reuse`,
+/// [`stage_reuse`]; one worker can run every task), or planned anew. With
+/// one worker left, the library makes no stage of a new plan: the
+/// coordinator runs it itself rather than fail a query that could answer.
 async fn again(
     state: &SessionState,
     inner: &Arc<Inner>,
     entry: &Arc<QueryEntry>,
     query: &LogicalPlan,
     mode: Distribute,
+    reuse: Option<Arc<Reuse>>,
 ) -> Result<Attempt> {
-    let (placement, guard) = Placement::now(inner);
+    let (mut placement, guard) = Placement::now(inner);
     if placement.urls.is_empty() {
         return Err(ServerError::worker_gone(
             "no worker takes queries to run the query again on",
         ));
     }
-    let planned = plan_on(state, inner, entry.id, query, placement, mode).await?;
+    if let Some(reuse) = reuse {
+        placement.mark_stages = true;
+        let placement = Arc::new(placement);
+        let mut session = reuse.session.clone();
+        session.config_mut().set_extension(Arc::clone(&placement));
+        let planned = Planned {
+            physical: stage_reuse::another_attempt(&reuse.physical)?,
+            session,
+            placement,
+        };
+        return begin(inner, entry, planned, guard, true);
+    }
+    // A new plan under a new checkpoint name: an earlier attempt's
+    // outputs are not its stages'.
+    let checkpoints = checkpoint_target(state, inner);
+    let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_some() {
-        return begin(inner, entry, planned, guard);
+        return begin(inner, entry, planned, guard, false);
     }
     let placed = "run on the coordinator (one worker was left)".to_string();
     entry.update(|info| info.decision = after_restart(&info.decision, placed));
@@ -364,6 +413,7 @@ impl Placement {
             manager,
             urls,
             routes: Arc::default(),
+            mark_stages: false,
         };
         (placement, guard)
     }

@@ -59,6 +59,7 @@ mod relay;
 mod rerun;
 mod resize;
 mod session;
+mod stage_reuse;
 mod system_tables;
 mod vacate;
 mod window_keys;

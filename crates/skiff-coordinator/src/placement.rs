@@ -34,6 +34,7 @@ use datafusion_distributed::{
 };
 use skiff_cluster::{PartitionManager, WorkerId};
 
+use skiff_node::checkpoints::marked;
 use skiff_node::sync::lock;
 use skiff_tables::partition::{FilePartition, PARTITION_COLUMN};
 use skiff_tables::{deal_files, file_scan, group_by_partition, is_declared};
@@ -48,6 +49,10 @@ pub(crate) struct Placement {
     pub(crate) urls: BTreeMap<WorkerId, Url>,
     /// Where the stages' tasks went, as the query starts them.
     pub(crate) routes: Arc<Routes>,
+    /// Each stage's URLs marked apart (`skiff_node::checkpoints::marked`):
+    /// the query commits stage checkpoints, and no read between two
+    /// stages may be answered in-process, past the store.
+    pub(crate) mark_stages: bool,
 }
 
 /// The workers of each task of a distributed query's stages, in the order
@@ -298,13 +303,19 @@ fn assign(
 pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventResponse>> {
     let config = ev.task_ctx.session_config();
     let placement = config.get_extension::<Placement>()?;
+    // The stages are routed one at a time: the count so far is this one's.
+    let stage = lock(&placement.routes.0).len();
     let workers = match placement.stage_workers(&placement.routes, ev.plan, ev.task_count)? {
         Ok(workers) => workers,
         Err(e) => return Some(Err(e)),
     };
-    Some(Ok(RouteTasksEventResponse::new(
-        workers.into_iter().map(|(_, url)| url).collect(),
-    )))
+    let urls = workers
+        .into_iter()
+        .map(|(_, url)| match placement.mark_stages {
+            true => marked(&url, stage),
+            false => url,
+        });
+    Some(Ok(RouteTasksEventResponse::new(urls.collect())))
 }
 
 impl Placement {
@@ -595,6 +606,7 @@ mod tests {
             routes: Arc::clone(&routes),
             manager: Arc::clone(&manager),
             urls: urls.clone(),
+            mark_stages: false,
         }));
         let scan: Arc<dyn ExecutionPlan> =
             DataSourceExec::from_data_source(scan_of((0..8).map(|p| file(p, 100)).collect()));

@@ -1,8 +1,9 @@
 //! Stage checkpoints (`skiff_node::checkpoints`) against a real memory
 //! node's store: a committed task output is read exactly once, whoever
 //! reads it and whichever attempt of its producer runs later; a producer
-//! that fails mid-partition leaves nothing committed and no row read.
-//! The producer is a test channel that says which attempt made each row.
+//! that fails mid-partition leaves nothing committed and no row read; a
+//! read never mixes two attempts' partitions. The producer is a test
+//! channel that says which attempt made each row.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +21,7 @@ use datafusion_distributed::{
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use skiff_node::checkpoints::{CheckpointResolver, key};
+use skiff_node::checkpoints::{CheckpointResolver, Target, key, marked};
 use skiff_state::Compression;
 use tonic::Code;
 use tonic::codegen::http::HeaderMap;
@@ -29,6 +30,9 @@ use url::Url;
 use crate::tests::node;
 
 const PARTITIONS: usize = 3;
+
+/// The query's checkpoint name.
+const QUERY: &str = "q";
 
 /// Rows of one partition: `(value, attempt)`, 5 per partition but the
 /// last, which is empty.
@@ -46,11 +50,14 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// A partition that fails, and after how many batches.
+type Fail = Option<(usize, usize)>;
+
 /// A producer task: each partition's rows in batches of two, tagged with
-/// `attempt`; with `fail_after`, partition 0 fails after its first batch.
+/// `attempt`; with `fail`, one partition fails after some batches.
 struct Producer {
     attempt: i64,
-    fail_after: Option<usize>,
+    fail: Fail,
     calls: Arc<AtomicUsize>,
 }
 
@@ -71,8 +78,8 @@ impl Producer {
                 .map_err(DataFusionError::from)
             })
             .collect();
-        if partition == 0
-            && let Some(after) = self.fail_after
+        if let Some((failing, after)) = self.fail
+            && failing == partition
         {
             batches.truncate(after);
             batches.push(Err(DataFusionError::Execution("producer lost".into())));
@@ -122,13 +129,15 @@ impl WorkerChannel for Producer {
 /// (`attempt` 0: the producer's worker is gone).
 struct Producers {
     attempt: i64,
-    fail_after: Option<usize>,
+    fail: Fail,
     calls: Arc<AtomicUsize>,
 }
 
 #[async_trait]
 impl ChannelResolver for Producers {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        // A stage's mark is the coordinator's, never sent to a worker.
+        assert_eq!(url.fragment(), None, "{url}");
         if self.attempt == 0 {
             return Err(DataFusionError::Execution(format!(
                 "{url}: connection refused"
@@ -136,15 +145,17 @@ impl ChannelResolver for Producers {
         }
         Ok(Box::new(Producer {
             attempt: self.attempt,
-            fail_after: self.fail_after,
+            fail: self.fail,
             calls: Arc::clone(&self.calls),
         }))
     }
 }
 
-fn task() -> TaskKey {
+/// The task read, as attempt `attempt` of the query knows it (each
+/// attempt has its own library query id).
+fn task(attempt: i64) -> TaskKey {
     TaskKey {
-        query_id: uuid::Uuid::from_u128(42),
+        query_id: uuid::Uuid::from_u128(attempt as u128),
         stage_id: 1,
         task_number: 2,
     }
@@ -156,23 +167,27 @@ fn task() -> TaskKey {
 async fn read(
     store: &str,
     attempt: i64,
-    fail_after: Option<usize>,
+    fail: Fail,
     partitions: std::ops::Range<usize>,
 ) -> (usize, Vec<Result<Vec<(i64, i64)>>>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let producers = Producers {
         attempt,
-        fail_after,
+        fail,
         calls: Arc::clone(&calls),
     };
-    let resolver = CheckpointResolver::new(Arc::new(producers), store, Compression::Lz4);
-    let url = Url::parse("http://127.0.0.1:1").expect("url");
+    let target = Target {
+        store: store.to_string(),
+        query: QUERY.to_string(),
+    };
+    let resolver = CheckpointResolver::new(Arc::new(producers), target, Compression::Lz4);
+    let url = marked(&Url::parse("http://127.0.0.1:1").expect("url"), 3);
     let mut channel = resolver
         .get_worker_client_for_url(&url)
         .await
         .expect("channel");
     let request = ExecuteTaskRequest {
-        task_key: task(),
+        task_key: task(attempt),
         target_partition_start: partitions.start,
         target_partition_end: partitions.end,
         producer_head: ProducerHead::None,
@@ -262,7 +277,7 @@ async fn a_producer_lost_mid_partition_commits_nothing_and_its_rerun_is_read_onc
     let node = node(0).await;
     // Partition 0 fails after one batch: the consumer sees the error and
     // none of the batch before it; partition 1 is read and committed.
-    let (calls, first) = read(&node.addr, 1, Some(1), 0..2).await;
+    let (calls, first) = read(&node.addr, 1, Some((0, 1)), 0..2).await;
     assert_eq!(calls, 1);
     let mut first = first.into_iter();
     let lost = first.next().expect("partition 0");
@@ -274,14 +289,46 @@ async fn a_producer_lost_mid_partition_commits_nothing_and_its_rerun_is_read_onc
         first.next().expect("partition 1").expect("read"),
         made_by(1, 1)
     );
-    let status = skiff_flight::get_state(&node.addr, &key(&task(), 0))
+    let status = skiff_flight::get_state(&node.addr, &key(QUERY, &task(1), 0))
         .await
         .expect_err("nothing committed for the failed partition");
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
-    // The producer runs again (attempt 2): partition 0 comes whole from
-    // it, partition 1 from the store, each row once.
+    // The producer runs again (attempt 2): the read takes both
+    // partitions from it, whole, not partition 1 from the store (two
+    // attempts may deal their rows apart), and commits them.
     let (calls, again) = read(&node.addr, 2, None, 0..2).await;
     assert_eq!(calls, 1);
     let again: Vec<_> = again.into_iter().map(|p| p.expect("read")).collect();
-    assert_eq!(again, vec![made_by(0, 2), made_by(1, 1)]);
+    assert_eq!(again, vec![made_by(0, 2), made_by(1, 2)]);
+    let (calls, third) = read(&node.addr, 0, None, 0..2).await;
+    assert_eq!(calls, 0);
+    let third: Vec<_> = third.into_iter().map(|p| p.expect("reread")).collect();
+    assert_eq!(third, vec![made_by(0, 2), made_by(1, 2)]);
+}
+
+#[tokio::test]
+async fn a_read_never_mixes_two_attempts_partitions() {
+    let node = node(0).await;
+    // Attempt 1 commits partition 0 and loses partition 1; attempt 2
+    // loses partition 0 and commits partition 1: both are in the store,
+    // made by two attempts, whose splits of the rows need not agree.
+    let (_, first) = read(&node.addr, 1, Some((1, 1)), 0..2).await;
+    assert!(first[0].is_ok() && first[1].is_err(), "{first:?}");
+    let (_, second) = read(&node.addr, 2, Some((0, 1)), 0..2).await;
+    assert!(second[0].is_err() && second[1].is_ok(), "{second:?}");
+    for partition in 0..2 {
+        skiff_flight::get_state(&node.addr, &key(QUERY, &task(1), partition))
+            .await
+            .expect("committed");
+    }
+    // A read of both asks the producer again and takes both from it.
+    let (calls, third) = read(&node.addr, 3, None, 0..2).await;
+    assert_eq!(calls, 1, "served from two attempts' partitions");
+    let third: Vec<_> = third.into_iter().map(|p| p.expect("read")).collect();
+    assert_eq!(third, vec![made_by(0, 3), made_by(1, 3)]);
+    // Now one attempt made both: the store serves them.
+    let (calls, fourth) = read(&node.addr, 0, None, 0..2).await;
+    assert_eq!(calls, 0);
+    let fourth: Vec<_> = fourth.into_iter().map(|p| p.expect("reread")).collect();
+    assert_eq!(fourth, vec![made_by(0, 3), made_by(1, 3)]);
 }

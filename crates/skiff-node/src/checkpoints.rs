@@ -8,25 +8,38 @@
 //! a remote task's partitions (the library's `WorkerConnectionPool`,
 //! under its network boundaries) asks it for a `WorkerChannel` and calls
 //! `execute_task`. [`CheckpointResolver`] wraps the gRPC resolver; its
-//! channel serves each requested partition from the store when it is
-//! committed there, and otherwise reads the producer's stream whole,
-//! commits it under [`key`], and only then yields it. A producer that
+//! channel serves a read from the store when every partition it asks for
+//! is committed there, and otherwise reads the producer's streams whole,
+//! commits each under [`key`], and only then yields it. A producer that
 //! fails mid-partition leaves nothing committed and yields no row of that
 //! partition, only the error: a consumer never sees part of an output, a
 //! committed output is whole, and a read of a committed output neither
-//! doubles nor loses a row. The cost is that a consumer waits for a whole
-//! partition before it starts on it, and the bytes travel to the store.
+//! doubles nor loses a row. A read takes all its partitions from one
+//! attempt of the producer: how a producer deals its rows among its
+//! partitions can differ between attempts (a round-robin split), so two
+//! attempts' partitions need not add up to one output. So each committed
+//! output names the attempt that made it (the library's query id of that
+//! attempt, in its schema's metadata under [`ATTEMPT_KEY`]), and a read is
+//! served from the store only when every partition it asks for is there
+//! from one attempt; otherwise all of them come from the producer again.
+//! The cost is that a consumer waits for a whole partition before it
+//! starts on it, and the bytes travel to the store.
+//!
+//! Keys are the query's checkpoint name ([`Target::query`], the same for
+//! every attempt that may share them), the stage, the task and the
+//! partition: an attempt that runs the same stages again
+//! (`skiff_coordinator`'s `stage_reuse`) reads what an earlier one
+//! committed. The library answers a task's read of a task on its own
+//! worker in-process, before any resolver: the coordinator marks each
+//! stage's worker URLs apart ([`marked`]) so that no read is local, and
+//! the resolver strips the mark before it connects.
 //!
 //! A checkpoint is an aid, never a failure: a store that cannot be
 //! reached or refuses a put is logged and the batches go on as read.
-//! Not yet done (issue 42): a worker's reads of its own tasks are not
-//! committed (the library answers them in-process before the resolver),
-//! and nothing re-runs a lost task yet (a query that loses a worker still
-//! runs again from the start).
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::Schema;
 use async_trait::async_trait;
 use datafusion::common::{DataFusionError, Result};
@@ -52,51 +65,100 @@ use crate::limits::{CHECKPOINT_COMMIT_DEADLINE, CHECKPOINT_LOOKUP_DEADLINE, CHEC
 /// go (the memory node's address); sent only when they are on.
 pub const STORE_HEADER: &str = "x-skiff-checkpoint-store";
 
+/// The header that names the query's checkpoints ([`Target::query`]).
+pub const QUERY_HEADER: &str = "x-skiff-checkpoint-query";
+
+/// The fragment of a worker URL that [`marked`] sets.
+const MARK: &str = "stage-";
+
+/// The schema metadata key of a committed output's attempt: the library's
+/// query id of the attempt whose producer made it.
+pub const ATTEMPT_KEY: &str = "skiff.checkpoint.attempt";
+
 /// The one output of a committed partition's state.
 const OUTPUT: PipelineId = PipelineId(0);
 
-/// Where a committed output of `task`'s `partition` lives in the store.
-pub fn key(task: &TaskKey, partition: usize) -> String {
+/// Where a query's checkpoints go and under what name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The memory node's `host:port`.
+    pub store: String,
+    /// The name its keys begin with: one per query, kept by the attempts
+    /// that run the same stages again, a new one for an attempt that
+    /// must not read an earlier one's outputs.
+    pub query: String,
+}
+
+/// Where a committed output of `task`'s `partition` lives in the store,
+/// for the query whose checkpoints are named `query`. The library's own
+/// query id is left out: each attempt has its own.
+pub fn key(query: &str, task: &TaskKey, partition: usize) -> String {
     format!(
-        "checkpoint/{}/{}/{}/{partition}",
-        task.query_id, task.stage_id, task.task_number
+        "checkpoint/{query}/{}/{}/{partition}",
+        task.stage_id, task.task_number
     )
 }
 
-/// Add the store's address to the headers a query's tasks carry.
-pub fn add_store(headers: &mut HeaderMap, store: &str) -> Result<()> {
-    let value = HeaderValue::try_from(store)
-        .map_err(|e| DataFusionError::Internal(format!("checkpoint store {store:?}: {e}")))?;
-    headers.insert(HeaderName::from_static(STORE_HEADER), value);
+/// Add `target` to the headers a query's tasks carry.
+pub fn add_target(headers: &mut HeaderMap, target: &Target) -> Result<()> {
+    for (name, value) in [(STORE_HEADER, &target.store), (QUERY_HEADER, &target.query)] {
+        let value = HeaderValue::try_from(value.as_str())
+            .map_err(|e| DataFusionError::Internal(format!("checkpoint {name} {value:?}: {e}")))?;
+        headers.insert(HeaderName::from_static(name), value);
+    }
     Ok(())
 }
 
-/// The store a task's headers name, if its query commits checkpoints.
-pub fn store_from(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(STORE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+/// The target a task's headers name, if its query commits checkpoints.
+pub fn target_from(headers: &HeaderMap) -> Option<Target> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    Some(Target {
+        store: header(STORE_HEADER)?,
+        query: header(QUERY_HEADER)?,
+    })
+}
+
+/// `url` as the URL of a task of the `stage`-th stage routed: the same
+/// worker, but equal to no other stage's URL of it, so that the library
+/// never answers a read between two stages in-process, past the store.
+pub fn marked(url: &Url, stage: usize) -> Url {
+    let mut marked = url.clone();
+    marked.set_fragment(Some(&format!("{MARK}{stage}")));
+    marked
+}
+
+/// `url` without [`marked`]'s mark: what a connection is made to.
+fn unmarked(url: &Url) -> Url {
+    let mut plain = url.clone();
+    if plain.fragment().is_some_and(|f| f.starts_with(MARK)) {
+        plain.set_fragment(None);
+    }
+    plain
 }
 
 /// A `ChannelResolver` whose channels read through the store at `store`
 /// (`host:port` of a memory node).
 pub struct CheckpointResolver {
     inner: Arc<dyn ChannelResolver + Send + Sync>,
-    store: Arc<str>,
+    target: Arc<Target>,
     compression: Compression,
 }
 
 impl CheckpointResolver {
     pub fn new(
         inner: Arc<dyn ChannelResolver + Send + Sync>,
-        store: &str,
+        target: Target,
         compression: Compression,
     ) -> Self {
         Self {
             inner,
-            store: Arc::from(store),
+            target: Arc::new(target),
             compression,
         }
     }
@@ -108,10 +170,10 @@ impl ChannelResolver for CheckpointResolver {
         // The producer is reached only for what the store lacks: a
         // committed output is served even when its producer is gone.
         Ok(Box::new(CheckpointChannel {
-            url: url.clone(),
+            url: unmarked(url),
             inner: Arc::clone(&self.inner),
             producer: None,
-            store: Arc::clone(&self.store),
+            target: Arc::clone(&self.target),
             compression: self.compression,
         }))
     }
@@ -121,7 +183,7 @@ struct CheckpointChannel {
     url: Url,
     inner: Arc<dyn ChannelResolver + Send + Sync>,
     producer: Option<Box<dyn WorkerChannel>>,
-    store: Arc<str>,
+    target: Arc<Target>,
     compression: Compression,
 }
 
@@ -162,14 +224,18 @@ impl WorkerChannel for CheckpointChannel {
     ) -> Result<Vec<Batches>> {
         let task = request.task_key;
         let keys: Vec<String> = (request.target_partition_start..request.target_partition_end)
-            .map(|partition| key(&task, partition))
+            .map(|partition| key(&self.target.query, &task, partition))
             .collect();
+        let store = self.target.store.as_str();
         let committed =
-            futures::future::join_all(keys.iter().map(|key| committed(&self.store, key))).await;
-        if committed.iter().all(Option::is_some) {
+            futures::future::join_all(keys.iter().map(|key| committed(store, key))).await;
+        if let Some(outputs) = one_attempt(committed) {
             debug!(?task, partitions = keys.len(), "served from checkpoints");
-            return Ok(committed.into_iter().flatten().map(stored).collect());
+            return Ok(outputs.into_iter().map(stored).collect());
         }
+        // Not all committed by one attempt: every partition from the
+        // producer, committed anew (the module's doc says why).
+        let attempt: Arc<str> = Arc::from(task.query_id.to_string());
         let streams = self
             .producer()
             .await?
@@ -185,11 +251,14 @@ impl WorkerChannel for CheckpointChannel {
         Ok(streams
             .into_iter()
             .zip(keys)
-            .zip(committed)
-            .map(|((stream, key), committed)| match committed {
-                // The producer's own copy goes unread (dropped).
-                Some(batches) => stored(batches),
-                None => commit_then_yield(stream, key, Arc::clone(&self.store), self.compression),
+            .map(|(stream, key)| {
+                let to = Commit {
+                    store: Arc::from(self.target.store.as_str()),
+                    key,
+                    attempt: Arc::clone(&attempt),
+                    compression: self.compression,
+                };
+                commit_then_yield(stream, to)
             })
             .collect())
     }
@@ -206,10 +275,30 @@ fn stored(batches: Vec<RecordBatch>) -> Batches {
     futures::stream::iter(batches.into_iter().map(Ok)).boxed()
 }
 
-/// The batches committed under `key`, if any. A store that cannot answer
+/// A committed output: the attempt that made it, and its batches.
+struct Committed {
+    attempt: String,
+    batches: Vec<RecordBatch>,
+}
+
+/// The outputs of `committed`, when every one is there and one attempt
+/// made them all.
+fn one_attempt(committed: Vec<Option<Committed>>) -> Option<Vec<Vec<RecordBatch>>> {
+    let mut first: Option<String> = None;
+    committed
+        .into_iter()
+        .map(|output| {
+            let output = output?;
+            let attempt = first.get_or_insert_with(|| output.attempt.clone());
+            (*attempt == output.attempt).then_some(output.batches)
+        })
+        .collect()
+}
+
+/// The output committed under `key`, if any. A store that cannot answer
 /// within `CHECKPOINT_LOOKUP_DEADLINE` counts as holding nothing (the
-/// producer is asked).
-async fn committed(store: &str, key: &str) -> Option<Vec<RecordBatch>> {
+/// producer is asked), as does an entry that names no attempt.
+async fn committed(store: &str, key: &str) -> Option<Committed> {
     let state = match tokio::time::timeout(CHECKPOINT_LOOKUP_DEADLINE, get_state(store, key)).await
     {
         Ok(Ok(state)) => state,
@@ -223,10 +312,18 @@ async fn committed(store: &str, key: &str) -> Option<Vec<RecordBatch>> {
             return None;
         }
     };
-    match load(&state) {
-        Ok(loaded) => loaded
-            .get(OUTPUT)
-            .and_then(|table| table.partitions.first().cloned()),
+    let loaded = match load(&state) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            warn!(%key, error = %e, "checkpoint damaged; reading the producer");
+            return None;
+        }
+    };
+    let table = loaded.get(OUTPUT)?;
+    let attempt = table.schema.metadata().get(ATTEMPT_KEY)?.clone();
+    let batches = table.partitions.first()?.iter().map(untagged);
+    match batches.collect::<std::result::Result<Vec<_>, _>>() {
+        Ok(batches) => Some(Committed { attempt, batches }),
         Err(e) => {
             warn!(%key, error = %e, "checkpoint damaged; reading the producer");
             None
@@ -234,25 +331,49 @@ async fn committed(store: &str, key: &str) -> Option<Vec<RecordBatch>> {
     }
 }
 
-/// Read `stream` whole, commit it under `key`, then yield it; an error
+/// `batch` without [`ATTEMPT_KEY`] in its schema: as its producer gave it.
+fn untagged(batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow::error::ArrowError> {
+    let mut metadata = batch.schema().metadata().clone();
+    metadata.remove(ATTEMPT_KEY);
+    let schema = Arc::new(batch.schema().as_ref().clone().with_metadata(metadata));
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema, batch.columns().to_vec(), &options)
+}
+
+/// Where and how a partition is committed: its store and key, the
+/// attempt that made it (its library query id), and the compression.
+struct Commit {
+    store: Arc<str>,
+    key: String,
+    attempt: Arc<str>,
+    compression: Compression,
+}
+
+/// Read `stream` whole, commit it as `to` says, then yield it; an error
 /// before its end yields that error and no row.
-fn commit_then_yield(stream: Batches, key: String, store: Arc<str>, c: Compression) -> Batches {
+fn commit_then_yield(stream: Batches, to: Commit) -> Batches {
     futures::stream::once(async move {
         let batches: Vec<RecordBatch> = stream.try_collect().await?;
-        commit(&store, &key, &batches, c).await;
+        commit(&to, &batches).await;
         Ok::<_, DataFusionError>(stored(batches))
     })
     .try_flatten()
     .boxed()
 }
 
-/// Commit `batches` under `key`, waiting `CHECKPOINT_COMMIT_DEADLINE` at
-/// most. Logged, never fatal: the consumer has the batches either way.
-async fn commit(store: &str, key: &str, batches: &[RecordBatch], compression: Compression) {
+/// Commit `batches` as `to` says, its attempt in the schema's metadata,
+/// waiting `CHECKPOINT_COMMIT_DEADLINE` at most. Logged, never fatal: the
+/// consumer has the batches either way.
+async fn commit(to: &Commit, batches: &[RecordBatch]) {
+    let (store, key) = (&*to.store, to.key.as_str());
     let schema = batches
         .first()
         .map_or_else(|| Arc::new(Schema::empty()), RecordBatch::schema);
-    let state = match extract_batches(OUTPUT, &schema, batches.to_vec(), compression) {
+    let mut metadata = schema.metadata().clone();
+    metadata.insert(ATTEMPT_KEY.to_string(), to.attempt.to_string());
+    let tagged = Arc::new(schema.as_ref().clone().with_metadata(metadata));
+    let compression = to.compression;
+    let state = match extract_batches(OUTPUT, &tagged, batches.to_vec(), compression) {
         Ok(state) => state,
         Err(e) => {
             warn!(%key, error = %e, "checkpoint not encoded; not committed");

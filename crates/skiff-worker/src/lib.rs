@@ -261,10 +261,10 @@ async fn task_session(
         }
         if let Some(o) = options.extensions.get::<SkiffOptions>()
             && o.stage_checkpoints == StageCheckpoints::All
-            && let Some(store) = checkpoints::store_from(&ctx.headers)
+            && let Some(target) = checkpoints::target_from(&ctx.headers)
         {
             let compression = o.state_compression.into();
-            checkpoints = Some(CheckpointResolver::new(channels, &store, compression));
+            checkpoints = Some(CheckpointResolver::new(channels, target, compression));
         }
     }
     let mut builder = ctx

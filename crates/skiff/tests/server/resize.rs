@@ -370,17 +370,30 @@ async fn a_removal_moves_a_running_distributed_query_instead_of_waiting_for_it()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    answered_once_moved(&admin, &id, query, leaving, "distributed over").await;
+    assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
+}
+
+/// Asserts that held q01 `id` (its task `query`) answered as DuckDB does
+/// having started over once, moved off `leaving`, its decision saying
+/// `placed` too.
+async fn answered_once_moved(
+    admin: &tokio_postgres::Client,
+    id: &str,
+    query: HeldQuery,
+    leaving: u64,
+    placed: &str,
+) {
     let answer = query.join().await.expect("the query's task");
     check_in("tpch", "q01", answer).expect("q01 after the removal");
-    let cells = query_cells(&admin, &id, "restarts, decision").await;
+    let cells = query_cells(admin, id, "restarts, decision").await;
     let decision = &cells[1];
     assert_eq!(cells[0], "1", "{decision}");
     assert!(
         decision.contains(&format!("moved off worker {leaving} (vacated)"))
-            && decision.contains("distributed over"),
+            && decision.contains(placed),
         "{decision}"
     );
-    assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
 }
 
 /// `skiff.suspend` of a distributed query lets its workers go, and
@@ -400,14 +413,7 @@ async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
         refused.contains("0A000") && refused.contains("cannot migrate"),
         "{refused}"
     );
-    simple_rows(&admin, &format!("SELECT skiff.suspend({id})"))
-        .await
-        .expect("suspend");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while query_cells(&admin, &id, "state").await != ["suspended"] {
-        assert!(Instant::now() < deadline, "query {id} never suspended");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    suspended(&admin, &id).await;
     simple_rows(&admin, "SELECT skiff.add_workers(1)")
         .await
         .expect("add a worker");
@@ -433,16 +439,150 @@ async fn a_suspended_distributed_query_resumes_on_the_workers_there_are_then() {
     assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
 }
 
+/// With `skiff.stage_checkpoints = all`, a distributed query moved off a
+/// worker runs its first plan again over the stage outputs it committed
+/// (`stage_reuse`): q01, held once its first rows arrived (its head stage
+/// had read a committed output by then), is vacated by
+/// `skiff.remove_worker`; it answers as DuckDB does, its decision says it
+/// ran over its committed stage outputs, and the store served committed
+/// outputs (its completed reads, none before the removal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vacated_distributed_query_runs_again_over_its_committed_stage_outputs() {
+    let (mut server, admin) = started(3).await;
+    let (store, id, query) = held_with_checkpoints(&server, &admin).await;
+    let leaving = *live_workers(&admin).await.last().expect("a worker");
+    simple_rows(&admin, &format!("SELECT skiff.remove_worker('{leaving}')"))
+        .await
+        .expect("remove a worker");
+    let placed = "over its committed stage outputs";
+    answered_once_moved(&admin, &id, query, leaving, placed).await;
+    read_again(&mut server, &store).await;
+}
+
+/// With `skiff.stage_checkpoints = all`, `skiff.resume` of a suspended
+/// distributed query runs its first plan again over the stage outputs it
+/// committed before `skiff.suspend`, on the workers there are then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_distributed_query_runs_again_over_its_committed_stage_outputs() {
+    let (mut server, admin) = started(2).await;
+    let (store, id, query) = held_with_checkpoints(&server, &admin).await;
+    suspended(&admin, &id).await;
+    simple_rows(&admin, &format!("SELECT skiff.resume({id})"))
+        .await
+        .expect("resume");
+    let answer = query.join().await.expect("the query's task");
+    check_in("tpch", "q01", answer).expect("q01 after the resume");
+    let decision = query_cells(&admin, &id, "decision").await.remove(0);
+    assert!(
+        decision.contains("over its committed stage outputs"),
+        "{decision}"
+    );
+    read_again(&mut server, &store).await;
+}
+
+/// q01 held as [`held_distributed_q01`] holds it, with
+/// `skiff.stage_checkpoints = all`, once its commits settled (none read
+/// yet): the store's address, the query's id and its task.
+async fn held_with_checkpoints(
+    server: &Server,
+    admin: &tokio_postgres::Client,
+) -> (String, String, HeldQuery) {
+    let store = memory_node(admin).await;
+    let (id, query) =
+        held_distributed_q01_with(server, admin, &["SET skiff.stage_checkpoints = 'all'"]).await;
+    let held = commits_settled(&store).await;
+    assert_eq!(held.gets, 0, "a committed output read before any rerun");
+    (store, id, query)
+}
+
+/// Asserts that the store served committed outputs (its completed reads)
+/// and that `server` is alive.
+async fn read_again(server: &mut Server, store: &str) {
+    let after = skiff_flight::cache_stats(store).await.expect("cache stats");
+    assert!(
+        after.gets > 0,
+        "no committed output was read again ({} commits)\nlog:\n{}",
+        after.puts,
+        server.log_text()
+    );
+    println!(
+        "{} stage outputs committed, {} read again from the store",
+        after.puts, after.gets
+    );
+    assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
+}
+
+/// A held query's task: its answer (as `run_pg` gives it) or its error.
+type HeldQuery = SpawnedTask<Result<Vec<(Vec<Row>, usize)>, String>>;
+
+/// `skiff.suspend` of query `id`, once it shows as suspended.
+async fn suspended(admin: &tokio_postgres::Client, id: &str) {
+    simple_rows(admin, &format!("SELECT skiff.suspend({id})"))
+        .await
+        .expect("suspend");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query_cells(admin, id, "state").await != ["suspended"] {
+        assert!(Instant::now() < deadline, "query {id} never suspended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The memory node's address (its store).
+async fn memory_node(admin: &tokio_postgres::Client) -> String {
+    let memnode = simple_rows(
+        admin,
+        "SELECT address FROM skiff.workers WHERE role = 'memnode' AND state = 'alive'",
+    )
+    .await
+    .expect("skiff.workers");
+    memnode
+        .first()
+        .and_then(|r| r[0].clone())
+        .expect("a memory node")
+}
+
+/// The store's counters once commits stopped coming: a held q01 (its
+/// answer is small) has by then finished every stage and committed what
+/// its consumers read.
+async fn commits_settled(store: &str) -> skiff_flight::CacheStats {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut puts = 0;
+    loop {
+        let stats = skiff_flight::cache_stats(store).await.expect("cache stats");
+        if stats.puts > 0 && stats.puts == puts {
+            return stats;
+        }
+        puts = stats.puts;
+        assert!(
+            Instant::now() < deadline,
+            "{puts} commits, still committing"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// q01 started by a client of its own with `skiff.test_hold_distributed`,
 /// once it runs distributed: its id and its task (the answer).
 async fn held_distributed_q01(
     server: &Server,
     admin: &tokio_postgres::Client,
-) -> (String, SpawnedTask<Result<Vec<(Vec<Row>, usize)>, String>>) {
+) -> (String, HeldQuery) {
+    held_distributed_q01_with(server, admin, &[]).await
+}
+
+/// [`held_distributed_q01`] in a session that first runs `settings`.
+async fn held_distributed_q01_with(
+    server: &Server,
+    admin: &tokio_postgres::Client,
+    settings: &[&str],
+) -> (String, HeldQuery) {
     let client = server.pg().await;
-    simple_rows(&client, "SET skiff.test_hold_distributed = true")
-        .await
-        .expect("the test hook");
+    for setting in settings
+        .iter()
+        .chain(&["SET skiff.test_hold_distributed = true"])
+    {
+        simple_rows(&client, setting).await.expect("a setting");
+    }
     let (_, sql) = queries("tpch")
         .into_iter()
         .find(|(q, _)| q == "q01")
