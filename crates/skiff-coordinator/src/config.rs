@@ -21,6 +21,10 @@ pub const WORKER_LOSSES_IN_A_ROW: u32 = 3;
 /// not deleted expires with its TTL.
 pub const SNAPSHOT_DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long the deletion of an ended query's stage checkpoints may take,
+/// in the background; past it they are left to their time to live.
+pub const CHECKPOINT_DELETE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Bytes of a distributed query's rows the coordinator holds back until
 /// the attempt that makes them ends (`rerun`), so that the query can run
 /// again from the start without the client seeing a row twice (Trino's

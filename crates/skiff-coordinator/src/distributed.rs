@@ -30,10 +30,11 @@ use datafusion_distributed::{
 };
 use futures::StreamExt;
 use skiff_engine::options::{Distribute, SkiffOptions, StageCheckpoints};
+use skiff_flight::delete_states_under;
 use skiff_node::checkpoints::{CheckpointResolver, Target};
 use skiff_state::Compression;
 use skiff_tables::ManagedTable;
-use tracing::warn;
+use tracing::{debug, warn};
 use url::Url;
 
 use super::claims::RunGuard;
@@ -43,6 +44,7 @@ use super::queries::{QueryEntry, ScansSeen};
 use super::rerun::{self, Attempt, Replan};
 use super::stage_reuse;
 use super::window_keys::WindowSortKeys;
+use crate::config::CHECKPOINT_DELETE_TIMEOUT;
 use crate::inner::Inner;
 use skiff_node::error::{Result, ServerError};
 use skiff_node::scan_progress::{CountScans, ScanCountCodec, ScanKey, files_in};
@@ -118,7 +120,8 @@ pub(crate) async fn start(
     if mode == Distribute::Auto && !classes.iter().any(|&c| placement.spans_workers(c)) {
         return Ok(None);
     }
-    let checkpoints = checkpoint_target(state, inner);
+    let name = uuid::Uuid::new_v4().to_string();
+    let checkpoints = checkpoint_target(state, inner, name.clone());
     let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_none() {
         return Ok(None);
@@ -133,21 +136,33 @@ pub(crate) async fn start(
     let retry = options.is_none_or(|s| s.retry_on_worker_loss);
     entry.update(|info| info.retry_on_loss = retry);
     // What runs again over the committed stage outputs, if it may.
-    let reuse = match checkpoints {
+    let reuse = match &checkpoints {
         Some(_) if stage_reuse::reusable(&planned.physical) => Some(Arc::new(Reuse {
             physical: Arc::clone(&planned.physical),
             session: planned.session.clone(),
         })),
         _ => None,
     };
+    // Held by every attempt's planning: the checkpoints go with the query.
+    let forget = checkpoints.map(|(target, _)| {
+        Arc::new(ForgetCheckpoints {
+            store: target.store,
+            name: name.clone(),
+        })
+    });
     let first = begin(inner, entry, planned, guard, false)?;
     let replan: Replan = {
         let (state, inner, entry) = (state.clone(), Arc::clone(inner), Arc::clone(entry));
         let query = Arc::new(query.clone());
         Box::new(move || {
             let (state, inner, entry) = (state.clone(), Arc::clone(&inner), Arc::clone(&entry));
-            let (query, reuse) = (Arc::clone(&query), reuse.clone());
-            Box::pin(async move { again(&state, &inner, &entry, &query, mode, reuse).await })
+            let (query, reuse, name) = (Arc::clone(&query), reuse.clone(), name.clone());
+            let forget = forget.clone();
+            Box::pin(async move {
+                let attempt = again(&state, &inner, &entry, &query, mode, reuse, &name).await;
+                drop(forget);
+                attempt
+            })
         })
     };
     Ok(Some(rerun::run(
@@ -172,6 +187,38 @@ struct Planned {
 struct Reuse {
     physical: Arc<dyn ExecutionPlan>,
     session: SessionState,
+}
+
+/// A query's stage checkpoints (those named `name`, and the names that
+/// begin with it), deleted from `store` when the query ends: when its
+/// rows stream, with every attempt's planning, goes. In the background,
+/// neither the query nor its client waits; one not deleted expires with
+/// its time to live.
+struct ForgetCheckpoints {
+    store: String,
+    name: String,
+}
+
+impl Drop for ForgetCheckpoints {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = std::mem::take(&mut self.store);
+        let prefix = skiff_node::checkpoints::prefix(&self.name);
+        runtime.spawn(async move {
+            let deleted = tokio::time::timeout(
+                CHECKPOINT_DELETE_TIMEOUT,
+                delete_states_under(&store, &prefix),
+            )
+            .await;
+            match deleted {
+                Ok(Ok(())) => debug!(%prefix, "stage checkpoints deleted"),
+                Ok(Err(e)) => warn!(%prefix, error = %e.message(), "stage checkpoints not deleted"),
+                Err(_) => warn!(%prefix, "stage checkpoints not deleted: the store did not answer"),
+            }
+        });
+    }
 }
 
 /// Plan `query` in stages over `placement`'s workers.
@@ -237,11 +284,15 @@ async fn plan_on(
     })
 }
 
-/// Where `state`'s query commits its stage outputs, under a checkpoint
-/// name of its own, and how compressed: with `skiff.stage_checkpoints =
-/// all` and a memory node alive. Without one there is nowhere to commit,
-/// and the query runs as with `off`.
-fn checkpoint_target(state: &SessionState, inner: &Inner) -> Option<(Target, Compression)> {
+/// Where `state`'s query commits its stage outputs, under the checkpoint
+/// name `name`, and how compressed: with `skiff.stage_checkpoints = all`
+/// and a memory node alive. Without one there is nowhere to commit, and
+/// the query runs as with `off`.
+fn checkpoint_target(
+    state: &SessionState,
+    inner: &Inner,
+    name: String,
+) -> Option<(Target, Compression)> {
     let options = state.config().options().extensions.get::<SkiffOptions>()?;
     if options.stage_checkpoints != StageCheckpoints::All {
         return None;
@@ -252,7 +303,7 @@ fn checkpoint_target(state: &SessionState, inner: &Inner) -> Option<(Target, Com
     }
     let target = Target {
         store: store?,
-        query: uuid::Uuid::new_v4().to_string(),
+        query: name,
     };
     Some((target, options.state_compression.into()))
 }
@@ -327,6 +378,7 @@ async fn again(
     query: &LogicalPlan,
     mode: Distribute,
     reuse: Option<Arc<Reuse>>,
+    name: &str,
 ) -> Result<Attempt> {
     let (mut placement, guard) = Placement::now(inner);
     if placement.urls.is_empty() {
@@ -346,9 +398,11 @@ async fn again(
         };
         return begin(inner, entry, planned, guard, true);
     }
-    // A new plan under a new checkpoint name: an earlier attempt's
+    // A new plan under a new checkpoint name (that begins with the
+    // query's, so that its deletion takes it too): an earlier attempt's
     // outputs are not its stages'.
-    let checkpoints = checkpoint_target(state, inner);
+    let name = format!("{name}.{}", uuid::Uuid::new_v4());
+    let checkpoints = checkpoint_target(state, inner, name);
     let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_some() {
         return begin(inner, entry, planned, guard, false);

@@ -24,5 +24,6 @@ pub mod state_cache;
 
 pub use service::{FlightStream, Handler, flight_server};
 pub use state_cache::{
-    CacheStats, PutOptions, Stored, cache_stats, delete_state, get_state, put_state,
+    CacheStats, PutOptions, Stored, cache_stats, delete_state, delete_states_under, get_state,
+    put_state,
 };

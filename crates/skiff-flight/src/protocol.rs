@@ -32,6 +32,9 @@ pub mod action {
     pub const CANCEL: &str = "skiff.cancel";
     /// Memory node: drop a cached state ([`super::StateKey`]); fine when absent.
     pub const STATE_DELETE: &str = "skiff.state.delete";
+    /// Memory node: drop every cached state whose key begins with the
+    /// body's ([`super::StateKey`]): a query's stage checkpoints.
+    pub const STATE_DELETE_PREFIX: &str = "skiff.state.delete_prefix";
     /// Memory node: the state cache's counters ([`super::CacheStats`]).
     pub const STATE_STATS: &str = "skiff.state.stats";
     pub const PAUSE: &str = "skiff.pause";
@@ -716,7 +719,8 @@ pub struct StatePut {
 }
 
 /// A state cache key: the `DoGet` ticket, and the body of
-/// [`action::STATE_DELETE`].
+/// [`action::STATE_DELETE`] (a prefix of keys for
+/// [`action::STATE_DELETE_PREFIX`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct StateKey {
     #[prost(string, tag = "1")]

@@ -133,6 +133,15 @@ pub async fn delete_state(addr: &str, key: &str) -> Result<(), Status> {
     crate::do_action::<_, ()>(&mut client, action::STATE_DELETE, &request).await
 }
 
+/// Drop every state whose key begins with `prefix` (fine when none does).
+pub async fn delete_states_under(addr: &str, prefix: &str) -> Result<(), Status> {
+    let mut client = crate::connect(addr).await?;
+    let request = StateKey {
+        key: prefix.to_string(),
+    };
+    crate::do_action::<_, ()>(&mut client, action::STATE_DELETE_PREFIX, &request).await
+}
+
 /// The counters of the memory node's state cache.
 pub async fn cache_stats(addr: &str) -> Result<CacheStats, Status> {
     let mut client = crate::connect(addr).await?;

@@ -381,6 +381,26 @@ impl StateCache {
         }
     }
 
+    /// Delete every entry whose key begins with `prefix`; how many there
+    /// were.
+    pub fn delete_under(&self, prefix: &str) -> usize {
+        let removed: Vec<Entry> = {
+            let mut inner = self.lock();
+            let keys: Vec<String> = inner
+                .entries
+                .keys()
+                .filter(|k| k.starts_with(prefix))
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| inner.remove(k)).collect()
+        };
+        for file in removed.iter().filter_map(|e| e.file.as_ref()) {
+            remove_file(file);
+        }
+        debug!(%prefix, deleted = removed.len(), "states deleted");
+        removed.len()
+    }
+
     /// Delete every entry whose time to live has run out by `now`.
     pub fn sweep(&self, now: Instant) -> usize {
         let removed: Vec<(String, Entry)> = {

@@ -21,7 +21,7 @@ use datafusion_distributed::{
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use skiff_node::checkpoints::{CheckpointResolver, Target, key, marked};
+use skiff_node::checkpoints::{CheckpointResolver, Target, key, marked, prefix};
 use skiff_state::Compression;
 use tonic::Code;
 use tonic::codegen::http::HeaderMap;
@@ -270,6 +270,27 @@ async fn a_committed_output_is_read_again_from_the_store_exactly_once() {
     for (p, partition) in third.into_iter().enumerate() {
         assert_eq!(partition.expect("read"), made_by(p, 1), "partition {p}");
     }
+    // When the query ends its checkpoints go, all at once, and nothing
+    // else does.
+    let other = "other-query/0";
+    let kept = skiff_flight::get_state(&node.addr, &key(QUERY, &task(1), 0))
+        .await
+        .expect("committed");
+    let options = skiff_flight::PutOptions::default();
+    skiff_flight::put_state(&node.addr, other, &options, &kept)
+        .await
+        .expect("put");
+    skiff_flight::delete_states_under(&node.addr, &prefix(QUERY))
+        .await
+        .expect("delete");
+    for partition in 0..PARTITIONS {
+        let gone = skiff_flight::get_state(&node.addr, &key(QUERY, &task(1), partition))
+            .await
+            .expect_err("deleted");
+        assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    }
+    let stats = skiff_flight::cache_stats(&node.addr).await.expect("stats");
+    assert_eq!(stats.entries, 1, "only {other} is left");
 }
 
 #[tokio::test]

@@ -344,6 +344,22 @@ impl Handler for MemnodeService {
                     .map_err(|e| Status::internal(format!("state delete: {e}")))?;
                 Ok(bytes::Bytes::new())
             }
+            action::STATE_DELETE_PREFIX => {
+                let prefix = StateKey::decode(action.body)
+                    .map_err(|e| Status::invalid_argument(format!("bad state key prefix: {e}")))?
+                    .key;
+                if prefix.is_empty() {
+                    return Err(Status::invalid_argument(
+                        "an empty prefix would delete every state",
+                    ));
+                }
+                let cache = Arc::clone(&self.cache);
+                SpawnedTask::spawn_blocking(move || cache.delete_under(&prefix))
+                    .join()
+                    .await
+                    .map_err(|e| Status::internal(format!("state delete: {e}")))?;
+                Ok(bytes::Bytes::new())
+            }
             action::STATE_STATS => Ok(self.cache.stats().encode_to_vec().into()),
             action::TABLE_LOAD => {
                 let request = LoadTable::decode(action.body)

@@ -94,9 +94,19 @@ pub struct Target {
 /// query id is left out: each attempt has its own.
 pub fn key(query: &str, task: &TaskKey, partition: usize) -> String {
     format!(
-        "checkpoint/{query}/{}/{}/{partition}",
-        task.stage_id, task.task_number
+        "{}/{}/{}/{partition}",
+        prefix(query),
+        task.stage_id,
+        task.task_number
     )
+}
+
+/// What every key of the checkpoints named `name` begins with, and those
+/// of names that begin with it: the coordinator names a query's
+/// checkpoints by a UUID and a later plan of the same query by that UUID
+/// and another, so that one deletion takes them all.
+pub fn prefix(name: &str) -> String {
+    format!("checkpoint/{name}")
 }
 
 /// Add `target` to the headers a query's tasks carry.

@@ -495,7 +495,8 @@ async fn held_with_checkpoints(
     (store, id, query)
 }
 
-/// Asserts that the store served committed outputs (its completed reads)
+/// Asserts that the store served committed outputs (its completed reads),
+/// that it holds none once the query ended (they are deleted with it),
 /// and that `server` is alive.
 async fn read_again(server: &mut Server, store: &str) {
     let after = skiff_flight::cache_stats(store).await.expect("cache stats");
@@ -509,6 +510,19 @@ async fn read_again(server: &mut Server, store: &str) {
         "{} stage outputs committed, {} read again from the store",
         after.puts, after.gets
     );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = skiff_flight::cache_stats(store).await.expect("stats");
+        if stats.entries == 0 {
+            break;
+        }
+        let left = stats.entries;
+        assert!(
+            Instant::now() < deadline,
+            "{left} outputs left after the query"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(server.alive(), "skiff serve died:\n{}", server.log_text());
 }
 
