@@ -143,26 +143,22 @@ pub(crate) async fn start(
         })),
         _ => None,
     };
-    // Held by every attempt's planning: the checkpoints go with the query.
-    let forget = checkpoints.map(|(target, _)| {
-        Arc::new(ForgetCheckpoints {
-            store: target.store,
-            name: name.clone(),
-        })
+    // Held by the planning of every attempt: the checkpoints go with the
+    // query.
+    let forget = checkpoints.map(|(target, _)| ForgetCheckpoints {
+        store: target.store,
+        name: name.clone(),
     });
     let first = begin(inner, entry, planned, guard, false)?;
     let replan: Replan = {
         let (state, inner, entry) = (state.clone(), Arc::clone(inner), Arc::clone(entry));
         let query = Arc::new(query.clone());
         Box::new(move || {
+            // Owned by the closure, so dropped with the query's stream.
+            let _held = &forget;
             let (state, inner, entry) = (state.clone(), Arc::clone(&inner), Arc::clone(&entry));
             let (query, reuse, name) = (Arc::clone(&query), reuse.clone(), name.clone());
-            let forget = forget.clone();
-            Box::pin(async move {
-                let attempt = again(&state, &inner, &entry, &query, mode, reuse, &name).await;
-                drop(forget);
-                attempt
-            })
+            Box::pin(async move { again(&state, &inner, &entry, &query, mode, reuse, &name).await })
         })
     };
     Ok(Some(rerun::run(

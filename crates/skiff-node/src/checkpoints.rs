@@ -152,8 +152,8 @@ fn unmarked(url: &Url) -> Url {
     plain
 }
 
-/// A `ChannelResolver` whose channels read through the store at `store`
-/// (`host:port` of a memory node).
+/// A `ChannelResolver` whose channels read through the store its
+/// [`Target`] names (`host:port` of a memory node).
 pub struct CheckpointResolver {
     inner: Arc<dyn ChannelResolver + Send + Sync>,
     target: Arc<Target>,
@@ -263,7 +263,7 @@ impl WorkerChannel for CheckpointChannel {
             .zip(keys)
             .map(|(stream, key)| {
                 let to = Commit {
-                    store: Arc::from(self.target.store.as_str()),
+                    target: Arc::clone(&self.target),
                     key,
                     attempt: Arc::clone(&attempt),
                     compression: self.compression,
@@ -350,10 +350,10 @@ fn untagged(batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow::erro
     RecordBatch::try_new_with_options(schema, batch.columns().to_vec(), &options)
 }
 
-/// Where and how a partition is committed: its store and key, the
-/// attempt that made it (its library query id), and the compression.
+/// Where and how a partition is committed: its target's store, its key,
+/// the attempt that made it (its library query id), and the compression.
 struct Commit {
-    store: Arc<str>,
+    target: Arc<Target>,
     key: String,
     attempt: Arc<str>,
     compression: Compression,
@@ -375,7 +375,7 @@ fn commit_then_yield(stream: Batches, to: Commit) -> Batches {
 /// waiting `CHECKPOINT_COMMIT_DEADLINE` at most. Logged, never fatal: the
 /// consumer has the batches either way.
 async fn commit(to: &Commit, batches: &[RecordBatch]) {
-    let (store, key) = (&*to.store, to.key.as_str());
+    let (store, key) = (to.target.store.as_str(), to.key.as_str());
     let schema = batches
         .first()
         .map_or_else(|| Arc::new(Schema::empty()), RecordBatch::schema);
