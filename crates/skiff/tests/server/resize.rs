@@ -654,8 +654,9 @@ struct Streamed {
 
 /// A client, its session set up by `settings`, running the TPC-H queries
 /// over `server`'s tables in a cycle, each answer checked against
-/// DuckDB's, until `done` (and at least one round). q15 is left out: it creates and drops a view, and failed
-/// midway it would leave the view behind for its next run to trip on.
+/// DuckDB's, until `done` (and at least one round). q15 is left out: it
+/// creates and drops a view, and failed midway it would leave the view
+/// behind for its next run to trip on.
 async fn query_stream(
     server: &Server,
     done: Arc<AtomicBool>,
