@@ -195,8 +195,9 @@ pub struct BenchArgs {
     /// runs again from the start) against its undisturbed latency, then
     /// `skiff.remove_worker` under 8 running distributed queries (the
     /// vacate latency) against how long they still ran undisturbed, and
-    /// each query with `skiff.stage_checkpoints = all` against its
-    /// undisturbed latency; results in RESULTS/<benchmark>-<data>-faults.*.
+    /// each query with `skiff.stage_checkpoints = all` and `auto` against
+    /// its undisturbed latency, and the kills again with `auto`; results
+    /// in RESULTS/<benchmark>-<data>-faults.*.
     #[arg(long, requires = "scale")]
     pub faults: bool,
     /// Measure buffer matching instead (TPC-H; VectorH's Figures 8-11 and

@@ -13,9 +13,10 @@
 //!   (what a removal waited for before queries ran again).
 //!
 //! - what committing stage outputs costs when nothing fails: every
-//!   query's latency with `skiff.stage_checkpoints = all` against its
-//!   undisturbed latency without (`skiff_node::checkpoints`);
-//! - the same kills with checkpoints on, at 25, 50 and 75% of the
+//!   query's latency with `skiff.stage_checkpoints = all` and with
+//!   `auto` against its undisturbed latency without
+//!   (`skiff_node::checkpoints`);
+//! - the same kills with `auto` checkpoints, at 25, 50 and 75% of the
 //!   query's latency with them: the query runs its plan again over the
 //!   stage outputs it committed (`skiff_coordinator::stage_reuse`),
 //!   against its undisturbed latency without checkpoints.
@@ -49,11 +50,15 @@ const REMOVE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often a removal's end is looked for.
 const POLL: Duration = Duration::from_millis(5);
 
+/// The checkpoint modes measured when nothing fails; the kills with
+/// checkpoints use the last.
+const MODES: [&str; 2] = ["all", "auto"];
+
 /// One query with a worker killed at `fraction` of its latency.
 struct KillFigure {
     query: String,
     fraction: f64,
-    /// With `skiff.stage_checkpoints = all`: it runs again over what it
+    /// With `skiff.stage_checkpoints = auto`: it runs again over what it
     /// committed, not from scratch.
     checkpoints: bool,
     /// Its undisturbed latency without checkpoints.
@@ -66,6 +71,8 @@ struct KillFigure {
 /// One query with its stage outputs committed, nothing failing.
 struct CheckpointFigure {
     query: String,
+    /// `skiff.stage_checkpoints`.
+    mode: &'static str,
     base_ms: f64,
     ms: Option<f64>,
     error: Option<String>,
@@ -125,17 +132,20 @@ pub async fn run(
         if slowest.is_none_or(|(ms, _)| base_ms > ms) {
             slowest = Some((base_ms, script.as_str()));
         }
-        let figure = checkpointed(&cluster, name, script, base_ms, runs).await?;
-        eprintln!(
-            "{name}: {base_ms:.0} ms; with stage checkpoints: {}",
-            figure.ms.map_or_else(
-                || format!("failed: {}", figure.error.as_deref().unwrap_or("")),
-                |ms| format!("{ms:.0} ms")
-            )
-        );
-        // A kill lands at the same share of the run with checkpoints.
-        let checkpointed_ms = figure.ms;
-        checkpoints.push(figure);
+        let mut checkpointed_ms = None;
+        for mode in MODES {
+            let figure = checkpointed(&cluster, name, script, base_ms, runs, mode).await?;
+            eprintln!(
+                "{name}: {base_ms:.0} ms; with stage checkpoints {mode}: {}",
+                figure.ms.map_or_else(
+                    || format!("failed: {}", figure.error.as_deref().unwrap_or("")),
+                    |ms| format!("{ms:.0} ms")
+                )
+            );
+            // A kill lands at the same share of the run with checkpoints.
+            checkpointed_ms = figure.ms;
+            checkpoints.push(figure);
+        }
         let modes = [(false, Some(base_ms)), (true, checkpointed_ms)];
         for (with_checkpoints, latency) in modes {
             let Some(latency) = latency else { continue };
@@ -199,16 +209,17 @@ pub async fn run(
 }
 
 /// `script` timed with its stage outputs committed
-/// (`skiff.stage_checkpoints = all`), against `base_ms` without.
+/// (`skiff.stage_checkpoints = mode`), against `base_ms` without.
 async fn checkpointed(
     cluster: &Cluster,
     name: &str,
     script: &str,
     base_ms: f64,
     runs: u32,
+    mode: &'static str,
 ) -> Result<CheckpointFigure, BenchError> {
     cluster
-        .execute("SET skiff.stage_checkpoints = 'all'")
+        .execute(&format!("SET skiff.stage_checkpoints = '{mode}'"))
         .await?;
     let timed = timed(cluster, script, runs).await;
     cluster
@@ -216,6 +227,7 @@ async fn checkpointed(
         .await?;
     Ok(CheckpointFigure {
         query: name.to_string(),
+        mode,
         base_ms,
         ms: timed.as_ref().ok().map(|(ms, _)| *ms),
         error: timed.err(),
@@ -223,28 +235,32 @@ async fn checkpointed(
 }
 
 fn checkpoint_summary(title: &str, figures: &[CheckpointFigure]) -> String {
-    let done: Vec<&CheckpointFigure> = figures.iter().filter(|f| f.ms.is_some()).collect();
-    let with: f64 = done.iter().filter_map(|f| f.ms).sum();
-    let without: f64 = done.iter().map(|f| f.base_ms).sum();
-    let ratio = median(done.iter().filter_map(|f| f.ms.map(|ms| ms / f.base_ms)));
-    let mut text = format!(
-        "{title}: skiff.stage_checkpoints = all when nothing fails: {with:.0} ms in all \
-         against {without:.0} ms without ({}), median per query {}; {} of {} failed\n",
-        if without > 0.0 {
-            format!("{:.2}x", with / without)
-        } else {
-            "-".to_string()
-        },
-        ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x")),
-        figures.len() - done.len(),
-        figures.len()
-    );
-    for f in figures.iter().filter(|f| f.error.is_some()) {
+    let mut text = String::new();
+    for mode in MODES {
+        let of_mode: Vec<&CheckpointFigure> = figures.iter().filter(|f| f.mode == mode).collect();
+        let done: Vec<&&CheckpointFigure> = of_mode.iter().filter(|f| f.ms.is_some()).collect();
+        let with: f64 = done.iter().filter_map(|f| f.ms).sum();
+        let without: f64 = done.iter().map(|f| f.base_ms).sum();
+        let ratio = median(done.iter().filter_map(|f| f.ms.map(|ms| ms / f.base_ms)));
         text.push_str(&format!(
-            "  {} with checkpoints failed: {}\n",
-            f.query,
-            f.error.as_deref().unwrap_or("")
+            "{title}: skiff.stage_checkpoints = {mode} when nothing fails: {with:.0} ms in all \
+             against {without:.0} ms without ({}), median per query {}; {} of {} failed\n",
+            if without > 0.0 {
+                format!("{:.2}x", with / without)
+            } else {
+                "-".to_string()
+            },
+            ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}x")),
+            of_mode.len() - done.len(),
+            of_mode.len()
         ));
+        for f in of_mode.iter().filter(|f| f.error.is_some()) {
+            text.push_str(&format!(
+                "  {} with checkpoints {mode} failed: {}\n",
+                f.query,
+                f.error.as_deref().unwrap_or("")
+            ));
+        }
     }
     text
 }
@@ -312,7 +328,8 @@ async fn killed(
         .await
         .map_err(fail)?;
     if checkpoints {
-        conn.run_script("SET skiff.stage_checkpoints = 'all'")
+        let mode = MODES[MODES.len() - 1];
+        conn.run_script(&format!("SET skiff.stage_checkpoints = '{mode}'"))
             .await
             .map_err(fail)?;
     }
@@ -464,7 +481,7 @@ fn summary(title: &str, workers: usize, kills: &[KillFigure], vacates: &[VacateF
         (false, "from the start"),
         (
             true,
-            "over its committed stage outputs (stage_checkpoints = all)",
+            "over its committed stage outputs (stage_checkpoints = auto)",
         ),
     ];
     for (checkpoints, how) in modes {
@@ -541,7 +558,8 @@ fn csv(kills: &[KillFigure], checkpoints: &[CheckpointFigure], vacates: &[Vacate
     }
     for c in checkpoints {
         out.push_str(&format!(
-            "checkpoints,{},,{:.1},{},,{},,\"{}\"\n",
+            "checkpoints_{},{},,{:.1},{},,{},,\"{}\"\n",
+            c.mode,
             c.query,
             c.base_ms,
             c.ms.map_or(String::new(), |ms| format!("{ms:.1}")),
@@ -621,19 +639,22 @@ fn plot(
             });
         }
     }
-    series.push(Bars {
-        label: "stage_checkpoints = all, undisturbed".into(),
-        color: RGBColor(148, 103, 189),
-        values: queries
-            .iter()
-            .map(|q| {
-                checkpoints
-                    .iter()
-                    .find(|c| c.query == *q)
-                    .and_then(|c| c.ms)
-            })
-            .collect(),
-    });
+    let mode_colors = [RGBColor(148, 103, 189), RGBColor(227, 119, 194)];
+    for (mode, color) in MODES.into_iter().zip(mode_colors) {
+        series.push(Bars {
+            label: format!("stage_checkpoints = {mode}, undisturbed"),
+            color,
+            values: queries
+                .iter()
+                .map(|q| {
+                    checkpoints
+                        .iter()
+                        .find(|c| c.query == *q && c.mode == mode)
+                        .and_then(|c| c.ms)
+                })
+                .collect(),
+        });
+    }
     let labels: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
     grouped_bars(
         &top,

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -34,6 +35,7 @@ use skiff_flight::delete_states_under;
 use skiff_node::checkpoints::{CheckpointResolver, Target};
 use skiff_state::Compression;
 use skiff_tables::ManagedTable;
+use tonic::codegen::http::HeaderMap;
 use tracing::{debug, warn};
 use url::Url;
 
@@ -42,6 +44,7 @@ use super::membership::Membership;
 use super::placement::{self, Placement};
 use super::queries::{QueryEntry, ScansSeen};
 use super::rerun::{self, Attempt, Replan};
+use super::stage_commits;
 use super::stage_reuse;
 use super::window_keys::WindowSortKeys;
 use crate::config::CHECKPOINT_DELETE_TIMEOUT;
@@ -121,7 +124,7 @@ pub(crate) async fn start(
         return Ok(None);
     }
     let name = uuid::Uuid::new_v4().to_string();
-    let checkpoints = checkpoint_target(state, inner, name.clone());
+    let checkpoints = checkpointing(state, inner, name.clone());
     let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_none() {
         return Ok(None);
@@ -136,17 +139,19 @@ pub(crate) async fn start(
     let retry = options.is_none_or(|s| s.retry_on_worker_loss);
     entry.update(|info| info.retry_on_loss = retry);
     // What runs again over the committed stage outputs, if it may.
-    let reuse = match &checkpoints {
-        Some(_) if stage_reuse::reusable(&planned.physical) => Some(Arc::new(Reuse {
+    let reuse = match &planned.commits {
+        Some(commits) if stage_reuse::reusable(&planned.physical) => Some(Arc::new(Reuse {
             physical: Arc::clone(&planned.physical),
             session: planned.session.clone(),
+            marks: planned.placement.marks.clone(),
+            commits: commits.clone(),
         })),
         _ => None,
     };
     // Held by the planning of every attempt: the checkpoints go with the
-    // query.
-    let forget = checkpoints.map(|(target, _)| ForgetCheckpoints {
-        store: target.store,
+    // query (a later plan's may commit where the first did not).
+    let forget = checkpoints.map(|c| ForgetCheckpoints {
+        store: c.store,
         name: name.clone(),
     });
     let first = begin(inner, entry, planned, guard, false)?;
@@ -176,13 +181,54 @@ struct Planned {
     physical: Arc<dyn ExecutionPlan>,
     session: SessionState,
     placement: Arc<Placement>,
+    /// What it commits, if it commits any stage's output.
+    commits: Option<Commits>,
 }
 
-/// A query's first plan, as planned, and its session: what runs again
-/// over its committed stage outputs (`stage_reuse`).
+/// A query's first plan, as planned, its session, its stages' marks and
+/// what it commits: what runs again over its committed stage outputs
+/// (`stage_reuse`).
 struct Reuse {
     physical: Arc<dyn ExecutionPlan>,
     session: SessionState,
+    marks: Vec<bool>,
+    commits: Commits,
+}
+
+/// The stage outputs a planned query commits ([`Target`]), how
+/// compressed, and the headers its tasks carry besides the target's.
+#[derive(Clone)]
+struct Commits {
+    target: Target,
+    compression: Compression,
+    headers: HeaderMap,
+}
+
+impl Commits {
+    /// Set `session` up to commit: its tasks' headers name the target,
+    /// and the head stage (run here) reads the last stage through the
+    /// store too.
+    fn apply(&self, session: &mut SessionState, inner: &Inner) -> Result<()> {
+        let mut headers = self.headers.clone();
+        skiff_node::checkpoints::add_target(&mut headers, &self.target)?;
+        session.set_distributed_passthrough_headers(headers)?;
+        let connections = &inner.checkpoint_connections;
+        let resolver = CheckpointResolver::new(connections, self.target.clone(), self.compression);
+        session.set_distributed_channel_resolver(resolver);
+        Ok(())
+    }
+}
+
+/// Where a query would commit its stage outputs, under what name, how
+/// compressed, and in which mode (`skiff.stage_checkpoints`); which
+/// stages do is known once it is planned (`stage_commits`).
+struct Checkpointing {
+    store: String,
+    name: String,
+    compression: Compression,
+    mode: StageCheckpoints,
+    /// How long a task runs before its reads commit ([`Target::after`]).
+    after: Duration,
 }
 
 /// A query's stage checkpoints (those named `name`, and the names that
@@ -223,16 +269,12 @@ async fn plan_on(
     inner: &Arc<Inner>,
     query_id: u64,
     query: &LogicalPlan,
-    mut placement: Placement,
+    placement: Placement,
     mode: Distribute,
-    checkpoints: &Option<(Target, Compression)>,
+    checkpoints: &Option<Checkpointing>,
 ) -> Result<Planned> {
     let resolver = SnapshotResolver(placement.urls.values().cloned().collect());
-    let mut headers = skiff_node::carried::headers(state.config().options())?;
-    if let Some((target, _)) = checkpoints {
-        skiff_node::checkpoints::add_target(&mut headers, target)?;
-        placement.mark_stages = true;
-    }
+    let headers = skiff_node::carried::headers(state.config().options())?;
     let scan_key = ScanKey {
         run: inner.scan_run,
         query: query_id,
@@ -250,17 +292,7 @@ async fn plan_on(
         .with_distributed_desired_task_count_handler(placement::desired)
         .with_distributed_scale_up_leaf_node_handler(placement::scale_up)
         .with_distributed_route_tasks_handler(placement::route)
-        .with_distributed_passthrough_headers(headers)?;
-    if let Some((target, compression)) = checkpoints {
-        // The head stage, run here, reads the last stage's tasks through
-        // the store too.
-        let channels = Arc::clone(&inner.task_channels);
-        builder = builder.with_distributed_channel_resolver(CheckpointResolver::new(
-            channels,
-            target.clone(),
-            *compression,
-        ));
-    }
+        .with_distributed_passthrough_headers(headers.clone())?;
     if mode == Distribute::On {
         // `on` spreads every other scan over every worker, however small:
         // one task per byte is capped at one per worker (the library sizes
@@ -273,35 +305,70 @@ async fn plan_on(
     // DataFusion's EXPLAIN renders the plan before the library cuts it into
     // stages: the stages are rendered here.
     let physical = session.create_physical_plan(query).await?;
+    let stages = checkpoints
+        .as_ref()
+        .map(|c| stage_commits::committed(&physical, c.mode))
+        .filter(|stages| !stages.is_empty());
+    let (Some(checkpoints), Some(stages)) = (checkpoints, stages) else {
+        return Ok(Planned {
+            physical,
+            session,
+            placement,
+            commits: None,
+        });
+    };
+    // Its stages' outputs are committed where `stage_commits` says, and
+    // their URLs marked apart.
+    let placement = Arc::new(Placement {
+        marks: stage_commits::marks(&physical, &stages),
+        ..placement.as_ref().clone()
+    });
+    session.config_mut().set_extension(Arc::clone(&placement));
+    let commits = Commits {
+        target: Target {
+            store: checkpoints.store.clone(),
+            query: checkpoints.name.clone(),
+            stages,
+            // A first attempt: nothing of it is committed yet.
+            lookup: false,
+            after: checkpoints.after,
+        },
+        compression: checkpoints.compression,
+        headers,
+    };
+    commits.apply(&mut session, inner)?;
     Ok(Planned {
         physical,
         session,
         placement,
+        commits: Some(commits),
     })
 }
 
 /// Where `state`'s query commits its stage outputs, under the checkpoint
-/// name `name`, and how compressed: with `skiff.stage_checkpoints = all`
-/// and a memory node alive. Without one there is nowhere to commit, and
-/// the query runs as with `off`.
-fn checkpoint_target(
-    state: &SessionState,
-    inner: &Inner,
-    name: String,
-) -> Option<(Target, Compression)> {
+/// name `name`: with `skiff.stage_checkpoints` on and a memory node alive.
+/// Without one there is nowhere to commit, and the query runs as with
+/// `off`.
+fn checkpointing(state: &SessionState, inner: &Inner, name: String) -> Option<Checkpointing> {
     let options = state.config().options().extensions.get::<SkiffOptions>()?;
-    if options.stage_checkpoints != StageCheckpoints::All {
+    let mode = options.stage_checkpoints;
+    if mode == StageCheckpoints::Off {
         return None;
     }
-    let store = inner.membership.memory_node();
-    if store.is_none() {
-        warn!("skiff.stage_checkpoints = all without a memory node: nothing is committed");
-    }
-    let target = Target {
-        store: store?,
-        query: name,
+    let Some(store) = inner.membership.memory_node() else {
+        warn!("skiff.stage_checkpoints = {mode} without a memory node: nothing is committed");
+        return None;
     };
-    Some((target, options.state_compression.into()))
+    Some(Checkpointing {
+        store,
+        name,
+        compression: options.state_compression.into(),
+        mode,
+        after: match mode {
+            StageCheckpoints::Auto => Duration::from_millis(options.stage_checkpoints_after_ms),
+            _ => Duration::ZERO,
+        },
+    })
 }
 
 /// Start a planned distributed query, the head stage here; it holds its
@@ -318,6 +385,7 @@ fn begin(
         physical,
         session,
         placement,
+        ..
     } = planned;
     let scans = ScansSeen {
         key: ScanKey {
@@ -383,14 +451,19 @@ async fn again(
         ));
     }
     if let Some(reuse) = reuse {
-        placement.mark_stages = true;
+        placement.marks = reuse.marks.clone();
         let placement = Arc::new(placement);
         let mut session = reuse.session.clone();
         session.config_mut().set_extension(Arc::clone(&placement));
+        // An earlier attempt committed outputs: each read looks first.
+        let mut commits = reuse.commits.clone();
+        commits.target.lookup = true;
+        commits.apply(&mut session, inner)?;
         let planned = Planned {
             physical: stage_reuse::another_attempt(&reuse.physical)?,
             session,
             placement,
+            commits: Some(commits),
         };
         return begin(inner, entry, planned, guard, true);
     }
@@ -398,7 +471,7 @@ async fn again(
     // query's, so that its deletion takes it too): an earlier attempt's
     // outputs are not its stages'.
     let name = format!("{name}.{}", uuid::Uuid::new_v4());
-    let checkpoints = checkpoint_target(state, inner, name);
+    let checkpoints = checkpointing(state, inner, name);
     let planned = plan_on(state, inner, entry.id, query, placement, mode, &checkpoints).await?;
     if planned.physical.downcast_ref::<DistributedExec>().is_some() {
         return begin(inner, entry, planned, guard, false);
@@ -463,7 +536,7 @@ impl Placement {
             manager,
             urls,
             routes: Arc::default(),
-            mark_stages: false,
+            marks: Vec::new(),
         };
         (placement, guard)
     }

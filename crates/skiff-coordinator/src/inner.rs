@@ -66,9 +66,10 @@ pub(crate) struct Inner {
     /// Names this run's queries in scan counts (ids start again at 1 after
     /// a restart): its start, in nanoseconds since the epoch.
     pub(crate) scan_run: u64,
-    /// The gRPC channels to workers' task services of queries that commit
-    /// stage checkpoints (the library keeps its own for the others).
-    pub(crate) task_channels: Arc<dyn datafusion_distributed::ChannelResolver + Send + Sync>,
+    /// The connections of queries that commit stage checkpoints, to the
+    /// workers' task services (the library keeps its own for the others)
+    /// and to the store.
+    pub(crate) checkpoint_connections: skiff_node::checkpoints::Connections,
     /// Which memory node holds which file of the tables loaded into memory.
     pub(crate) memory_tables: MemoryTables,
     /// Queries waiting for their batch to close (`skiff.batch_window_ms`).

@@ -59,6 +59,7 @@ mod relay;
 mod rerun;
 mod resize;
 mod session;
+mod stage_commits;
 mod stage_reuse;
 mod system_tables;
 mod vacate;
@@ -174,9 +175,7 @@ impl Coordinator {
                 scan_run: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
-                task_channels: Arc::new(
-                    datafusion_distributed::grpc::DefaultChannelResolver::default(),
-                ),
+                checkpoint_connections: Default::default(),
                 memory_tables: memory_tables::MemoryTables::default(),
                 batcher: Arc::default(),
             }
@@ -503,7 +502,7 @@ impl Coordinator {
         tag: &'static str,
     ) -> Result<Output> {
         if let LogicalPlan::Statement(Statement::SetVariable(set)) = &plan {
-            self.check_setting(&set.variable)?;
+            self.check_setting(session, &set.variable)?;
         }
         let persisted = persisted_change(&plan);
         let managed = match self.inner.engine.tables() {
@@ -646,8 +645,15 @@ impl Coordinator {
 
     /// Test hooks make queries move or fail and workers die on demand:
     /// only a server started for tests accepts them.
-    fn check_setting(&self, variable: &str) -> Result<()> {
+    fn check_setting(&self, session: &ClientSession, variable: &str) -> Result<()> {
         let name = variable.trim().to_ascii_lowercase();
+        let admin = Caller::of(session.ctx.copied_config().options()).is_admin();
+        if !admin && skiff_engine::options::ADMIN_SETTINGS.contains(&name.as_str()) {
+            return Err(ServerError::new(
+                SqlState::InsufficientPrivilege,
+                format!("only an admin may set {name}: it spends what every session shares"),
+            ));
+        }
         if self.inner.fault_injection || !skiff_engine::options::TEST_HOOKS.contains(&name.as_str())
         {
             return Ok(());

@@ -43,16 +43,17 @@ use url::Url;
 /// The partition map a distributed query is planned under and the
 /// addresses of the workers that take queries; a `SessionConfig` extension
 /// of its planning session.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Placement {
     pub(crate) manager: Arc<PartitionManager>,
     pub(crate) urls: BTreeMap<WorkerId, Url>,
     /// Where the stages' tasks went, as the query starts them.
     pub(crate) routes: Arc<Routes>,
-    /// Each stage's URLs marked apart (`skiff_node::checkpoints::marked`):
-    /// the query commits stage checkpoints, and no read between two
-    /// stages may be answered in-process, past the store.
-    pub(crate) mark_stages: bool,
+    /// For each stage in routing order, whether its URLs are marked apart
+    /// (`skiff_node::checkpoints::marked`): the query commits its output,
+    /// and no read of it may be answered in-process, past the store
+    /// (`stage_commits::marks`). A stage beyond the list is not marked.
+    pub(crate) marks: Vec<bool>,
 }
 
 /// The workers of each task of a distributed query's stages, in the order
@@ -309,12 +310,11 @@ pub(crate) fn route(ev: RouteTasksEvent) -> Option<DfResult<RouteTasksEventRespo
         Ok(workers) => workers,
         Err(e) => return Some(Err(e)),
     };
-    let urls = workers
-        .into_iter()
-        .map(|(_, url)| match placement.mark_stages {
-            true => marked(&url, stage),
-            false => url,
-        });
+    let mark = placement.marks.get(stage).copied().unwrap_or(false);
+    let urls = workers.into_iter().map(|(_, url)| match mark {
+        true => marked(&url, stage),
+        false => url,
+    });
     Some(Ok(RouteTasksEventResponse::new(urls.collect())))
 }
 
@@ -606,7 +606,7 @@ mod tests {
             routes: Arc::clone(&routes),
             manager: Arc::clone(&manager),
             urls: urls.clone(),
-            mark_stages: false,
+            marks: Vec::new(),
         }));
         let scan: Arc<dyn ExecutionPlan> =
             DataSourceExec::from_data_source(scan_of((0..8).map(|p| file(p, 100)).collect()));

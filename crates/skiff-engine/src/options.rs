@@ -58,11 +58,21 @@ extensions_options! {
         /// faster than lz4 compresses on one core.
         pub state_compression: StateCompression, default = StateCompression::None
         /// Whether a distributed query's stage outputs are committed to the
-        /// memory node's store as their consumers read them (`off` or
-        /// `all`; `skiff_node::checkpoints`): each consumer reads a
-        /// producer's partition whole, commits it, and a later read of the
-        /// same partition is served from the store exactly once.
+        /// memory node's store as their consumers read them
+        /// (`skiff_node::checkpoints`): each consumer reads a producer's
+        /// partition whole, commits it, and a later read of the same
+        /// partition is served from the store exactly once. `all` commits
+        /// every stage's output; `auto` only those whose consumer waits
+        /// for all of it anyway (a hash join's build side, an aggregation,
+        /// a sort); `off` none. An admin's setting ([`ADMIN_SETTINGS`]):
+        /// it spends the memory node's store, which every query shares.
         pub stage_checkpoints: StageCheckpoints, default = StageCheckpoints::Off
+        /// Under `skiff.stage_checkpoints = auto`, how long a query's task
+        /// runs before its reads commit, in milliseconds: a worker lost
+        /// sooner costs at most this much work run again from the start,
+        /// less than committing every short query's outputs would cost
+        /// (bench/README.md, "Faults"). An admin's setting.
+        pub stage_checkpoints_after_ms: u64, default = 1000
         /// Test trigger: flip one byte of the state after extraction, so
         /// that the target must detect it and the query start over.
         pub test_corrupt_state: bool, default = false
@@ -139,6 +149,13 @@ pub const TEST_HOOKS: [&str; 9] = [
     "skiff.test_kill_every_worker_after_pipelines",
 ];
 
+/// Settings only an admin may change: they spend what every session
+/// shares (the memory node's store).
+pub const ADMIN_SETTINGS: [&str; 2] = [
+    "skiff.stage_checkpoints",
+    "skiff.stage_checkpoints_after_ms",
+];
+
 /// The test hooks a continued or restarted query keeps: they act on every
 /// worker that runs it.
 pub const REPEATING_HOOKS: [&str; 1] = ["skiff.test_kill_every_worker_after_pipelines"];
@@ -207,7 +224,7 @@ choice_setting!(
 
 choice_setting!(
     /// Whether stage outputs are committed (`skiff.stage_checkpoints`).
-    StageCheckpoints, "skiff.stage_checkpoints", { Off = "off", All = "all" }
+    StageCheckpoints, "skiff.stage_checkpoints", { Off = "off", Auto = "auto", All = "all" }
 );
 
 choice_setting!(
@@ -262,7 +279,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_test_hook_is_a_setting() {
+    fn every_test_hook_and_admin_setting_is_a_setting() {
         let options = SkiffOptions::default();
         let keys: Vec<String> = options.entries().into_iter().map(|e| e.key).collect();
         for hook in TEST_HOOKS {
@@ -270,6 +287,13 @@ mod tests {
             assert!(
                 keys.iter().any(|k| k == name),
                 "{hook} is not a skiff setting"
+            );
+        }
+        for setting in ADMIN_SETTINGS {
+            let name = setting.strip_prefix("skiff.").expect(setting);
+            assert!(
+                keys.iter().any(|k| k == name),
+                "{setting} is not a skiff setting"
             );
         }
         // A repeating hook is a test hook: a server without

@@ -2,6 +2,8 @@
 //! settings (HTTP/2 windows and frames) every internal link uses on both
 //! ends.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use arrow_flight::Action;
@@ -51,6 +53,36 @@ pub async fn connect(addr: &str) -> Result<FlightServiceClient<Channel>, tonic::
     Ok(FlightServiceClient::new(channel)
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX))
+}
+
+/// Flight clients by peer address, each connected once and shared by
+/// every call to that peer (a client is a handle on one HTTP/2
+/// connection, which carries many calls at once): a connection per call
+/// costs a TCP and an HTTP/2 handshake, a round trip or more, on calls
+/// that may themselves be one round trip. A client whose call failed is
+/// forgotten ([`Clients::forget`]) and the next call connects anew.
+#[derive(Debug, Default)]
+pub struct Clients(Mutex<HashMap<String, FlightServiceClient<Channel>>>);
+
+impl Clients {
+    /// The client of `addr`, connected now if there is none.
+    pub async fn get(&self, addr: &str) -> Result<FlightServiceClient<Channel>, tonic::Status> {
+        if let Some(client) = lock(&self.0).get(addr) {
+            return Ok(client.clone());
+        }
+        let client = connect(addr).await?;
+        lock(&self.0).insert(addr.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Connect to `addr` anew on its next call: a call to it failed.
+    pub fn forget(&self, addr: &str) {
+        lock(&self.0).remove(addr);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Call action `kind` with a protobuf `request`; decode the first result as

@@ -17,7 +17,9 @@ pub mod codec;
 pub mod fragments;
 pub mod protocol;
 
-pub use client::{buffer_stats, clear_buffer, connect, do_action, pipeline_groups, server_builder};
+pub use client::{
+    Clients, buffer_stats, clear_buffer, connect, do_action, pipeline_groups, server_builder,
+};
 pub use codec::{SkiffCodec, decode_plan, encode_plan};
 pub mod service;
 pub mod state_cache;

@@ -25,12 +25,14 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightData, FlightDescriptor, Ticket};
 use futures::TryStreamExt;
 use prost::Message;
 use skiff_engine::PipelineId;
 use skiff_state::{ExtractedOutput, ExtractedState, Frame};
 use tonic::Status;
+use tonic::transport::Channel;
 
 pub use crate::protocol::CacheStats;
 use crate::protocol::{
@@ -72,7 +74,16 @@ pub async fn put_state(
     options: &PutOptions,
     state: &ExtractedState,
 ) -> Result<Stored, Status> {
-    let mut client = crate::connect(addr).await?;
+    put_state_with(crate::connect(addr).await?, key, options, state).await
+}
+
+/// [`put_state`] through `client`, a connection already made.
+pub async fn put_state_with(
+    mut client: FlightServiceClient<Channel>,
+    key: &str,
+    options: &PutOptions,
+    state: &ExtractedState,
+) -> Result<Stored, Status> {
     let put = StatePut {
         key: key.to_string(),
         ttl_ms: ttl_ms(options.ttl),
@@ -108,7 +119,14 @@ pub async fn put_state(
 /// The state under `key`: `NotFound` when absent or expired, `DataLoss`
 /// when the cache finds a stored chunk damaged.
 pub async fn get_state(addr: &str, key: &str) -> Result<ExtractedState, Status> {
-    let mut client = crate::connect(addr).await?;
+    get_state_with(crate::connect(addr).await?, key).await
+}
+
+/// [`get_state`] through `client`, a connection already made.
+pub async fn get_state_with(
+    mut client: FlightServiceClient<Channel>,
+    key: &str,
+) -> Result<ExtractedState, Status> {
     let ticket = Ticket {
         ticket: StateKey {
             key: key.to_string(),

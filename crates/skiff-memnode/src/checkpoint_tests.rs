@@ -2,11 +2,13 @@
 //! node's store: a committed task output is read exactly once, whoever
 //! reads it and whichever attempt of its producer runs later; a producer
 //! that fails mid-partition leaves nothing committed and no row read; a
-//! read never mixes two attempts' partitions. The producer is a test
+//! read never mixes two attempts' partitions; a stage the query does not
+//! commit is never committed. The producer is a test
 //! channel that says which attempt made each row.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -21,7 +23,7 @@ use datafusion_distributed::{
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use skiff_node::checkpoints::{CheckpointResolver, Target, key, marked, prefix};
+use skiff_node::checkpoints::{CheckpointResolver, Connections, Target, key, marked, prefix};
 use skiff_state::Compression;
 use tonic::Code;
 use tonic::codegen::http::HeaderMap;
@@ -170,6 +172,20 @@ async fn read(
     fail: Fail,
     partitions: std::ops::Range<usize>,
 ) -> (usize, Vec<Result<Vec<(i64, i64)>>>) {
+    let stages = [task(attempt).stage_id];
+    read_committing(store, attempt, partitions, &stages, Duration::ZERO, fail).await
+}
+
+/// [`read`], of a query that commits the outputs of `stages` only, once
+/// its task has run `after`.
+async fn read_committing(
+    store: &str,
+    attempt: i64,
+    partitions: std::ops::Range<usize>,
+    stages: &[usize],
+    after: Duration,
+    fail: Fail,
+) -> (usize, Vec<Result<Vec<(i64, i64)>>>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let producers = Producers {
         attempt,
@@ -179,8 +195,15 @@ async fn read(
     let target = Target {
         store: store.to_string(),
         query: QUERY.to_string(),
+        stages: stages.iter().copied().collect(),
+        lookup: true,
+        after,
     };
-    let resolver = CheckpointResolver::new(Arc::new(producers), target, Compression::Lz4);
+    let connections = Connections {
+        tasks: Arc::new(producers),
+        stores: Arc::default(),
+    };
+    let resolver = CheckpointResolver::new(&connections, target, Compression::Lz4);
     let url = marked(&Url::parse("http://127.0.0.1:1").expect("url"), 3);
     let mut channel = resolver
         .get_worker_client_for_url(&url)
@@ -352,4 +375,30 @@ async fn a_read_never_mixes_two_attempts_partitions() {
     assert_eq!(calls, 0);
     let fourth: Vec<_> = fourth.into_iter().map(|p| p.expect("reread")).collect();
     assert_eq!(fourth, vec![made_by(0, 3), made_by(1, 3)]);
+}
+
+#[tokio::test]
+async fn a_stage_left_out_or_read_too_soon_is_read_from_its_producer_and_never_committed() {
+    let node = node(0).await;
+    // The query commits stage 4's outputs only: a read of stage 1 goes to
+    // its producer each time, and nothing of it reaches the store. So
+    // does a read of stage 1 by a task that has not run long enough.
+    let reads = [
+        (1, [4], Duration::ZERO),
+        (2, [1], Duration::from_secs(3600)),
+    ];
+    for (attempt, stages, after) in reads {
+        let (calls, read) =
+            read_committing(&node.addr, attempt, 0..PARTITIONS, &stages, after, None).await;
+        assert_eq!(calls, 1, "attempt {attempt}");
+        for (p, partition) in read.into_iter().enumerate() {
+            assert_eq!(
+                partition.expect("read"),
+                made_by(p, attempt),
+                "partition {p}"
+            );
+        }
+    }
+    let stats = skiff_flight::cache_stats(&node.addr).await.expect("stats");
+    assert_eq!((stats.puts, stats.entries), (0, 0));
 }

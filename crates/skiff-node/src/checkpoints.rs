@@ -7,14 +7,18 @@
 //! The hook is datafusion-distributed's `ChannelResolver`: every read of
 //! a remote task's partitions (the library's `WorkerConnectionPool`,
 //! under its network boundaries) asks it for a `WorkerChannel` and calls
-//! `execute_task`. [`CheckpointResolver`] wraps the gRPC resolver; its
-//! channel serves a read from the store when every partition it asks for
-//! is committed there, and otherwise reads the producer's streams whole,
-//! commits each under [`key`], and only then yields it. A producer that
-//! fails mid-partition leaves nothing committed and yields no row of that
+//! `execute_task`. [`CheckpointResolver`] wraps the gRPC resolver. Its
+//! channel, for a stage whose outputs the query commits
+//! ([`Target::stages`]), serves a read from the store when every
+//! partition it asks for is committed there (looked up only by an attempt
+//! after the first, [`Target::lookup`]), and otherwise reads each of the
+//! producer's streams whole, then yields it while it commits it under
+//! [`key`]; the stream ends once the commit is in. A producer that fails
+//! mid-partition leaves nothing committed and yields no row of that
 //! partition, only the error: a consumer never sees part of an output, a
 //! committed output is whole, and a read of a committed output neither
-//! doubles nor loses a row. A read takes all its partitions from one
+//! doubles nor loses a row. A read of any other stage goes straight to
+//! its producer. A read takes all its partitions from one
 //! attempt of the producer: how a producer deals its rows among its
 //! partitions can differ between attempts (a round-robin split), so two
 //! attempts' partitions need not add up to one output. So each committed
@@ -23,7 +27,10 @@
 //! served from the store only when every partition it asks for is there
 //! from one attempt; otherwise all of them come from the producer again.
 //! The cost is that a consumer waits for a whole partition before it
-//! starts on it, and the bytes travel to the store.
+//! starts on it, and the bytes travel to the store (over connections the
+//! process keeps, [`Connections`]); `auto` commits only where the
+//! consumer waits for all of it anyway (`skiff_coordinator`'s
+//! `stage_commits`).
 //!
 //! Keys are the query's checkpoint name ([`Target::query`], the same for
 //! every attempt that may share them), the stage, the task and the
@@ -37,11 +44,14 @@
 //! A checkpoint is an aid, never a failure: a store that cannot be
 //! reached or refuses a put is logged and the batches go on as read.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::Schema;
 use async_trait::async_trait;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
@@ -52,7 +62,8 @@ use datafusion_distributed::{
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use skiff_engine::PipelineId;
-use skiff_flight::state_cache::{PutOptions, get_state, put_state};
+use skiff_flight::Clients;
+use skiff_flight::state_cache::{PutOptions, get_state_with, put_state_with};
 use skiff_state::{Compression, extract_batches, load};
 use tonic::Code;
 use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
@@ -68,6 +79,18 @@ pub const STORE_HEADER: &str = "x-skiff-checkpoint-store";
 /// The header that names the query's checkpoints ([`Target::query`]).
 pub const QUERY_HEADER: &str = "x-skiff-checkpoint-query";
 
+/// The header that lists the stages whose outputs are committed
+/// ([`Target::stages`]), their numbers joined by commas.
+pub const STAGES_HEADER: &str = "x-skiff-checkpoint-stages";
+
+/// The header that says whether an earlier attempt may have committed
+/// outputs ([`Target::lookup`]): `1` or `0`.
+pub const LOOKUP_HEADER: &str = "x-skiff-checkpoint-lookup";
+
+/// The header that says how long a task runs before its reads commit
+/// ([`Target::after`]), in milliseconds.
+pub const AFTER_HEADER: &str = "x-skiff-checkpoint-after-ms";
+
 /// The fragment of a worker URL that [`marked`] sets.
 const MARK: &str = "stage-";
 
@@ -78,7 +101,7 @@ pub const ATTEMPT_KEY: &str = "skiff.checkpoint.attempt";
 /// The one output of a committed partition's state.
 const OUTPUT: PipelineId = PipelineId(0);
 
-/// Where a query's checkpoints go and under what name.
+/// Where a query's checkpoints go, under what name, and of which stages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     /// The memory node's `host:port`.
@@ -87,6 +110,19 @@ pub struct Target {
     /// that run the same stages again, a new one for an attempt that
     /// must not read an earlier one's outputs.
     pub query: String,
+    /// The stages (the library's stage numbers) whose outputs are
+    /// committed; a read of any other stage goes straight to its producer.
+    pub stages: BTreeSet<usize>,
+    /// An earlier attempt may have committed outputs under this name, so a
+    /// read looks in the store first. A first attempt's reads do not: the
+    /// store holds nothing of it yet, and each look is a round trip
+    /// before the producer is asked.
+    pub lookup: bool,
+    /// How long a task (or the head stage) runs before its reads commit:
+    /// a read that starts sooner goes to the producer uncommitted. Zero
+    /// under `all`; under `auto` a query lost sooner runs again from the
+    /// start at little cost (`skiff.stage_checkpoints_after_ms`).
+    pub after: Duration,
 }
 
 /// Where a committed output of `task`'s `partition` lives in the store,
@@ -111,7 +147,18 @@ pub fn prefix(name: &str) -> String {
 
 /// Add `target` to the headers a query's tasks carry.
 pub fn add_target(headers: &mut HeaderMap, target: &Target) -> Result<()> {
-    for (name, value) in [(STORE_HEADER, &target.store), (QUERY_HEADER, &target.query)] {
+    let stages: Vec<String> = target.stages.iter().map(usize::to_string).collect();
+    let stages = stages.join(",");
+    let lookup = if target.lookup { "1" } else { "0" }.to_string();
+    let after = target.after.as_millis().to_string();
+    let values = [
+        (STORE_HEADER, &target.store),
+        (QUERY_HEADER, &target.query),
+        (STAGES_HEADER, &stages),
+        (LOOKUP_HEADER, &lookup),
+        (AFTER_HEADER, &after),
+    ];
+    for (name, value) in values {
         let value = HeaderValue::try_from(value.as_str())
             .map_err(|e| DataFusionError::Internal(format!("checkpoint {name} {value:?}: {e}")))?;
         headers.insert(HeaderName::from_static(name), value);
@@ -119,7 +166,9 @@ pub fn add_target(headers: &mut HeaderMap, target: &Target) -> Result<()> {
     Ok(())
 }
 
-/// The target a task's headers name, if its query commits checkpoints.
+/// The target a task's headers name, if its query commits checkpoints
+/// (of one stage at least). A stage list that does not parse names none:
+/// a checkpoint is an aid, and the task runs without.
 pub fn target_from(headers: &HeaderMap) -> Option<Target> {
     let header = |name: &str| {
         headers
@@ -128,9 +177,21 @@ pub fn target_from(headers: &HeaderMap) -> Option<Target> {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
     };
+    let stages = header(STAGES_HEADER)?;
+    let stages = stages.split(',').map(|n| n.trim().parse::<usize>());
+    let stages = match stages.collect::<std::result::Result<BTreeSet<_>, _>>() {
+        Ok(stages) => stages,
+        Err(e) => {
+            warn!(error = %e, "checkpoint stages unreadable; nothing committed");
+            return None;
+        }
+    };
     Some(Target {
         store: header(STORE_HEADER)?,
         query: header(QUERY_HEADER)?,
+        stages,
+        lookup: header(LOOKUP_HEADER).is_some_and(|v| v == "1"),
+        after: Duration::from_millis(header(AFTER_HEADER)?.parse().ok()?),
     })
 }
 
@@ -152,24 +213,47 @@ fn unmarked(url: &Url) -> Url {
     plain
 }
 
+/// The connections of a process that queries' checkpoints use, made once
+/// and shared by them all: to the workers' task services (one gRPC
+/// resolver, reusing its connections as the library's own does) and to
+/// the store.
+#[derive(Clone)]
+pub struct Connections {
+    pub tasks: Arc<dyn ChannelResolver + Send + Sync>,
+    pub stores: Arc<Clients>,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            tasks: Arc::new(datafusion_distributed::grpc::DefaultChannelResolver::default()),
+            stores: Arc::default(),
+        }
+    }
+}
+
 /// A `ChannelResolver` whose channels read through the store its
-/// [`Target`] names (`host:port` of a memory node).
+/// [`Target`] names (`host:port` of a memory node), over the process's
+/// [`Connections`].
 pub struct CheckpointResolver {
     inner: Arc<dyn ChannelResolver + Send + Sync>,
+    stores: Arc<Clients>,
     target: Arc<Target>,
     compression: Compression,
+    /// When the task (or the head stage) was set up: [`Target::after`]
+    /// counts from here. Each process's own clock, never compared with
+    /// another's.
+    began: Instant,
 }
 
 impl CheckpointResolver {
-    pub fn new(
-        inner: Arc<dyn ChannelResolver + Send + Sync>,
-        target: Target,
-        compression: Compression,
-    ) -> Self {
+    pub fn new(connections: &Connections, target: Target, compression: Compression) -> Self {
         Self {
-            inner,
+            inner: Arc::clone(&connections.tasks),
+            stores: Arc::clone(&connections.stores),
             target: Arc::new(target),
             compression,
+            began: Instant::now(),
         }
     }
 }
@@ -183,8 +267,10 @@ impl ChannelResolver for CheckpointResolver {
             url: unmarked(url),
             inner: Arc::clone(&self.inner),
             producer: None,
+            stores: Arc::clone(&self.stores),
             target: Arc::clone(&self.target),
             compression: self.compression,
+            began: self.began,
         }))
     }
 }
@@ -193,8 +279,10 @@ struct CheckpointChannel {
     url: Url,
     inner: Arc<dyn ChannelResolver + Send + Sync>,
     producer: Option<Box<dyn WorkerChannel>>,
+    stores: Arc<Clients>,
     target: Arc<Target>,
     compression: Compression,
+    began: Instant,
 }
 
 impl CheckpointChannel {
@@ -233,18 +321,32 @@ impl WorkerChannel for CheckpointChannel {
         task_ctx: &Arc<TaskContext>,
     ) -> Result<Vec<Batches>> {
         let task = request.task_key;
+        if !self.target.stages.contains(&task.stage_id) {
+            let producer = self.producer().await?;
+            return producer
+                .execute_task(headers, request, metrics, task_ctx)
+                .await;
+        }
         let keys: Vec<String> = (request.target_partition_start..request.target_partition_end)
             .map(|partition| key(&self.target.query, &task, partition))
             .collect();
-        let store = self.target.store.as_str();
-        let committed =
-            futures::future::join_all(keys.iter().map(|key| committed(store, key))).await;
-        if let Some(outputs) = one_attempt(committed) {
-            debug!(?task, partitions = keys.len(), "served from checkpoints");
-            return Ok(outputs.into_iter().map(stored).collect());
+        if self.target.lookup {
+            let (stores, store) = (self.stores.as_ref(), self.target.store.as_str());
+            let looks = keys.iter().map(|key| committed(stores, store, key));
+            if let Some(outputs) = one_attempt(futures::future::join_all(looks).await) {
+                debug!(?task, partitions = keys.len(), "served from checkpoints");
+                return Ok(outputs.into_iter().map(stored).collect());
+            }
         }
         // Not all committed by one attempt: every partition from the
-        // producer, committed anew (the module's doc says why).
+        // producer, committed anew (the module's doc says why), once the
+        // task has run long enough for a commit to pay.
+        if self.began.elapsed() < self.target.after {
+            let producer = self.producer().await?;
+            return producer
+                .execute_task(headers, request, metrics, task_ctx)
+                .await;
+        }
         let attempt: Arc<str> = Arc::from(task.query_id.to_string());
         let streams = self
             .producer()
@@ -263,6 +365,7 @@ impl WorkerChannel for CheckpointChannel {
             .zip(keys)
             .map(|(stream, key)| {
                 let to = Commit {
+                    stores: Arc::clone(&self.stores),
                     target: Arc::clone(&self.target),
                     key,
                     attempt: Arc::clone(&attempt),
@@ -308,16 +411,18 @@ fn one_attempt(committed: Vec<Option<Committed>>) -> Option<Vec<Vec<RecordBatch>
 /// The output committed under `key`, if any. A store that cannot answer
 /// within `CHECKPOINT_LOOKUP_DEADLINE` counts as holding nothing (the
 /// producer is asked), as does an entry that names no attempt.
-async fn committed(store: &str, key: &str) -> Option<Committed> {
-    let state = match tokio::time::timeout(CHECKPOINT_LOOKUP_DEADLINE, get_state(store, key)).await
-    {
+async fn committed(stores: &Clients, store: &str, key: &str) -> Option<Committed> {
+    let get = async { get_state_with(stores.get(store).await?, key).await };
+    let state = match tokio::time::timeout(CHECKPOINT_LOOKUP_DEADLINE, get).await {
         Ok(Ok(state)) => state,
         Ok(Err(status)) if status.code() == Code::NotFound => return None,
         Ok(Err(status)) => {
+            stores.forget(store);
             warn!(%key, error = status.message(), "checkpoint unreadable; reading the producer");
             return None;
         }
         Err(_) => {
+            stores.forget(store);
             warn!(%key, "checkpoint store silent; reading the producer");
             return None;
         }
@@ -350,22 +455,38 @@ fn untagged(batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow::erro
     RecordBatch::try_new_with_options(schema, batch.columns().to_vec(), &options)
 }
 
-/// Where and how a partition is committed: its target's store, its key,
-/// the attempt that made it (its library query id), and the compression.
+/// Where and how a partition is committed: its target's store (and the
+/// connections to it), its key, the attempt that made it (its library
+/// query id), and the compression.
 struct Commit {
+    stores: Arc<Clients>,
     target: Arc<Target>,
     key: String,
     attempt: Arc<str>,
     compression: Compression,
 }
 
-/// Read `stream` whole, commit it as `to` says, then yield it; an error
-/// before its end yields that error and no row.
+/// Read `stream` whole, then yield it while it is committed as `to`
+/// says; the stream ends once the commit did (or gave up). An error
+/// before its end yields that error and no row. The consumer works on the
+/// batches while they travel to the store, and a consumer that has read
+/// to the end knows its input committed: when a query's head has its
+/// last row, every commit its stages' reads made is in.
 fn commit_then_yield(stream: Batches, to: Commit) -> Batches {
     futures::stream::once(async move {
         let batches: Vec<RecordBatch> = stream.try_collect().await?;
-        commit(&to, &batches).await;
-        Ok::<_, DataFusionError>(stored(batches))
+        let commit = {
+            let batches = batches.clone();
+            SpawnedTask::spawn(async move { commit(&to, &batches).await })
+        };
+        let committed = futures::stream::once(async move {
+            if let Err(e) = commit.join().await {
+                warn!(error = %e, "checkpoint commit lost; not committed");
+            }
+            None
+        })
+        .filter_map(futures::future::ready);
+        Ok::<_, DataFusionError>(stored(batches).chain(committed).boxed())
     })
     .try_flatten()
     .boxed()
@@ -397,10 +518,41 @@ async fn commit(to: &Commit, batches: &[RecordBatch]) {
     };
     // A put cut off by the deadline leaves nothing: the store makes an
     // entry visible only once it has every message.
-    let put = put_state(store, key, &options, &state);
+    let stores = to.stores.as_ref();
+    let put = async { put_state_with(stores.get(store).await?, key, &options, &state).await };
     match tokio::time::timeout(CHECKPOINT_COMMIT_DEADLINE, put).await {
         Ok(Ok(_)) => {}
-        Ok(Err(status)) => warn!(%key, error = status.message(), "checkpoint not committed"),
-        Err(_) => warn!(%key, "checkpoint store silent; not committed"),
+        Ok(Err(status)) => {
+            stores.forget(store);
+            warn!(%key, error = status.message(), "checkpoint not committed");
+        }
+        Err(_) => {
+            stores.forget(store);
+            warn!(%key, "checkpoint store silent; not committed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_travels_in_headers_and_a_garbled_stage_list_names_none() {
+        let target = Target {
+            store: "127.0.0.1:7000".into(),
+            query: "q.1".into(),
+            stages: [1, 4, 6].into(),
+            lookup: true,
+            after: Duration::from_millis(1000),
+        };
+        let mut headers = HeaderMap::new();
+        add_target(&mut headers, &target).expect("headers");
+        assert_eq!(target_from(&headers), Some(target));
+        headers.insert(STAGES_HEADER, HeaderValue::from_static("1,x"));
+        assert_eq!(target_from(&headers), None);
+        // No stage to commit, no target: the task reads as without.
+        headers.insert(STAGES_HEADER, HeaderValue::from_static(""));
+        assert_eq!(target_from(&headers), None);
     }
 }

@@ -70,6 +70,7 @@ const COORDINATOR_LAYERS: &[(&str, &[&str])] = &[
             "membership",
             "memory_tables",
             "placement",
+            "stage_commits",
             "stage_reuse",
             "window_keys",
             "workers",

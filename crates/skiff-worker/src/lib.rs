@@ -29,7 +29,7 @@ use datafusion::execution::TaskContext;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion_distributed::{ChannelResolver, DistributedExt};
+use datafusion_distributed::DistributedExt;
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use skiff_engine::buffer::RemoteTier;
@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use skiff_node::checkpoints::{self, CheckpointResolver};
+use skiff_node::checkpoints::{self, CheckpointResolver, Connections};
 use skiff_node::error::{Result, ServerError, to_status};
 use skiff_node::presence::{NodeIdentity, report_from_own_thread};
 use skiff_node::scan_progress::{ScanCountCodec, ScanTally};
@@ -166,17 +166,11 @@ pub async fn run_worker(config: WorkerConfig, shutdown: CancellationToken) -> Re
         group: None,
         prune_chunks: false,
     };
-    // One gRPC resolver for the process, so that the tasks of queries with
-    // stage checkpoints reuse its connections as the library's own does.
-    let channels: Arc<dyn ChannelResolver + Send + Sync> =
-        Arc::new(datafusion_distributed::grpc::DefaultChannelResolver::default());
+    // One set of connections for the process, so that the tasks of
+    // queries with stage checkpoints reuse them.
+    let connections = Connections::default();
     let stage_tasks = datafusion_distributed::Worker::from_session_builder(move |ctx| {
-        task_session(
-            ctx,
-            Arc::clone(&scans),
-            tiers.clone(),
-            Arc::clone(&channels),
-        )
+        task_session(ctx, Arc::clone(&scans), tiers.clone(), connections.clone())
     })
     .with_runtime_env(service.engine.context().runtime_env());
     let server = skiff_flight::server_builder()
@@ -247,7 +241,7 @@ async fn task_session(
     mut ctx: datafusion_distributed::WorkerQueryContext,
     scans: Arc<ScanTally>,
     tiers: skiff_engine::buffer::Tiers,
-    channels: Arc<dyn ChannelResolver + Send + Sync>,
+    connections: Connections,
 ) -> datafusion::common::Result<datafusion::execution::SessionState> {
     let mut checkpoints = None;
     if let Some(config) = ctx.builder.config().as_mut() {
@@ -260,11 +254,11 @@ async fn task_session(
             options.set("datafusion.execution.batch_size", &shuffle.to_string())?;
         }
         if let Some(o) = options.extensions.get::<SkiffOptions>()
-            && o.stage_checkpoints == StageCheckpoints::All
+            && o.stage_checkpoints != StageCheckpoints::Off
             && let Some(target) = checkpoints::target_from(&ctx.headers)
         {
             let compression = o.state_compression.into();
-            checkpoints = Some(CheckpointResolver::new(channels, target, compression));
+            checkpoints = Some(CheckpointResolver::new(&connections, target, compression));
         }
     }
     let mut builder = ctx
@@ -678,14 +672,11 @@ mod tests {
             builder: SessionStateBuilder::new().with_config(SessionConfig::new()),
             headers,
         };
-        let channels = || -> Arc<dyn ChannelResolver + Send + Sync> {
-            Arc::new(datafusion_distributed::grpc::DefaultChannelResolver::default())
-        };
         let state = task_session(
             task(headers),
             Arc::default(),
             Default::default(),
-            channels(),
+            Connections::default(),
         )
         .await
         .unwrap();
@@ -701,9 +692,14 @@ mod tests {
             .with_distributed_option_extension_from_headers::<DistributedConfig>(&ctx.headers)
             .unwrap();
         ctx.builder = ctx.builder.with_config(config);
-        let state = task_session(ctx, Arc::default(), Default::default(), channels())
-            .await
-            .unwrap();
+        let state = task_session(
+            ctx,
+            Arc::default(),
+            Default::default(),
+            Connections::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(state.config().batch_size(), 50);
     }
 }

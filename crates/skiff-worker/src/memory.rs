@@ -37,7 +37,7 @@ pub(crate) struct MemoryTier {
 #[derive(Debug, Default)]
 struct Inner {
     routes: RwLock<Routes>,
-    clients: Mutex<HashMap<String, FlightServiceClient<Channel>>>,
+    clients: skiff_flight::Clients,
     /// Nodes whose last fetch failed, and when they are tried again.
     down: Mutex<HashMap<String, Instant>>,
 }
@@ -89,12 +89,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Inner {
     async fn client(&self, addr: &str) -> Result<FlightServiceClient<Channel>, tonic::Status> {
-        if let Some(client) = lock(&self.clients).get(addr) {
-            return Ok(client.clone());
-        }
-        let client = skiff_flight::connect(addr).await?;
-        lock(&self.clients).insert(addr.to_string(), client.clone());
-        Ok(client)
+        self.clients.get(addr).await
     }
 
     /// Leave `addr` alone for a while, and connect anew after.
@@ -102,7 +97,7 @@ impl Inner {
         let first = lock(&self.down)
             .insert(addr.to_string(), Instant::now() + MEMORY_NODE_BACKOFF)
             .is_none();
-        lock(&self.clients).remove(addr);
+        self.clients.forget(addr);
         if first {
             warn!(%addr, error = error.message(), "memory node failed a fetch; reading storage");
         }

@@ -84,6 +84,17 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
             assert_eq!(sqlstate(&error), "42501", "{who} (extended): {set}");
         }
     }
+    // A setting that spends what every session shares is an admin's.
+    for setting in skiff_engine::options::ADMIN_SETTINGS {
+        let value = if setting.ends_with("_ms") {
+            "0"
+        } else {
+            "'auto'"
+        };
+        let set = format!("SET {setting} = {value}");
+        assert_eq!(outcome(&bob, &set).await, "42501", "bob: {set}");
+        assert_eq!(outcome(&root, &set).await, "ok", "root: {set}");
+    }
     // Ordinary settings stay open to everyone.
     assert_eq!(
         outcome(&bob, "SET skiff.snapshot_every_pipelines = 2").await,
