@@ -317,10 +317,17 @@ async fn plan_on(
             commits: None,
         });
     };
-    // Its stages' outputs are committed where `stage_commits` says, and
-    // their URLs marked apart.
+    // Its stages' outputs are committed where `stage_commits` says. Under
+    // `all` their URLs are marked apart, so that reads between two tasks
+    // on one worker are committed too; `auto` leaves those in-process:
+    // marked, they cost a join-heavy query about a fifth more even when
+    // it ends before anything commits (bench/README.md, "Faults").
+    let marks = match checkpoints.mode {
+        StageCheckpoints::All => stage_commits::marks(&physical, &stages),
+        _ => Vec::new(),
+    };
     let placement = Arc::new(Placement {
-        marks: stage_commits::marks(&physical, &stages),
+        marks,
         ..placement.as_ref().clone()
     });
     session.config_mut().set_extension(Arc::clone(&placement));

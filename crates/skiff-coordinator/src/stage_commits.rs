@@ -20,7 +20,9 @@
 //!   nothing.
 //!
 //! A query that loses a worker runs a stage that did not commit again,
-//! over its committed inputs where there are some (`stage_reuse`).
+//! over its committed inputs where there are some (`stage_reuse`). Under
+//! `auto` a read between two tasks on one worker stays in-process and
+//! uncommitted: only `all` marks the stages' URLs apart ([`marks`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -95,6 +95,18 @@ async fn workers_join_and_leave_while_queries_with_stage_checkpoints_run() {
     join_and_leave_while_queries_run(&["SET skiff.stage_checkpoints = 'all'"]).await;
 }
 
+/// The same with `auto` checkpoints, from a query's start: only some
+/// stages commit, and a query that runs again runs the others again over
+/// whatever they read that was committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_join_and_leave_while_queries_with_auto_stage_checkpoints_run() {
+    join_and_leave_while_queries_run(&[
+        "SET skiff.stage_checkpoints = 'auto'",
+        "SET skiff.stage_checkpoints_after_ms = 0",
+    ])
+    .await;
+}
+
 /// Seeded adds, removals and kills of workers while a TPC-H stream, its
 /// session set up by `settings`, runs: the partition map moves as few
 /// partitions as it can, and every answer is right.
