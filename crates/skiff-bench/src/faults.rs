@@ -616,7 +616,11 @@ fn plot(
     ];
     let modes = [
         (false, "runs again", colors),
-        (true, "checkpoints, runs again over them", checkpoint_colors),
+        (
+            true,
+            "auto checkpoints, runs again over them",
+            checkpoint_colors,
+        ),
     ];
     for (checkpoints, how, palette) in modes {
         for (fraction, color) in KILL_AT.into_iter().zip(palette) {
