@@ -93,6 +93,8 @@ async fn test_hooks_need_the_server_flag_and_admin_functions_an_admin() {
         };
         let set = format!("SET {setting} = {value}");
         assert_eq!(outcome(&bob, &set).await, "42501", "bob: {set}");
+        let error = bob.execute(&set, &[]).await.expect_err(&set);
+        assert_eq!(sqlstate(&error), "42501", "bob (extended): {set}");
         assert_eq!(outcome(&root, &set).await, "ok", "root: {set}");
     }
     // Ordinary settings stay open to everyone.
