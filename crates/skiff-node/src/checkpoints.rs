@@ -119,7 +119,7 @@ pub struct Target {
     /// before the producer is asked.
     pub lookup: bool,
     /// How long a task (or the head stage) runs before its reads commit:
-    /// a read that starts sooner goes to the producer uncommitted. Zero
+    /// a partition read whole sooner is not committed. Zero
     /// under `all`; under `auto` a query lost sooner runs again from the
     /// start at little cost (`skiff.stage_checkpoints_after_ms`).
     pub after: Duration,
@@ -339,14 +339,7 @@ impl WorkerChannel for CheckpointChannel {
             }
         }
         // Not all committed by one attempt: every partition from the
-        // producer, committed anew (the module's doc says why), once the
-        // task has run long enough for a commit to pay.
-        if self.began.elapsed() < self.target.after {
-            let producer = self.producer().await?;
-            return producer
-                .execute_task(headers, request, metrics, task_ctx)
-                .await;
-        }
+        // producer, committed anew (the module's doc says why).
         let attempt: Arc<str> = Arc::from(task.query_id.to_string());
         let streams = self
             .producer()
@@ -370,6 +363,7 @@ impl WorkerChannel for CheckpointChannel {
                     key,
                     attempt: Arc::clone(&attempt),
                     compression: self.compression,
+                    began: self.began,
                 };
                 commit_then_yield(stream, to)
             })
@@ -457,17 +451,22 @@ fn untagged(batch: &RecordBatch) -> std::result::Result<RecordBatch, arrow::erro
 
 /// Where and how a partition is committed: its target's store (and the
 /// connections to it), its key, the attempt that made it (its library
-/// query id), and the compression.
+/// query id), the compression, and when its task began
+/// ([`Target::after`] counts from there).
 struct Commit {
     stores: Arc<Clients>,
     target: Arc<Target>,
     key: String,
     attempt: Arc<str>,
     compression: Compression,
+    began: Instant,
 }
 
 /// Read `stream` whole, then yield it while it is committed as `to`
-/// says; the stream ends once the commit did (or gave up). An error
+/// says; the stream ends once the commit did (or gave up). A partition
+/// read whole before its task ran [`Target::after`] is yielded
+/// uncommitted: the library sets every read up as its task starts, so
+/// the time is told when the partition is whole, not then. An error
 /// before its end yields that error and no row. The consumer works on the
 /// batches while they travel to the store, and a consumer that has read
 /// to the end knows its input committed: when a query's head has its
@@ -475,6 +474,9 @@ struct Commit {
 fn commit_then_yield(stream: Batches, to: Commit) -> Batches {
     futures::stream::once(async move {
         let batches: Vec<RecordBatch> = stream.try_collect().await?;
+        if to.began.elapsed() < to.target.after {
+            return Ok::<_, DataFusionError>(stored(batches));
+        }
         let commit = {
             let batches = batches.clone();
             SpawnedTask::spawn(async move { commit(&to, &batches).await })
