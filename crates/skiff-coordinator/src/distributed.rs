@@ -143,7 +143,6 @@ pub(crate) async fn start(
         Some(commits) if stage_reuse::reusable(&planned.physical) => Some(Arc::new(Reuse {
             physical: Arc::clone(&planned.physical),
             session: planned.session.clone(),
-            marks: planned.placement.marks.clone(),
             commits: commits.clone(),
         })),
         _ => None,
@@ -185,13 +184,11 @@ struct Planned {
     commits: Option<Commits>,
 }
 
-/// A query's first plan, as planned, its session, its stages' marks and
-/// what it commits: what runs again over its committed stage outputs
-/// (`stage_reuse`).
+/// A query's first plan, as planned, its session and what it commits:
+/// what runs again over its committed stage outputs (`stage_reuse`).
 struct Reuse {
     physical: Arc<dyn ExecutionPlan>,
     session: SessionState,
-    marks: Vec<bool>,
     commits: Commits,
 }
 
@@ -458,7 +455,10 @@ async fn again(
         ));
     }
     if let Some(reuse) = reuse {
-        placement.marks = reuse.marks.clone();
+        // Every committed stage marked, under `auto` too: a read between
+        // two tasks on one worker must look in the store, or a consumer
+        // placed beside its committed producer would run it again.
+        placement.marks = stage_commits::marks(&reuse.physical, &reuse.commits.target.stages);
         let placement = Arc::new(placement);
         let mut session = reuse.session.clone();
         session.config_mut().set_extension(Arc::clone(&placement));
