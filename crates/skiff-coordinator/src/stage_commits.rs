@@ -99,15 +99,14 @@ fn is_union(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.downcast_ref::<UnionExec>().is_some() || node.downcast_ref::<InterleaveExec>().is_some()
 }
 
-/// Whether a stage whose plan is `stage` does more than read: it joins,
+/// Whether the stage plan rooted at `node` does more than read: it joins,
 /// aggregates, sorts or computes a window (its own nodes, not those of
 /// the stages it reads). A stage that only scans, filters and projects
 /// costs little more to run again than its output costs to commit.
-fn does_work(stage: &Arc<dyn ExecutionPlan>) -> bool {
-    if stage.is_network_boundary() {
+fn does_work(node: &Arc<dyn ExecutionPlan>) -> bool {
+    if node.is_network_boundary() {
         return false;
     }
-    let node = stage;
     let works = node.downcast_ref::<AggregateExec>().is_some()
         || node.downcast_ref::<SortExec>().is_some()
         || node.downcast_ref::<WindowAggExec>().is_some()
